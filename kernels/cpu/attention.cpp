@@ -1,0 +1,121 @@
+// kernels/cpu/attention.cpp
+// MLA over the paged latent cache: writing latents, and causal attention in the naive form
+// (model-spec 5.4, per-head keys and values expanded from the latents) or the absorbed form
+// (5.5, W_UK folded into q and W_UV applied after the weighted sum). Both are the same math.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/reference_backend.hpp"
+
+namespace moe {
+
+// kv: [num_tokens, kv_dim] rows kv_stride apart -> cache slots of each token's position
+void cpu_reference_backend::store_kv(const store_kv_params& p) {
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const int32_t* table = p.layout.block_tables[p.layout.seq_idx[t]];
+    float* slot = p.cache.slot(table, p.layout.positions[t]);
+    std::copy_n(p.kv + t * p.kv_stride, p.cache.kv_dim, slot);
+  }
+}
+
+namespace {
+
+// In place: scores -> softmax(scores), fp64.
+void softmax(std::vector<double>& scores) {
+  const double max = *std::max_element(scores.begin(), scores.end());
+  double sum = 0.0;
+  for (double& s : scores)
+    sum += (s = std::exp(s - max));
+  for (double& s : scores)
+    s /= sum;
+}
+
+// One head of one token, naive form: k_nope, v expanded from each cached latent.
+void attend_naive(const mla_attention_params& p, const float* q, const int32_t* table,
+                  int64_t pos, int64_t h, float* out) {
+  const int64_t C = p.kv_lora_rank, dn = p.nope_dim, dv = p.v_dim, row0 = h * (dn + dv);
+  const linear_weight& w = *p.kv_b_proj;
+  std::vector<double> scores(static_cast<size_t>(pos + 1));
+  std::vector<double> o(static_cast<size_t>(dv), 0.0);
+  for (int64_t j = 0; j <= pos; ++j) {
+    const float* entry = p.cache.slot(table, j);           // [c_kv (C) | k_rope (dr)]
+    double s = 0.0;
+    for (int64_t d = 0; d < dn; ++d) {                     // q_nope . (W_UK[h] c_kv)
+      double k = 0.0;
+      for (int64_t c = 0; c < C; ++c)
+        k += static_cast<double>(w.at(row0 + d, c)) * entry[c];
+      s += q[d] * k;
+    }
+    for (int64_t r = 0; r < p.rope_dim; ++r)
+      s += static_cast<double>(q[dn + r]) * entry[C + r];
+    scores[j] = s * p.softmax_scale;
+  }
+  softmax(scores);
+  for (int64_t j = 0; j <= pos; ++j) {
+    const float* entry = p.cache.slot(table, j);
+    for (int64_t d = 0; d < dv; ++d) {                     // v = W_UV[h] c_kv
+      double v = 0.0;
+      for (int64_t c = 0; c < C; ++c)
+        v += static_cast<double>(w.at(row0 + dn + d, c)) * entry[c];
+      o[d] += scores[j] * v;
+    }
+  }
+  for (int64_t d = 0; d < dv; ++d)
+    out[d] = static_cast<float>(o[d]);
+}
+
+// One head of one token, absorbed form: attention in the latent space.
+void attend_absorbed(const mla_attention_params& p, const float* q, const int32_t* table,
+                     int64_t pos, int64_t h, float* out) {
+  const int64_t C = p.kv_lora_rank, dn = p.nope_dim, dv = p.v_dim, row0 = h * (dn + dv);
+  const linear_weight& w = *p.kv_b_proj;
+  std::vector<double> q_abs(static_cast<size_t>(C), 0.0);   // W_UK[h]^T q_nope
+  for (int64_t d = 0; d < dn; ++d)
+    for (int64_t c = 0; c < C; ++c)
+      q_abs[c] += static_cast<double>(w.at(row0 + d, c)) * q[d];
+  std::vector<double> scores(static_cast<size_t>(pos + 1));
+  for (int64_t j = 0; j <= pos; ++j) {
+    const float* entry = p.cache.slot(table, j);
+    double s = 0.0;
+    for (int64_t c = 0; c < C; ++c)
+      s += q_abs[c] * entry[c];
+    for (int64_t r = 0; r < p.rope_dim; ++r)
+      s += static_cast<double>(q[dn + r]) * entry[C + r];
+    scores[j] = s * p.softmax_scale;
+  }
+  softmax(scores);
+  std::vector<double> o_lat(static_cast<size_t>(C), 0.0);   // sum_j P_j c_kv(j)
+  for (int64_t j = 0; j <= pos; ++j) {
+    const float* entry = p.cache.slot(table, j);
+    for (int64_t c = 0; c < C; ++c)
+      o_lat[c] += scores[j] * entry[c];
+  }
+  for (int64_t d = 0; d < dv; ++d) {                       // W_UV[h] o_lat
+    double v = 0.0;
+    for (int64_t c = 0; c < C; ++c)
+      v += static_cast<double>(w.at(row0 + dn + d, c)) * o_lat[c];
+    out[d] = static_cast<float>(v);
+  }
+}
+
+}  // namespace
+
+// q: [num_tokens, H, dn + dr] -> out: [num_tokens, H * dv]
+void cpu_reference_backend::mla_attention(const mla_attention_params& p) {
+  const int64_t dq = p.nope_dim + p.rope_dim;
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const int32_t* table = p.layout.block_tables[p.layout.seq_idx[t]];
+    const int64_t pos = p.layout.positions[t];
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      const float* q = p.q + (t * p.num_heads + h) * dq;
+      float* out = p.out + (t * p.num_heads + h) * p.v_dim;
+      if (p.form == attention_form::naive)
+        attend_naive(p, q, table, pos, h, out);
+      else
+        attend_absorbed(p, q, table, pos, h, out);
+    }
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,57 @@
+// kernels/model/forward.hpp
+// The DeepSeek-V3 forward pass (reference/model-spec.md section 5) built from backend ops over a
+// flattened batch of sequences, each appending its new tokens to the paged KV cache.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/model/kv_cache.hpp"
+#include "kernels/model/weights.hpp"
+
+namespace moe {
+
+/// Rotation frequencies and scales derived once from the config (model-spec 5.3, 5.4).
+struct rope_tables {
+  std::vector<float> inv_freq;              // [qk_rope_head_dim / 2], YaRN-blended
+  float attention_factor = 1.0f;            // cos/sin multiplier mscale(f, m) / mscale(f, m_all)
+  float softmax_scale = 1.0f;               // qk_head_dim^-0.5 * mscale_all_dim-factor^2
+};
+[[nodiscard]] rope_tables make_rope_tables(const model_config& cfg);
+
+/// One sequence's part of a batch: new tokens at positions seq->num_cached onwards.
+struct batch_entry {
+  std::span<const int32_t> tokens;
+  sequence_kv* kv = nullptr;                // must already hold num_cached + tokens.size() tokens
+  bool all_logits = false;                  // logits for every new token, else only the last
+};
+
+struct forward_options {
+  attention_form form = attention_form::absorbed;
+};
+
+/// Runs the model over a batch on one backend.
+class model_runner {
+public:
+  model_runner(const model_weights& weights, backend& device, kv_cache& cache,
+               forward_options options = {});
+
+  /// Appends each entry's tokens to its KV and returns logits [num_rows, vocab]: per entry in
+  /// order, every new token's row when all_logits, else the last one's. Advances num_cached.
+  [[nodiscard]] std::vector<float> forward(std::span<const batch_entry> batch);
+
+  [[nodiscard]] const model_weights& weights() const noexcept { return w_; }
+  [[nodiscard]] backend& device() noexcept { return b_; }
+  [[nodiscard]] kv_cache& cache() noexcept { return cache_; }
+
+private:
+  const model_weights& w_;
+  backend& b_;
+  kv_cache& cache_;
+  forward_options options_;
+  rope_tables rope_;
+};
+
+}  // namespace moe

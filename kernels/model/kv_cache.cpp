@@ -1,0 +1,61 @@
+// kernels/model/kv_cache.cpp
+// Block pool accounting and storage of the paged latent KV cache.
+#include "kernels/model/kv_cache.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+kv_cache::kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim)
+    : num_layers_(num_layers), num_blocks_(num_blocks), block_size_(block_size), kv_dim_(kv_dim),
+      storage_(static_cast<size_t>(num_layers * num_blocks * block_size * kv_dim), 0.0f),
+      in_use_(static_cast<size_t>(num_blocks), 0) {
+  if (num_blocks <= 0 || block_size <= 0 || num_blocks > INT32_MAX)
+    throw std::invalid_argument("kv_cache: num_blocks and block_size must be positive");
+  free_.reserve(static_cast<size_t>(num_blocks));
+  for (int64_t b = num_blocks - 1; b >= 0; --b)              // hand out low ids first
+    free_.push_back(static_cast<int32_t>(b));
+}
+
+kv_layer_view kv_cache::layer(int64_t layer_idx) noexcept {
+  return {.base = storage_.data() + layer_idx * num_blocks_ * block_size_ * kv_dim_,
+          .block_size = block_size_,
+          .kv_dim = kv_dim_};
+}
+
+std::optional<int32_t> kv_cache::allocate() {
+  if (free_.empty())
+    return std::nullopt;
+  const int32_t id = free_.back();
+  free_.pop_back();
+  in_use_[id] = 1;
+  return id;
+}
+
+void kv_cache::free(int32_t block_id) {
+  if (block_id < 0 || block_id >= num_blocks_ || !in_use_[block_id])
+    throw std::logic_error("kv_cache: block " + std::to_string(block_id) + " freed twice or never allocated");
+  in_use_[block_id] = 0;
+  free_.push_back(block_id);
+}
+
+bool sequence_kv::reserve(kv_cache& cache, int64_t num_tokens) {
+  const int64_t needed = cache.blocks_for(num_tokens) - static_cast<int64_t>(block_table.size());
+  if (needed <= 0)
+    return true;
+  if (needed > cache.num_free_blocks())
+    return false;
+  for (int64_t i = 0; i < needed; ++i)
+    block_table.push_back(*cache.allocate());
+  return true;
+}
+
+void sequence_kv::release(kv_cache& cache) {
+  for (int32_t b : block_table)
+    cache.free(b);
+  block_table.clear();
+  num_cached = 0;
+}
+
+}  // namespace moe

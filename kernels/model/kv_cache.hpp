@@ -1,0 +1,53 @@
+// kernels/model/kv_cache.hpp
+// The paged MLA latent KV cache: per layer, blocks of `block_size` tokens, each token holding
+// c_kv (kv_lora_rank, after kv_a_layernorm) and k_rope (qk_rope_head_dim, after RoPE).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kernels/backend.hpp"
+
+namespace moe {
+
+/// A pool of KV blocks shared by every sequence of one rank. Blocks are freed exactly once.
+class kv_cache {
+public:
+  /// storage: [num_layers, num_blocks, block_size, kv_dim] fp32.
+  kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim);
+
+  [[nodiscard]] kv_layer_view layer(int64_t layer_idx) noexcept;
+  [[nodiscard]] int64_t block_size() const noexcept { return block_size_; }
+  [[nodiscard]] int64_t num_blocks() const noexcept { return num_blocks_; }
+  [[nodiscard]] int64_t num_free_blocks() const noexcept {
+    return static_cast<int64_t>(free_.size());
+  }
+  /// Blocks needed to hold `num_tokens` tokens.
+  [[nodiscard]] int64_t blocks_for(int64_t num_tokens) const noexcept {
+    return (num_tokens + block_size_ - 1) / block_size_;
+  }
+  /// Takes one free block, or nullopt when the pool is exhausted.
+  [[nodiscard]] std::optional<int32_t> allocate();
+  /// Returns a block to the pool; a double free throws std::logic_error.
+  void free(int32_t block_id);
+
+private:
+  int64_t num_layers_, num_blocks_, block_size_, kv_dim_;
+  std::vector<float> storage_;
+  std::vector<int32_t> free_;
+  std::vector<uint8_t> in_use_;
+};
+
+/// One sequence's place in the cache: its block table and how many tokens are cached.
+struct sequence_kv {
+  std::vector<int32_t> block_table;
+  int64_t num_cached = 0;
+
+  /// Grows the block table to hold `num_tokens`; false (nothing taken) when the pool is short.
+  [[nodiscard]] bool reserve(kv_cache& cache, int64_t num_tokens);
+  /// Frees every block (idempotent).
+  void release(kv_cache& cache);
+};
+
+}  // namespace moe

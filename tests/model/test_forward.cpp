@@ -1,0 +1,136 @@
+// tests/model/test_forward.cpp
+// The forward pass against itself in forms that must agree by the math: naive vs absorbed MLA,
+// incremental decode vs full recompute, chunked vs one-shot prefill, batched vs alone.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/model/forward.hpp"
+#include "model/tiny_model.hpp"
+
+using namespace moe;
+
+namespace {
+
+// max |a-b| / max |b|
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double num = 0.0, den = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
+    den = std::max(den, static_cast<double>(std::fabs(b[i])));
+  }
+  return num / den;
+}
+
+int32_t argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+struct fixture {
+  model_weights w = testing::tiny_model_builder(42).build(testing::tiny_config());
+  std::unique_ptr<backend> ref = make_cpu_reference_backend();
+  kv_cache cache{w.config.num_hidden_layers, 32, 4, w.config.kv_cache_dim()};
+
+  // Logits of every token of `ids` in one prefill call.
+  std::vector<float> prefill_all(const std::vector<int32_t>& ids, attention_form form,
+                                 int64_t chunk = 1 << 20) {
+    model_runner runner(w, *ref, cache, {.form = form});
+    sequence_kv kv;
+    REQUIRE(kv.reserve(cache, static_cast<int64_t>(ids.size())));
+    std::vector<float> all;
+    for (size_t b = 0; b < ids.size(); b += chunk) {
+      const size_t n = std::min(ids.size() - b, static_cast<size_t>(chunk));
+      const batch_entry e{.tokens = std::span(ids).subspan(b, n), .kv = &kv, .all_logits = true};
+      auto part = runner.forward(std::span(&e, 1));
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    kv.release(cache);
+    return all;
+  }
+};
+
+const std::vector<int32_t> prompt = {0, 5, 17, 33, 2, 90, 64, 11, 7};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "naive and absorbed MLA give the same logits") {
+  const auto naive = prefill_all(prompt, attention_form::naive);
+  const auto absorbed = prefill_all(prompt, attention_form::absorbed);
+  CHECK(rel_diff(absorbed, naive) < 1e-5);
+  CHECK(cache.num_free_blocks() == cache.num_blocks());
+}
+
+TEST_CASE_FIXTURE(fixture, "chunked prefill equals one-shot prefill") {
+  const auto whole = prefill_all(prompt, attention_form::absorbed);
+  for (int64_t chunk : {1, 2, 4, 5})
+    CHECK(rel_diff(prefill_all(prompt, attention_form::absorbed, chunk), whole) < 1e-5);
+}
+
+TEST_CASE_FIXTURE(fixture, "incremental greedy decode equals full recompute") {
+  const int64_t V = w.config.vocab_size;
+  model_runner runner(w, *ref, cache);
+  sequence_kv kv;
+  std::vector<int32_t> seq = prompt;
+  REQUIRE(kv.reserve(cache, static_cast<int64_t>(seq.size())));
+  const batch_entry first{.tokens = seq, .kv = &kv};
+  std::vector<float> logits = runner.forward(std::span(&first, 1));
+  for (int step = 0; step < 6; ++step) {
+    // full recompute of the whole sequence, last row
+    const auto full = prefill_all(seq, attention_form::absorbed);
+    const std::vector<float> full_last(full.end() - V, full.end());
+    CHECK(rel_diff(logits, full_last) < 1e-4);
+    const int32_t next = argmax(logits.data(), V);
+    CHECK(next == argmax(full_last.data(), V));
+    seq.push_back(next);
+    REQUIRE(kv.reserve(cache, static_cast<int64_t>(seq.size())));
+    const batch_entry e{.tokens = std::span(&seq.back(), 1), .kv = &kv};
+    logits = runner.forward(std::span(&e, 1));
+  }
+  kv.release(cache);
+  CHECK(cache.num_free_blocks() == cache.num_blocks());
+}
+
+TEST_CASE_FIXTURE(fixture, "a batch of sequences equals each sequence alone") {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8}, {40, 41, 42, 43, 44, 45, 46}};
+  const int64_t V = w.config.vocab_size;
+  model_runner runner(w, *ref, cache);
+  std::vector<sequence_kv> kvs(prompts.size());
+  std::vector<batch_entry> batch;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    REQUIRE(kvs[i].reserve(cache, static_cast<int64_t>(prompts[i].size())));
+    batch.push_back({.tokens = prompts[i], .kv = &kvs[i]});
+  }
+  const auto batched = runner.forward(batch);
+  REQUIRE(batched.size() == prompts.size() * V);
+  for (auto& kv : kvs)
+    kv.release(cache);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = prefill_all(prompts[i], attention_form::absorbed);
+    const std::vector<float> last(alone.end() - V, alone.end());
+    const std::vector<float> row(batched.begin() + i * V, batched.begin() + (i + 1) * V);
+    CHECK(rel_diff(row, last) < 1e-5);
+  }
+}
+
+TEST_CASE_FIXTURE(fixture, "activations stay O(1) and logits are finite") {
+  const auto logits = prefill_all(prompt, attention_form::absorbed);
+  double max_abs = 0.0;
+  for (float v : logits) {
+    REQUIRE(std::isfinite(v));
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(v)));
+  }
+  CHECK(max_abs > 0.1);
+  CHECK(max_abs < 100.0);
+}
+
+TEST_CASE_FIXTURE(fixture, "token ids outside the vocabulary are rejected") {
+  model_runner runner(w, *ref, cache);
+  sequence_kv kv;
+  REQUIRE(kv.reserve(cache, 2));
+  const std::vector<int32_t> bad = {3, static_cast<int32_t>(w.config.vocab_size)};
+  const batch_entry e{.tokens = bad, .kv = &kv};
+  CHECK_THROWS_AS(runner.forward(std::span(&e, 1)), input_error);
+  kv.release(cache);
+}

@@ -1,0 +1,8 @@
+// tools/bench_model.cpp -- placeholder until implemented.
+#include <CLI/CLI.hpp>
+
+#include "tools/commands.hpp"
+
+namespace moe::tools {
+void add_bench_model(CLI::App& app) { (void)app; }
+}  // namespace moe::tools

@@ -1,0 +1,22 @@
+// tools/commands.hpp
+// The `moeserve` verbs. Each lives in tools/<verb>.cpp and registers its sub-command, options
+// and callback; a callback throws moe::input_error for bad input (printed as "error: ...").
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace moe::tools {
+
+void add_make_model(CLI::App& app);     // tools/make_model.cpp
+void add_tokenize(CLI::App& app);       // tools/tokenize.cpp: tokenize, detokenize
+void add_generate(CLI::App& app);       // tools/generate.cpp
+void add_logits(CLI::App& app);         // tools/logits.cpp
+void add_bench_model(CLI::App& app);    // tools/bench_model.cpp
+void add_bench_tokenizer(CLI::App& app);   // tools/bench_tokenizer.cpp
+
+/// Directory of the real DeepSeek-V3 tokenizer files installed by set-up.
+const char* default_tokenizer_dir() noexcept;
+
+}  // namespace moe::tools

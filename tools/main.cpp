@@ -1,0 +1,31 @@
+// tools/main.cpp
+// `moeserve <verb>`: the command-line entry point.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "config/model_config.hpp"
+#include "tools/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moeserve: serving DeepSeek-V3-architecture MoE models"};
+  app.require_subcommand(1);
+  moe::tools::add_make_model(app);
+  moe::tools::add_tokenize(app);
+  moe::tools::add_generate(app);
+  moe::tools::add_logits(app);
+  moe::tools::add_bench_model(app);
+  moe::tools::add_bench_tokenizer(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const moe::input_error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

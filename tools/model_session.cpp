@@ -1,0 +1,76 @@
+// tools/model_session.cpp
+#include "tools/model_session.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <filesystem>
+
+namespace moe::tools {
+
+void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default) {
+  cmd.add_option("--model", opts.model_dir, "checkpoint directory (config.json, *.safetensors)")
+      ->required();
+  opts.reference = reference_by_default;
+  if (reference_by_default)
+    cmd.add_flag_function("--fast", [&opts](int64_t) { opts.reference = false; },
+                          "use the fast CPU path (bf16 activations) instead of the fp32 reference");
+  else
+    cmd.add_flag("--reference", opts.reference,
+                 "run the plain-loop CPU reference backend (fp32, slow) instead of the fast path");
+  cmd.add_option("--threads", opts.threads, "CPU threads for the fast path (0: all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd.add_option("--kv-blocks", opts.kv_blocks, "KV cache blocks (0: enough for --max-context)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  cmd.add_option("--block-size", opts.block_size, "tokens per KV block")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd.add_option("--max-context", opts.max_context, "tokens one sequence may hold")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 22));
+  cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive")
+      ->check(CLI::IsMember({"absorbed", "naive"}));
+}
+
+std::unique_ptr<model_session> open_session(const session_options& opts, bool need_tokenizer) {
+  auto s = std::make_unique<model_session>();
+  s->ckpt = checkpoint::open(opts.model_dir);
+  s->weights = load_model_weights(s->ckpt);
+  const std::filesystem::path tok_file = std::filesystem::path(opts.model_dir) / "tokenizer.json";
+  if (std::filesystem::exists(tok_file))
+    s->tok = tokenizer::load(opts.model_dir);
+  else if (need_tokenizer)
+    throw input_error(tok_file.string() + " not found: this verb needs the model's tokenizer");
+  s->device = opts.reference ? make_cpu_reference_backend() : make_cpu_fast_backend(opts.threads);
+  const model_config& cfg = s->weights.config;
+  const int64_t context = std::min(opts.max_context, cfg.max_position_embeddings);
+  const int64_t blocks = opts.kv_blocks ? opts.kv_blocks
+                                        : (context + opts.block_size - 1) / opts.block_size;
+  s->cache = std::make_unique<kv_cache>(cfg.num_hidden_layers, blocks, opts.block_size,
+                                        cfg.kv_cache_dim());
+  forward_options fwd;
+  fwd.form = opts.attention == "naive" ? attention_form::naive : attention_form::absorbed;
+  s->runner = std::make_unique<model_runner>(s->weights, *s->device, *s->cache, fwd);
+  return s;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  const char* p = text.data();
+  const char* end = p + text.size();
+  auto skip = [&] {
+    while (p < end && (std::isspace(static_cast<unsigned char>(*p)) || *p == ',' || *p == '[' || *p == ']'))
+      ++p;
+  };
+  for (skip(); p < end; skip()) {
+    int32_t id = 0;
+    const auto [next, ec] = std::from_chars(p, end, id);
+    if (ec != std::errc{} || id < 0)
+      throw input_error(what + ": expected non-negative integer token ids separated by commas, got \"" +
+                        text + "\"");
+    ids.push_back(id);
+    p = next;
+  }
+  if (ids.empty())
+    throw input_error(what + ": no token ids given");
+  return ids;
+}
+
+}  // namespace moe::tools

@@ -1,0 +1,48 @@
+// tools/model_session.hpp
+// What the single-rank verbs (generate, logits, bench-model) share: a checkpoint opened and
+// loaded, its tokenizer, a backend chosen once, and a KV cache sized for the work.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.hpp"
+#include "kernels/checkpoint/checkpoint.hpp"
+#include "kernels/model/forward.hpp"
+#include "kernels/tokenizer/tokenizer.hpp"
+
+namespace moe::tools {
+
+struct session_options {
+  std::string model_dir;
+  bool reference = false;                   // plain-loop CPU reference instead of the fast path
+  int threads = 0;                          // 0: all cores
+  int64_t kv_blocks = 0;                    // 0: enough for max_context tokens
+  int64_t block_size = 64;
+  int64_t max_context = 8192;               // tokens one sequence may hold
+  std::string attention = "absorbed";       // or "naive"
+};
+
+/// Adds --model, --threads, --kv-blocks, --block-size, --max-context, --attention to a verb, and
+/// --reference (fast path by default) or, when reference_by_default, --fast.
+void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default = false);
+
+struct model_session {
+  std::shared_ptr<const checkpoint> ckpt;
+  model_weights weights;
+  std::shared_ptr<const tokenizer> tok;     // null when the model dir has no tokenizer.json
+  std::unique_ptr<backend> device;
+  std::unique_ptr<kv_cache> cache;
+  std::unique_ptr<model_runner> runner;
+};
+
+/// Opens and loads everything; throws input_error with a clear message on bad input.
+[[nodiscard]] std::unique_ptr<model_session> open_session(const session_options& opts,
+                                                          bool need_tokenizer);
+
+/// Parses "1,2,3" or "[1, 2, 3]" into token ids; throws input_error naming `what`.
+[[nodiscard]] std::vector<int32_t> parse_ids(const std::string& text, const std::string& what);
+
+}  // namespace moe::tools
