@@ -61,6 +61,29 @@ void run_mlp(backend& b, const mlp_weights& w, const float* x, float* out, int64
   b.linear({.x = gate.data(), .w = &w.down_proj, .out = out, .num_tokens = num_tokens});
 }
 
+// out = sum_k w_k Expert_k(x) + SharedExperts(x) with the noaux_tc router.  x: [T, D] -> out: [T, D]
+void run_moe(backend& b, const model_config& cfg, const moe_weights& mw, const float* x,
+             float* out, int64_t num_tokens) {
+  const int64_t T = num_tokens, D = cfg.hidden_size, E = cfg.n_routed_experts;
+  const int64_t K = cfg.num_experts_per_tok;
+  std::vector<float> router_logits(static_cast<size_t>(T * E)), topk_weights(T * K);
+  std::vector<int32_t> topk_ids(static_cast<size_t>(T * K));
+  b.linear({.x = x, .w = &mw.gate, .out = router_logits.data(), .num_tokens = T});
+  b.moe_gate({.logits = router_logits.data(), .bias = mw.e_score_correction_bias.data(),
+              .topk_ids = topk_ids.data(), .topk_weights = topk_weights.data(), .num_tokens = T,
+              .num_experts = E, .num_groups = cfg.n_group, .topk_group = cfg.topk_group,
+              .top_k = K, .norm_topk_prob = cfg.norm_topk_prob,
+              .routed_scaling_factor = static_cast<float>(cfg.routed_scaling_factor)});
+  b.moe_experts({.x = x, .topk_ids = topk_ids.data(), .topk_weights = topk_weights.data(),
+                 .out = out, .num_tokens = T, .hidden = D, .top_k = K, .experts = &mw.experts,
+                 .expert_begin = 0, .expert_end = E});
+  if (cfg.n_shared_experts > 0) {
+    std::vector<float> shared(static_cast<size_t>(T * D));
+    run_mlp(b, mw.shared_experts, x, shared.data(), T);
+    b.add({.out = out, .x = shared.data(), .n = T * D});
+  }
+}
+
 }  // namespace
 
 model_runner::model_runner(const model_weights& weights, backend& device, kv_cache& cache,
@@ -117,32 +140,16 @@ std::vector<float> model_runner::forward(std::span<const batch_entry> batch) {
     b_.linear({.x = attn.data(), .w = &aw.o_proj, .out = y.data(), .num_tokens = T});
     b_.add({.out = h.data(), .x = y.data(), .n = T * D});
 
-    // -- MLP: h += MLP( RMSNorm(h) ), dense or routed + shared experts
+    // -- MLP: h += MLP( RMSNorm(h) ), dense, or routed + shared experts
     b_.rms_norm({.x = h.data(), .weight = lw.post_attention_layernorm.data(), .out = x.data(),
                  .num_tokens = T, .dim = D, .eps = eps});
-    if (!lw.is_moe) {
+    if (lw.is_moe)
+      run_moe(b_, cfg, lw.moe, x.data(), y.data(), T);
+    else
       run_mlp(b_, lw.mlp, x.data(), y.data(), T);
-      b_.add({.out = h.data(), .x = y.data(), .n = T * D});
-      continue;
-    }
-    const moe_weights& mw = lw.moe;
-    const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok;
-    std::vector<float> router_logits(static_cast<size_t>(T * E)), topk_weights(T * K);
-    std::vector<int32_t> topk_ids(static_cast<size_t>(T * K));
-    b_.linear({.x = x.data(), .w = &mw.gate, .out = router_logits.data(), .num_tokens = T});
-    b_.moe_gate({.logits = router_logits.data(), .bias = mw.e_score_correction_bias.data(),
-                 .topk_ids = topk_ids.data(), .topk_weights = topk_weights.data(),
-                 .num_tokens = T, .num_experts = E, .num_groups = cfg.n_group,
-                 .topk_group = cfg.topk_group, .top_k = K, .norm_topk_prob = cfg.norm_topk_prob,
-                 .routed_scaling_factor = static_cast<float>(cfg.routed_scaling_factor)});
-    b_.moe_experts({.x = x.data(), .topk_ids = topk_ids.data(), .topk_weights = topk_weights.data(),
-                    .out = y.data(), .num_tokens = T, .hidden = D, .top_k = K,
-                    .experts = &mw.experts, .expert_begin = 0, .expert_end = E});
     b_.add({.out = h.data(), .x = y.data(), .n = T * D});
-    if (cfg.n_shared_experts > 0) {
-      run_mlp(b_, mw.shared_experts, x.data(), y.data(), T);
-      b_.add({.out = h.data(), .x = y.data(), .n = T * D});
-    }
+    if (options_.observe_layer)
+      options_.observe_layer(layer_idx, h);
   }
 
   // -- logits for the selected rows: RMSNorm(h) @ lm_head^T

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct batch_entry {
 
 struct forward_options {
   attention_form form = attention_form::absorbed;
+  /// Called after each layer with the residual stream h [num_tokens, hidden] (diagnostics).
+  std::function<void(int64_t layer_idx, std::span<const float> hidden)> observe_layer;
 };
 
 /// Runs the model over a batch on one backend.

@@ -114,8 +114,24 @@ TEST_CASE_FIXTURE(fixture, "a batch of sequences equals each sequence alone") {
   }
 }
 
-TEST_CASE_FIXTURE(fixture, "activations stay O(1) and logits are finite") {
-  const auto logits = prefill_all(prompt, attention_form::absorbed);
+TEST_CASE_FIXTURE(fixture, "activations stay O(1) through every layer and logits are finite") {
+  std::vector<double> layer_rms;
+  model_runner runner(w, *ref, cache, {.observe_layer = [&](int64_t, std::span<const float> h) {
+                                         double ss = 0.0;
+                                         for (float v : h)
+                                           ss += static_cast<double>(v) * v;
+                                         layer_rms.push_back(std::sqrt(ss / h.size()));
+                                       }});
+  sequence_kv kv;
+  REQUIRE(kv.reserve(cache, static_cast<int64_t>(prompt.size())));
+  const batch_entry e{.tokens = prompt, .kv = &kv, .all_logits = true};
+  const auto logits = runner.forward(std::span(&e, 1));
+  kv.release(cache);
+  REQUIRE(layer_rms.size() == static_cast<size_t>(w.config.num_hidden_layers));
+  for (double rms : layer_rms) {
+    CHECK(rms > 0.3);
+    CHECK(rms < 10.0);
+  }
   double max_abs = 0.0;
   for (float v : logits) {
     REQUIRE(std::isfinite(v));
