@@ -1,0 +1,156 @@
+// kernels/checkpoint/safetensors.cpp
+// Maps one .safetensors file read-only and checks its header against the file (model-spec 1.1):
+// 8-byte little-endian header length, JSON header, then tensor data at offsets relative to the
+// end of the header.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/checkpoint/checkpoint.hpp"
+
+namespace moe {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void file_error(const std::filesystem::path& path, const std::string& what) {
+  throw input_error(path.string() + ": " + what);
+}
+
+[[noreturn]] void tensor_error(const std::filesystem::path& path, std::string_view name,
+                               const std::string& what) {
+  throw input_error(path.string() + ": tensor \"" + std::string(name) + "\": " + what);
+}
+
+std::vector<int64_t> parse_shape(const json& v, const std::filesystem::path& path,
+                                 std::string_view name) {
+  if (!v.is_array())
+    tensor_error(path, name, "\"shape\" must be an array of non-negative integers, got " + v.dump());
+  std::vector<int64_t> shape;
+  for (const json& d : v) {
+    if (!d.is_number_unsigned())
+      tensor_error(path, name, "\"shape\" must be an array of non-negative integers, got " + v.dump());
+    shape.push_back(d.get<int64_t>());
+  }
+  return shape;
+}
+
+// prod(shape) * element size, or -1 on overflow.
+int64_t expected_bytes(const std::vector<int64_t>& shape, dtype type) {
+  int64_t n = dtype_size(type);
+  for (int64_t d : shape) {
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      return -1;
+    n *= d;
+  }
+  return n;
+}
+
+tensor_info parse_entry(const std::string& name, const json& entry, const std::filesystem::path& path,
+                        const std::byte* data_begin, uint64_t data_size) {
+  if (!entry.is_object())
+    tensor_error(path, name, "header entry must be an object, got " + entry.dump());
+  tensor_info t;
+  t.name = name;
+  t.file = path.string();
+  auto dtype_it = entry.find("dtype");
+  if (dtype_it == entry.end() || !dtype_it->is_string())
+    tensor_error(path, name, "missing \"dtype\" string");
+  if (!parse_dtype(dtype_it->get<std::string>(), t.type))
+    tensor_error(path, name, "unknown dtype \"" + dtype_it->get<std::string>() +
+                                 "\" (expected F32, F16, BF16, F8_E4M3, I64 or I32)");
+  auto shape_it = entry.find("shape");
+  if (shape_it == entry.end())
+    tensor_error(path, name, "missing \"shape\"");
+  t.shape = parse_shape(*shape_it, path, name);
+  auto off = entry.find("data_offsets");
+  if (off == entry.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+      !(*off)[1].is_number_unsigned())
+    tensor_error(path, name, "\"data_offsets\" must be [begin, end] of non-negative integers");
+  const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
+  if (begin > end)
+    tensor_error(path, name, "data_offsets begin " + std::to_string(begin) + " > end " +
+                                 std::to_string(end));
+  if (end > data_size)
+    tensor_error(path, name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                 ") run past the end of the data (" + std::to_string(data_size) +
+                                 " bytes; file truncated?)");
+  const int64_t want = expected_bytes(t.shape, t.type);
+  if (want < 0 || static_cast<uint64_t>(want) != end - begin)
+    tensor_error(path, name, "data_offsets span " + std::to_string(end - begin) +
+                                 " bytes but shape and dtype need " + std::to_string(want));
+  t.data = data_begin + begin;
+  t.num_bytes = want;
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    file_error(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    file_error(path, std::string("cannot stat: ") + std::strerror(err));
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    file_error(path, "file is " + std::to_string(size) +
+                         " bytes, shorter than the 8-byte safetensors header length");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  const int map_err = errno;
+  ::close(fd);
+  if (map == MAP_FAILED)
+    file_error(path, std::string("cannot mmap: ") + std::strerror(map_err));
+
+  std::unique_ptr<safetensors_file> file(new safetensors_file());
+  file->path_ = path;
+  file->map_ = map;
+  file->map_size_ = size;
+
+  const auto* bytes = static_cast<const std::byte*>(map);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i)                      // little-endian uint64
+    header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
+  if (header_len > size - 8)
+    file_error(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
+                         std::to_string(size) + "-byte file (truncated or not a safetensors file)");
+  const char* header = reinterpret_cast<const char*>(bytes + 8);
+  json root;
+  try {
+    root = json::parse(header, header + header_len);
+  } catch (const json::parse_error& e) {
+    file_error(path, std::string("malformed header JSON: ") + e.what());
+  }
+  if (!root.is_object())
+    file_error(path, "header must be a JSON object, got " + std::string(root.type_name()));
+
+  const std::byte* data_begin = bytes + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  for (const auto& [name, entry] : root.items()) {
+    if (name == "__metadata__")
+      continue;
+    file->tensors_.emplace(name, parse_entry(name, entry, path, data_begin, data_size));
+  }
+  return file;
+}
+
+safetensors_file::~safetensors_file() {
+  if (map_ != nullptr)
+    ::munmap(map_, map_size_);
+}
+
+}  // namespace moe

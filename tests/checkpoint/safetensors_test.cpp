@@ -1,0 +1,211 @@
+// tests/checkpoint/safetensors_test.cpp
+// The safetensors reader and writer, and checkpoint directories (single file, index + shards,
+// scanned shards), including every malformed-file error.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/test_util.hpp"
+
+using namespace moe;
+using namespace moe::test;
+
+namespace {
+
+// Writes a raw safetensors file: 8-byte length, `header` verbatim, then `data_bytes` zero bytes.
+void write_raw(const fs::path& path, const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i)
+    bytes[i] = static_cast<char>(n >> (8 * i));
+  bytes += header;
+  bytes.append(data_bytes, '\0');
+  write_text(path, bytes);
+}
+
+std::string open_error(const fs::path& path) {
+  return error_of([&] { (void)safetensors_file::open(path); });
+}
+
+std::vector<std::byte> bytes_of(std::initializer_list<uint8_t> v) {
+  std::vector<std::byte> out;
+  for (uint8_t b : v)
+    out.push_back(std::byte{b});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("writer and reader round-trip tensors, metadata and alignment") {
+  temp_dir dir;
+  const fs::path file = dir.path / "t.safetensors";
+  safetensors_writer w;
+  w.set_metadata("format", "pt");
+  w.add("a.bf16", dtype::bf16, {2, 2}, bytes_of({0x80, 0x3F, 0x00, 0xC0, 0, 0, 0x80, 0xBF}));
+  w.add("b.fp8", dtype::f8_e4m3, {3}, bytes_of({0x38, 0xB8, 0x7E}));
+  w.add("c.f32", dtype::f32, {1}, [](std::span<std::byte> dst) {
+    const float v = 2.5f;
+    std::memcpy(dst.data(), &v, 4);
+  });
+  CHECK(w.data_bytes() == 8 + 3 + 4);
+  CHECK(w.names() == std::vector<std::string>{"a.bf16", "b.fp8", "c.f32"});
+  w.write(file);
+
+  const std::string raw = read_text(file);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, raw.data(), 8);
+  CHECK((8 + header_len) % 8 == 0);
+  CHECK(raw.size() == 8 + header_len + 15);
+
+  auto f = safetensors_file::open(file);
+  REQUIRE(f->tensors().size() == 3);
+  const tensor_info& a = f->tensors().at("a.bf16");
+  CHECK(a.type == dtype::bf16);
+  CHECK(a.shape == std::vector<int64_t>{2, 2});
+  CHECK(load_as_f32(a.type, a.data, 0) == 1.0f);
+  CHECK(load_as_f32(a.type, a.data, 1) == -2.0f);
+  CHECK(load_as_f32(a.type, a.data, 3) == -1.0f);
+  const tensor_info& b = f->tensors().at("b.fp8");
+  CHECK(fp8_e4m3_to_f32(static_cast<uint8_t>(b.data[2])) == 448.0f);
+  const tensor_info& c = f->tensors().at("c.f32");
+  float cv = 0;
+  std::memcpy(&cv, c.data, 4);                     // unaligned: after 11 bytes of data
+  CHECK(cv == 2.5f);
+  CHECK(c.file == file.string());
+}
+
+TEST_CASE("writer rejects a byte count that does not match the shape") {
+  safetensors_writer w;
+  CHECK(contains(error_of([&] { w.add("x", dtype::f32, {3}, bytes_of({1, 2, 3})); }), "\"x\""));
+}
+
+TEST_CASE("malformed safetensors files are rejected naming the file and tensor") {
+  temp_dir dir;
+  const fs::path file = dir.path / "bad.safetensors";
+
+  SUBCASE("shorter than 8 bytes") {
+    write_text(file, "abc");
+    const std::string msg = open_error(file);
+    CHECK(contains(msg, file.string()));
+    CHECK(contains(msg, "shorter than the 8-byte"));
+  }
+  SUBCASE("header length beyond the file") {
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(200);
+    write_text(file, bytes + "{}");
+    const std::string msg = open_error(file);
+    CHECK(contains(msg, file.string()));
+    CHECK(contains(msg, "header length 200 runs past the end"));
+  }
+  SUBCASE("malformed header JSON") {
+    write_raw(file, R"({"w": {"dtype": "BF16", )", 0);
+    const std::string msg = open_error(file);
+    CHECK(contains(msg, file.string()));
+    CHECK(contains(msg, "malformed header JSON"));
+  }
+  SUBCASE("unknown dtype") {
+    write_raw(file, R"({"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})", 16);
+    const std::string msg = open_error(file);
+    CHECK(contains(msg, file.string()));
+    CHECK(contains(msg, "tensor \"w\""));
+    CHECK(contains(msg, "unknown dtype \"F64\""));
+  }
+  SUBCASE("byte span does not match shape * dtype size") {
+    write_raw(file, R"({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 10]}})", 10);
+    const std::string msg = open_error(file);
+    CHECK(contains(msg, "tensor \"w\""));
+    CHECK(contains(msg, "span 10 bytes but shape and dtype need 12"));
+  }
+  SUBCASE("offsets past the end of the file (truncated)") {
+    write_raw(file, R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8);
+    const std::string msg = open_error(file);
+    CHECK(contains(msg, file.string()));
+    CHECK(contains(msg, "tensor \"w\""));
+    CHECK(contains(msg, "run past the end of the data (8 bytes"));
+  }
+  SUBCASE("begin > end") {
+    write_raw(file, R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 8);
+    CHECK(contains(open_error(file), "tensor \"w\": data_offsets begin 8 > end 4"));
+  }
+  SUBCASE("missing or mistyped fields") {
+    write_raw(file, R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4);
+    CHECK(contains(open_error(file), "tensor \"w\": \"shape\" must be an array"));
+    write_raw(file, R"({"w": {"dtype": "F32", "shape": [1]}})", 4);
+    CHECK(contains(open_error(file), "tensor \"w\": \"data_offsets\""));
+  }
+  SUBCASE("missing file") {
+    CHECK(contains(open_error(dir.path / "nope.safetensors"), "nope.safetensors: cannot open"));
+  }
+}
+
+TEST_CASE("checkpoint directories: index with shards, scanned shards, and their errors") {
+  temp_dir dir;
+  make_tiny(dir.path);
+  auto tensors = read_tensors(dir.path / "model.safetensors");
+  fs::remove(dir.path / "model.safetensors");
+  std::vector<tensor_copy> first, second;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    (i % 2 ? second : first).push_back(tensors[i]);
+  const size_t num_first = first.size();
+  write_tensors(dir.path / "part-a.safetensors", first);
+  write_tensors(dir.path / "part-b.safetensors", second);
+
+  SUBCASE("scanned without an index") {
+    auto ckpt = checkpoint::open(dir.path);
+    CHECK(ckpt->tensor_names().size() == tensors.size());
+    CHECK(ckpt->contains("lm_head.weight"));
+  }
+  SUBCASE("listed by an index") {
+    nlohmann::json map;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      map[tensors[i].name] = i % 2 ? "part-b.safetensors" : "part-a.safetensors";
+    write_text(dir.path / "model.safetensors.index.json",
+               nlohmann::json{{"metadata", {{"total_size", 1}}}, {"weight_map", map}}.dump());
+    auto ckpt = checkpoint::open(dir.path);
+    CHECK(ckpt->tensor_names().size() == tensors.size());
+
+    map[tensors[0].name] = "part-c.safetensors";
+    write_text(dir.path / "model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
+    const std::string msg = error_of([&] { (void)checkpoint::open(dir.path); });
+    CHECK(contains(msg, "model.safetensors.index.json"));
+    CHECK(contains(msg, "\"" + tensors[0].name + "\""));
+    CHECK(contains(msg, "part-c.safetensors"));
+    CHECK(contains(msg, "does not exist"));
+
+    map[tensors[0].name] = "part-b.safetensors";               // it is really in part-a
+    write_text(dir.path / "model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
+    CHECK(contains(error_of([&] { (void)checkpoint::open(dir.path); }), "does not contain it"));
+
+    write_text(dir.path / "model.safetensors.index.json", "{\"weight_map\": ");
+    CHECK(contains(error_of([&] { (void)checkpoint::open(dir.path); }), "index.json: malformed JSON"));
+  }
+  SUBCASE("a tensor in two files") {
+    write_tensors(dir.path / "part-c.safetensors", {second.front()});
+    const std::string msg = error_of([&] { (void)checkpoint::open(dir.path); });
+    CHECK(contains(msg, "\"" + second.front().name + "\" appears in both"));
+    CHECK(contains(msg, "part-b.safetensors"));
+    CHECK(contains(msg, "part-c.safetensors"));
+  }
+  SUBCASE("no safetensors at all") {
+    fs::remove(dir.path / "part-a.safetensors");
+    fs::remove(dir.path / "part-b.safetensors");
+    CHECK(contains(error_of([&] { (void)checkpoint::open(dir.path); }), "no model.safetensors"));
+  }
+  CHECK(num_first > 0);
+}
+
+TEST_CASE("checkpoint tensor look-ups name the tensor, the file and the shapes") {
+  temp_dir dir;
+  make_tiny(dir.path);
+  auto ckpt = checkpoint::open(dir.path);
+  const std::string missing = error_of([&] { (void)ckpt->tensor("model.layers.0.nope"); });
+  CHECK(contains(missing, dir.path.string()));
+  CHECK(contains(missing, "\"model.layers.0.nope\" not found"));
+  const std::string shape = error_of([&] { (void)ckpt->tensor("model.norm.weight", {65}); });
+  CHECK(contains(shape, "model.safetensors"));
+  CHECK(contains(shape, "\"model.norm.weight\": expected shape [65] (from config.json), got [64]"));
+  CHECK(ckpt->tensor("model.norm.weight", {64}).type == dtype::bf16);
+  CHECK(contains(error_of([&] { (void)checkpoint::open(dir.path / "missing"); }), "not a directory"));
+}
