@@ -8,34 +8,13 @@
 #include <random>
 
 #include "kernels/model/weights.hpp"
+#include "tools/make_model.hpp"
 
 namespace moe::testing {
 
+/// The make-model "tiny" preset's config with a small vocabulary.
 inline model_config tiny_config(int64_t vocab = 97) {
-  model_config c;
-  c.model_type = "deepseek_v3";
-  c.vocab_size = vocab;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.moe_intermediate_size = 32;
-  c.num_hidden_layers = 3;
-  c.first_k_dense_replace = 1;
-  c.num_attention_heads = 4;
-  c.q_lora_rank = 32;
-  c.kv_lora_rank = 16;
-  c.qk_nope_head_dim = 16;
-  c.qk_rope_head_dim = 8;
-  c.v_head_dim = 16;
-  c.n_routed_experts = 16;
-  c.n_shared_experts = 1;
-  c.num_experts_per_tok = 4;
-  c.n_group = 4;
-  c.topk_group = 2;
-  c.routed_scaling_factor = 2.5;
-  c.max_position_embeddings = 163840;
-  c.rope_scaling = rope_scaling_config{.type = "yarn", .factor = 40, .original_max_position_embeddings = 4096,
-                                       .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 1};
-  return c;
+  return tools::make_model_config({.preset = "tiny", .vocab_size = vocab});
 }
 
 class tiny_model_builder {
