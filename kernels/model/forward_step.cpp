@@ -1,0 +1,166 @@
+// kernels/model/forward_step.cpp
+// The DeepSeek-V3 forward pass (model-spec 5.1) as stages: embedding; per layer pre-norm MLA
+// and a dense or MoE MLP with residual adds; final norm and lm_head on the selected rows.
+#include "kernels/model/forward_step.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+namespace {
+
+// out = down( silu(gate x) * up x ).   x: [T, D] -> out: [T, D]
+void run_mlp(backend& b, const mlp_weights& w, const float* x, float* out, int64_t num_tokens) {
+  const int64_t inter = w.gate_proj.out_features;
+  std::vector<float> gate(static_cast<size_t>(num_tokens * inter)), up(gate.size());
+  b.linear({.x = x, .w = &w.gate_proj, .out = gate.data(), .num_tokens = num_tokens});
+  b.linear({.x = x, .w = &w.up_proj, .out = up.data(), .num_tokens = num_tokens});
+  b.silu_mul({.gate = gate.data(), .up = up.data(), .out = gate.data(), .num_tokens = num_tokens,
+              .dim = inter});
+  b.linear({.x = gate.data(), .w = &w.down_proj, .out = out, .num_tokens = num_tokens});
+}
+
+}  // namespace
+
+forward_step::forward_step(const model_weights& weights, backend& device, kv_cache& cache,
+                           const rope_tables& rope, std::span<const batch_entry> batch)
+    : w_(weights), b_(device), cache_(cache), rope_(rope), batch_(batch) {
+  const model_config& cfg = w_.config;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const batch_entry& entry = batch[s];
+    const int64_t start = entry.kv->num_cached, n = static_cast<int64_t>(entry.tokens.size());
+    if (n == 0)
+      throw std::invalid_argument("forward: a batch entry has no tokens");
+    if (static_cast<int64_t>(entry.kv->block_table.size()) * cache.block_size() < start + n)
+      throw std::logic_error("forward: sequence KV not reserved for its new tokens");
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = entry.tokens[i];
+      if (id < 0 || id >= cfg.vocab_size)
+        throw input_error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                          std::to_string(cfg.vocab_size) + ")");
+      if (entry.all_logits || i == n - 1)
+        logit_rows_.push_back(num_tokens());
+      token_ids_.push_back(id);
+      seq_idx_.push_back(static_cast<int32_t>(s));
+      positions_.push_back(static_cast<int32_t>(start + i));
+    }
+    block_tables_.push_back(entry.kv->block_table.data());
+  }
+  const int64_t T = num_tokens(), D = cfg.hidden_size, H = cfg.num_attention_heads;
+  h_.resize(static_cast<size_t>(T * D));
+  x_.resize(h_.size());
+  shared_.resize(h_.size());
+  routed_.resize(h_.size());
+  q_.resize(static_cast<size_t>(T * H * cfg.qk_head_dim()));
+  kv_.resize(static_cast<size_t>(T * cfg.kv_cache_dim()));
+  attn_.resize(static_cast<size_t>(T * H * cfg.v_head_dim));
+  b_.embedding({.table = &w_.embed_tokens, .ids = token_ids_.data(), .out = h_.data(), .num_tokens = T});
+}
+
+token_layout forward_step::layout() const noexcept {
+  return {.seq_idx = seq_idx_.data(), .positions = positions_.data(), .block_tables = block_tables_.data()};
+}
+
+void forward_step::attn_0(int64_t layer_idx) {
+  const model_config& cfg = w_.config;
+  const layer_weights& lw = w_.layers[layer_idx];
+  const attention_weights& aw = lw.attn;
+  const int64_t T = num_tokens(), D = cfg.hidden_size, H = cfg.num_attention_heads;
+  const int64_t dn = cfg.qk_nope_head_dim, dr = cfg.qk_rope_head_dim, dq = dn + dr;
+  const int64_t C = cfg.kv_lora_rank, kv_dim = C + dr;
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  b_.rms_norm({.x = h_.data(), .weight = lw.input_layernorm.data(), .out = x_.data(),
+               .num_tokens = T, .dim = D, .eps = eps});
+  if (cfg.q_lora_rank) {                                      // q = q_b( RMSNorm( q_a x ) )
+    std::vector<float> cq(static_cast<size_t>(T * *cfg.q_lora_rank));   // [T, Cq]
+    b_.linear({.x = x_.data(), .w = &aw.q_a_proj, .out = cq.data(), .num_tokens = T});
+    b_.rms_norm({.x = cq.data(), .weight = aw.q_a_layernorm.data(), .out = cq.data(),
+                 .num_tokens = T, .dim = *cfg.q_lora_rank, .eps = eps});
+    b_.linear({.x = cq.data(), .w = &aw.q_b_proj, .out = q_.data(), .num_tokens = T});
+  } else {
+    b_.linear({.x = x_.data(), .w = &aw.q_proj, .out = q_.data(), .num_tokens = T});
+  }
+  b_.rope({.x = q_.data() + dn, .num_tokens = T, .num_heads = H, .token_stride = H * dq,
+           .head_stride = dq, .rope_dim = dr, .positions = positions_.data(),
+           .inv_freq = rope_.inv_freq.data(), .attention_factor = rope_.attention_factor});
+  b_.linear({.x = x_.data(), .w = &aw.kv_a_proj_with_mqa, .out = kv_.data(), .num_tokens = T});
+  b_.rms_norm({.x = kv_.data(), .weight = aw.kv_a_layernorm.data(), .out = kv_.data(),
+               .num_tokens = T, .dim = C, .stride = kv_dim, .eps = eps});       // latent only
+  b_.rope({.x = kv_.data() + C, .num_tokens = T, .num_heads = 1, .token_stride = kv_dim,
+           .head_stride = 0, .rope_dim = dr, .positions = positions_.data(),
+           .inv_freq = rope_.inv_freq.data(), .attention_factor = rope_.attention_factor});
+  b_.store_kv({.kv = kv_.data(), .kv_stride = kv_dim, .num_tokens = T,
+               .cache = cache_.layer(layer_idx), .layout = layout()});
+}
+
+void forward_step::attn_1(int64_t layer_idx, attention_form form) {
+  const model_config& cfg = w_.config;
+  const layer_weights& lw = w_.layers[layer_idx];
+  const int64_t T = num_tokens(), D = cfg.hidden_size;
+  b_.mla_attention({.q = q_.data(), .out = attn_.data(), .num_tokens = T,
+                    .num_heads = cfg.num_attention_heads, .nope_dim = cfg.qk_nope_head_dim,
+                    .rope_dim = cfg.qk_rope_head_dim, .v_dim = cfg.v_head_dim,
+                    .kv_lora_rank = cfg.kv_lora_rank, .kv_b_proj = &lw.attn.kv_b_proj,
+                    .softmax_scale = rope_.softmax_scale, .form = form,
+                    .cache = cache_.layer(layer_idx), .layout = layout()});
+  b_.linear({.x = attn_.data(), .w = &lw.attn.o_proj, .out = shared_.data(), .num_tokens = T});
+  b_.add({.out = h_.data(), .x = shared_.data(), .n = T * D});
+  b_.rms_norm({.x = h_.data(), .weight = lw.post_attention_layernorm.data(), .out = x_.data(),
+               .num_tokens = T, .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
+  if (!lw.is_moe)
+    return;
+  const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok;
+  router_logits_.resize(static_cast<size_t>(T * E));
+  topk_ids_.resize(static_cast<size_t>(T * K));
+  topk_weights_.resize(static_cast<size_t>(T * K));
+  b_.linear({.x = x_.data(), .w = &lw.moe.gate, .out = router_logits_.data(), .num_tokens = T});
+  b_.moe_gate({.logits = router_logits_.data(), .bias = lw.moe.e_score_correction_bias.data(),
+               .topk_ids = topk_ids_.data(), .topk_weights = topk_weights_.data(),
+               .num_tokens = T, .num_experts = E, .num_groups = cfg.n_group,
+               .topk_group = cfg.topk_group, .top_k = K, .norm_topk_prob = cfg.norm_topk_prob,
+               .routed_scaling_factor = static_cast<float>(cfg.routed_scaling_factor)});
+}
+
+void forward_step::shared(int64_t layer_idx) {
+  const layer_weights& lw = w_.layers[layer_idx];
+  const int64_t T = num_tokens();
+  if (!lw.is_moe)
+    run_mlp(b_, lw.mlp, x_.data(), shared_.data(), T);
+  else if (w_.config.n_shared_experts > 0)
+    run_mlp(b_, lw.moe.shared_experts, x_.data(), shared_.data(), T);
+  else
+    std::fill(shared_.begin(), shared_.end(), 0.0f);
+}
+
+void forward_step::routed_local(int64_t layer_idx) {
+  const moe_weights& mw = w_.layers[layer_idx].moe;
+  b_.moe_experts({.x = x_.data(), .topk_ids = topk_ids_.data(), .topk_weights = topk_weights_.data(),
+                  .out = routed_.data(), .num_tokens = num_tokens(), .hidden = w_.config.hidden_size,
+                  .top_k = w_.config.num_experts_per_tok, .experts = &mw.experts,
+                  .expert_begin = 0, .expert_end = w_.config.n_routed_experts});
+}
+
+void forward_step::combine(int64_t layer_idx) {
+  const int64_t n = num_tokens() * w_.config.hidden_size;
+  if (w_.layers[layer_idx].is_moe)
+    b_.add({.out = h_.data(), .x = routed_.data(), .n = n});
+  b_.add({.out = h_.data(), .x = shared_.data(), .n = n});
+}
+
+std::vector<float> forward_step::logits() {
+  const model_config& cfg = w_.config;
+  const int64_t R = static_cast<int64_t>(logit_rows_.size()), D = cfg.hidden_size;
+  std::vector<float> rows(static_cast<size_t>(R * D)), out(static_cast<size_t>(R * cfg.vocab_size));
+  for (int64_t r = 0; r < R; ++r)
+    std::copy_n(h_.data() + logit_rows_[r] * D, D, rows.data() + r * D);
+  b_.rms_norm({.x = rows.data(), .weight = w_.norm.data(), .out = rows.data(), .num_tokens = R,
+               .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
+  b_.linear({.x = rows.data(), .w = &w_.lm_head, .out = out.data(), .num_tokens = R});
+  for (const batch_entry& entry : batch_)
+    entry.kv->num_cached += static_cast<int64_t>(entry.tokens.size());
+  return out;
+}
+
+}  // namespace moe
