@@ -1,0 +1,192 @@
+// kernels/sampling/sampler.cpp
+// vLLM-style sampling of one logits row: repetition / presence / frequency penalties, then
+// greedy argmax (temperature < 1e-5) or temperature -> top-k -> top-p -> min-p -> an inverse-CDF
+// draw from a seeded std::mt19937_64. The order of top-k, top-p and min-p is vLLM v0's
+// (`_apply_top_k_top_p` then `_apply_min_p`); min-p's test is a ratio to the largest
+// probability, so it is unaffected by the renormalisation that top-k/top-p imply.
+#include "kernels/sampling/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace moe {
+namespace {
+
+constexpr float sampling_eps = 1e-5f;   // vLLM _SAMPLING_EPS: below this temperature is greedy
+constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+std::string field_error(const char* field, const char* rule, double got) {
+  std::ostringstream out;
+  out << field << " must be " << rule << ", got " << got << ".";
+  return out.str();
+}
+
+/// Lowest index of the largest value; NaN never wins. Returns 0 if every entry is NaN.
+int32_t argmax_lowest(const std::vector<float>& v) {
+  int32_t best = -1;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) continue;
+    if (best < 0 || v[i] > v[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  }
+  return best < 0 ? 0 : best;
+}
+
+/// Uniform double in [0, 1) from the top 53 bits of one 64-bit draw (library-independent).
+double uniform01(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
+}
+
+/// Keeps the k largest logits (all ties with the k-th value survive, as vLLM's threshold does).
+void apply_top_k(std::vector<float>& logits, int32_t k) {
+  if (k <= 0 || static_cast<size_t>(k) >= logits.size()) return;
+  std::vector<float> tmp(logits);
+  std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<float>());
+  const float threshold = tmp[static_cast<size_t>(k - 1)];
+  for (float& x : logits)
+    if (x < threshold) x = neg_inf;
+}
+
+/// Softmax of `logits` in double (masked entries -> 0). Requires a finite maximum.
+std::vector<double> softmax(const std::vector<float>& logits, float max_logit) {
+  std::vector<double> p(logits.size(), 0.0);
+  double sum = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] == neg_inf) continue;
+    p[i] = std::exp(static_cast<double>(logits[i]) - static_cast<double>(max_logit));
+    sum += p[i];
+  }
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+/// Keeps the smallest set of most probable tokens whose total probability is >= top_p (at least
+/// one token). Ties in probability are taken in increasing token id.
+void apply_top_p(std::vector<float>& logits, const std::vector<double>& probs, float top_p) {
+  if (top_p >= 1.0f) return;
+  std::vector<int32_t> order;
+  for (size_t i = 0; i < probs.size(); ++i)
+    if (probs[i] > 0.0) order.push_back(static_cast<int32_t>(i));
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
+  });
+  double cum = 0.0;
+  size_t keep = 0;
+  while (keep < order.size()) {
+    cum += probs[static_cast<size_t>(order[keep])];
+    ++keep;
+    if (cum >= static_cast<double>(top_p)) break;
+  }
+  for (size_t j = keep; j < order.size(); ++j) logits[static_cast<size_t>(order[j])] = neg_inf;
+}
+
+/// Drops tokens whose probability is below min_p times the largest probability.
+void apply_min_p(std::vector<float>& logits, const std::vector<double>& probs, float min_p) {
+  if (min_p <= 0.0f) return;
+  const double cut = static_cast<double>(min_p) * *std::max_element(probs.begin(), probs.end());
+  for (size_t i = 0; i < probs.size(); ++i)
+    if (probs[i] < cut) logits[i] = neg_inf;
+}
+
+}  // namespace
+
+std::string validate(const sampling_params& p) {
+  if (!(p.temperature >= 0.0f)) return field_error("temperature", "non-negative", p.temperature);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return field_error("top_p", "in (0, 1]", p.top_p);
+  if (p.top_k < -1) return field_error("top_k", "-1 (disable), 0 (disable) or at least 1", p.top_k);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return field_error("min_p", "in [0, 1]", p.min_p);
+  if (!(p.repetition_penalty > 0.0f))
+    return field_error("repetition_penalty", "greater than zero", p.repetition_penalty);
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    return field_error("presence_penalty", "in [-2, 2]", p.presence_penalty);
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    return field_error("frequency_penalty", "in [-2, 2]", p.frequency_penalty);
+  if (p.max_tokens < 1) return field_error("max_tokens", "at least 1", p.max_tokens);
+  return "";
+}
+
+sampler::sampler(sampling_params params, const std::vector<int32_t>& prompt_ids)
+    : params_(std::move(params)),
+      rng_(params_.seed ? *params_.seed : random_seed()),
+      prompt_ids_(prompt_ids) {}
+
+void sampler::accept(int32_t token_id) {
+  if (token_id < 0) return;
+  ++output_counts_[token_id];
+  if (static_cast<size_t>(token_id) < seen_.size()) seen_[static_cast<size_t>(token_id)] = 1;
+}
+
+int32_t sampler::sample(std::vector<float>& logits) {
+  if (logits.empty()) throw std::invalid_argument("sampler::sample: empty logits row");
+  const size_t vocab = logits.size();
+
+  // Penalties (vLLM): repetition over prompt + output tokens, presence/frequency over output.
+  if (params_.repetition_penalty != 1.0f) {
+    if (seen_.size() != vocab) {
+      seen_.assign(vocab, 0);
+      for (int32_t t : prompt_ids_)
+        if (t >= 0 && static_cast<size_t>(t) < vocab) seen_[static_cast<size_t>(t)] = 1;
+      for (const auto& [t, n] : output_counts_)
+        if (static_cast<size_t>(t) < vocab) seen_[static_cast<size_t>(t)] = 1;
+    }
+    const float rp = params_.repetition_penalty;
+    for (size_t i = 0; i < vocab; ++i)
+      if (seen_[i]) logits[i] = logits[i] > 0.0f ? logits[i] / rp : logits[i] * rp;
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    for (const auto& [t, n] : output_counts_) {
+      if (static_cast<size_t>(t) >= vocab || n <= 0) continue;
+      logits[static_cast<size_t>(t)] -=
+          params_.frequency_penalty * static_cast<float>(n) + params_.presence_penalty;
+    }
+  }
+
+  if (params_.temperature < sampling_eps) return argmax_lowest(logits);
+
+  for (float& x : logits) {
+    if (std::isnan(x)) x = neg_inf;   // a NaN logit can never be drawn
+    x /= params_.temperature;
+  }
+  const int32_t best = argmax_lowest(logits);
+  const float max_logit = logits[static_cast<size_t>(best)];
+  if (!std::isfinite(max_logit)) return best;   // all -inf, or a +inf logit: nothing to draw
+
+  apply_top_k(logits, params_.top_k);
+  if (params_.top_p < 1.0f) apply_top_p(logits, softmax(logits, max_logit), params_.top_p);
+  if (params_.min_p > 0.0f) apply_min_p(logits, softmax(logits, max_logit), params_.min_p);
+
+  // Inverse CDF over the surviving tokens in id order.
+  const std::vector<double> probs = softmax(logits, max_logit);
+  const double u = uniform01(rng_);
+  double cum = 0.0;
+  int32_t last = best;
+  for (size_t i = 0; i < vocab; ++i) {
+    if (probs[i] <= 0.0) continue;
+    cum += probs[i];
+    last = static_cast<int32_t>(i);
+    if (u < cum) return last;
+  }
+  return last;   // rounding left cum just below u: the last surviving token
+}
+
+const char* to_string(finish_reason r) noexcept {
+  switch (r) {
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::abort: return "abort";
+    case finish_reason::error: return "error";
+    case finish_reason::none: return "none";
+  }
+  return "none";
+}
+
+}  // namespace moe
