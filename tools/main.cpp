@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int status = app.exit(e);                          // prints help or the usage error
+    return status == 0 ? 0 : 2;
   } catch (const moe::input_error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tests/scripts/test_cli_errors.sh
+# The CLI's answers to bad input: exit status 2 and one "error: ..." line naming what is wrong,
+# never a crash. Run by CTest as: bash test_cli_errors.sh <path-to-moeserve> <build-dir>
+set -uo pipefail
+moeserve=${1:?usage: test_cli_errors.sh <moeserve> [build-dir]}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect <label> <status> <text the error must contain> <command...>
+expect() {
+  local label=$1 status=$2 text=$3
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $status || $out != *"$text"* ]]; then
+    echo "FAIL: $label: exit $rc (want $status), output: $out"
+    failures=$((failures + 1))
+  else
+    echo "ok: $label -> ${out%%$'\n'*}"
+  fi
+}
+
+"$moeserve" make-model --preset tiny --seed 1 --vocab-size 512 --out "$tmp/m" >/dev/null 2>&1 ||
+  { echo "FAIL: make-model"; exit 1; }
+
+expect "missing model dir" 2 "not a directory" "$moeserve" generate --model "$tmp/nope" --prompt hi
+expect "prompt and tokens both" 2 "exactly one of" "$moeserve" generate --model "$tmp/m" --prompt hi --tokens 1
+expect "token id out of vocab" 2 "outside the vocabulary" "$moeserve" generate --model "$tmp/m" --tokens 0,600
+expect "bad token list" 2 "--tokens" "$moeserve" logits --model "$tmp/m" --tokens "1,x" --out "$tmp/l.npy"
+expect "bad sampling value" 2 "top_p" "$moeserve" generate --model "$tmp/m" --prompt hi --top-p 1.5
+expect "unknown preset" 2 "--preset" "$moeserve" make-model --preset huge --out "$tmp/x"
+
+cp -r "$tmp/m" "$tmp/trunc"
+truncate -s 1000 "$tmp/trunc/model.safetensors"
+expect "truncated safetensors" 2 "model.safetensors" "$moeserve" generate --model "$tmp/trunc" --prompt hi
+
+cp -r "$tmp/m" "$tmp/badcfg"
+sed -i 's/"hidden_size": *64/"hidden_size": -64/' "$tmp/badcfg/config.json"
+expect "invalid config" 2 "hidden_size" "$moeserve" generate --model "$tmp/badcfg" --prompt hi
+
+echo "$((8 - failures)) passed, $failures failed"
+[[ $failures -eq 0 ]]
