@@ -19,6 +19,8 @@ public:
 
   [[nodiscard]] kv_layer_view layer(int64_t layer_idx) noexcept;
   [[nodiscard]] int64_t block_size() const noexcept { return block_size_; }
+  [[nodiscard]] int64_t num_layers() const noexcept { return num_layers_; }
+  [[nodiscard]] int64_t kv_dim() const noexcept { return kv_dim_; }
   [[nodiscard]] int64_t num_blocks() const noexcept { return num_blocks_; }
   [[nodiscard]] int64_t num_free_blocks() const noexcept {
     return static_cast<int64_t>(free_.size());
