@@ -38,7 +38,7 @@ std::unique_ptr<model_session> open_session(const session_options& opts, bool ne
     s->tok = tokenizer::load(opts.model_dir);
   else if (need_tokenizer)
     throw input_error(tok_file.string() + " not found: this verb needs the model's tokenizer");
-  s->device = opts.reference ? make_cpu_reference_backend() : make_cpu_fast_backend(opts.threads);
+  s->device = make_cpu_backend(opts.reference, opts.threads);
   const model_config& cfg = s->weights.config;
   const int64_t context = std::min(opts.max_context, cfg.max_position_embeddings);
   const int64_t blocks = opts.kv_blocks ? opts.kv_blocks

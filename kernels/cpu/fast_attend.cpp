@@ -1,0 +1,155 @@
+// kernels/cpu/fast_attend.cpp
+// The fast path's causal attention over the latent cache (see fast_attend.hpp): per block of 32
+// keys, a 16x16-transposed key tile scored against 8 query rows at a time, an online softmax per
+// row, and the value sum in 4-row x 64-column register tiles; all fp32.
+#include "kernels/cpu/fast_attend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace moe::fast {
+namespace {
+
+constexpr int64_t key_block = 32;           // keys scored per step (two zmm of scores per row)
+
+// kt[d][j] = keys[j][d] for j < nk (0 beyond), d < kv_dim: 16x16 transposes of the cached rows.
+void transpose_keys(const float* const* keys, int64_t nk, int64_t kv_dim, float* kt) {
+  for (int64_t d0 = 0; d0 < kv_dim; d0 += 16) {
+    const int64_t nd = std::min<int64_t>(16, kv_dim - d0);
+    const __mmask16 dmask = static_cast<__mmask16>((1u << nd) - 1);
+    for (int64_t j0 = 0; j0 < key_block; j0 += 16) {
+      __m512i v[16];
+      for (int64_t j = 0; j < 16; ++j)
+        v[j] = j0 + j < nk ? _mm512_castps_si512(_mm512_maskz_loadu_ps(dmask, keys[j0 + j] + d0))
+                           : _mm512_setzero_si512();
+      transpose16x16_epi32(v);
+      for (int64_t i = 0; i < nd; ++i)
+        _mm512_store_si512(kt + (d0 + i) * key_block + j0, v[i]);
+    }
+  }
+}
+
+// scores[r][j] = (q[r] . kt[:, j]) * scale for 8 rows from r0 (fewer at the end).
+void score_rows(const attention_rows& rows, int64_t r0, const float* kt, int64_t kv_dim,
+                float scale, float* scores) {
+  constexpr int R = 8;
+  const int64_t n = std::min<int64_t>(R, rows.num_rows - r0);
+  const float* q[R];
+  for (int r = 0; r < R; ++r)
+    q[r] = rows.row[r0 + std::min<int64_t>(r, n - 1)].q;
+  __m512 acc[R][2];
+  for (auto& a : acc)
+    a[0] = a[1] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < kv_dim; ++d) {
+    const __m512 k0 = _mm512_load_ps(kt + d * key_block), k1 = _mm512_load_ps(kt + d * key_block + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 qv = _mm512_set1_ps(q[r][d]);
+      acc[r][0] = _mm512_fmadd_ps(qv, k0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(qv, k1, acc[r][1]);
+    }
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < n; ++r) {
+    _mm512_store_ps(scores + (r0 + r) * key_block, _mm512_mul_ps(acc[r][0], s));
+    _mm512_store_ps(scores + (r0 + r) * key_block + 16, _mm512_mul_ps(acc[r][1], s));
+  }
+}
+
+// Online softmax step for one row: masks keys past the row's position (and past nk), turns
+// scores into probabilities relative to the running max, and returns the factor by which the
+// row's earlier accumulation must be rescaled.
+float softmax_step(float* scores, int64_t k0, int64_t nk, int64_t pos, float& row_max, float& row_sum) {
+  const int64_t valid = std::clamp<int64_t>(std::min(nk, pos - k0 + 1), 0, key_block);
+  const __mmask16 m0 = valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
+  const __mmask16 m1 = valid >= 32 ? __mmask16(0xffff)
+                       : valid > 16 ? __mmask16((1u << (valid - 16)) - 1) : __mmask16(0);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 s0 = _mm512_mask_mov_ps(ninf, m0, _mm512_load_ps(scores));
+  const __m512 s1 = _mm512_mask_mov_ps(ninf, m1, _mm512_load_ps(scores + 16));
+  const float new_max = std::max(row_max, _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
+  const __m512 mx = _mm512_set1_ps(new_max);
+  const __m512 p0 = exp16(_mm512_sub_ps(s0, mx)), p1 = exp16(_mm512_sub_ps(s1, mx));
+  _mm512_store_ps(scores, p0);
+  _mm512_store_ps(scores + 16, p1);
+  const float correction = row_max == -std::numeric_limits<float>::infinity()
+                               ? 0.0f : std::exp(row_max - new_max);
+  row_sum = row_sum * correction + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+  row_max = new_max;
+  return correction;
+}
+
+// o[r][c] = o[r][c] * corr[r] + sum_j p[r][j] * keys[j][c], c < C: 4 rows x 64 columns a tile.
+void accumulate_values(int64_t num_rows, const float* probs, const float* corr,
+                       const float* const* keys, int64_t nk, int64_t C, float* o) {
+  for (int64_t c0 = 0; c0 < C; c0 += 64) {
+    __mmask16 mask[4];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t left = C - c0 - 16 * i;
+      mask[i] = left >= 16 ? __mmask16(0xffff) : left > 0 ? __mmask16((1u << left) - 1) : __mmask16(0);
+    }
+    for (int64_t r0 = 0; r0 < num_rows; r0 += 4) {
+      const int64_t n = std::min<int64_t>(4, num_rows - r0);
+      __m512 acc[4][4];
+      for (int64_t r = 0; r < 4; ++r) {
+        const int64_t rr = r0 + std::min(r, n - 1);
+        const __m512 cv = _mm512_set1_ps(corr[rr]);
+        for (int i = 0; i < 4; ++i)
+          acc[r][i] = _mm512_mul_ps(cv, _mm512_maskz_loadu_ps(mask[i], o + rr * C + c0 + 16 * i));
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        __m512 v[4];
+        for (int i = 0; i < 4; ++i)
+          v[i] = _mm512_maskz_loadu_ps(mask[i], keys[j] + c0 + 16 * i);
+        for (int64_t r = 0; r < 4; ++r) {
+          const __m512 pv = _mm512_set1_ps(probs[(r0 + std::min(r, n - 1)) * key_block + j]);
+          for (int i = 0; i < 4; ++i)
+            acc[r][i] = _mm512_fmadd_ps(pv, v[i], acc[r][i]);
+        }
+      }
+      for (int64_t r = 0; r < n; ++r)
+        for (int i = 0; i < 4; ++i)
+          _mm512_mask_storeu_ps(o + (r0 + r) * C + c0 + 16 * i, mask[i], acc[r][i]);
+    }
+  }
+}
+
+}  // namespace
+
+void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table,
+            int64_t C, float scale, thread_scratch& s) {
+  const int64_t R = rows.num_rows, kv_dim = cache.kv_dim;
+  int64_t max_pos = 0;
+  for (int64_t r = 0; r < R; ++r)
+    max_pos = std::max(max_pos, rows.row[r].pos);
+  float* kt = s.tile_a.get<float>(kv_dim * key_block);
+  float* work = s.tile_b.get<float>(R * (key_block + C + 3));
+  float* probs = work;                              // [R][key_block]
+  float* o = probs + R * key_block;                 // [R][C]
+  float* row_max = o + R * C;
+  float* row_sum = row_max + R;
+  float* corr = row_sum + R;
+  auto** keys = s.rows_a.get<const float*>(key_block);
+  std::fill_n(o, R * C, 0.0f);
+  std::fill_n(row_max, R, -std::numeric_limits<float>::infinity());
+  std::fill_n(row_sum, R, 0.0f);
+  for (int64_t k0 = 0; k0 <= max_pos; k0 += key_block) {
+    const int64_t nk = std::min(key_block, max_pos + 1 - k0);
+    for (int64_t j = 0; j < nk; ++j)
+      keys[j] = cache.slot(table, k0 + j);
+    transpose_keys(keys, nk, kv_dim, kt);
+    for (int64_t r0 = 0; r0 < R; r0 += 8)
+      score_rows(rows, r0, kt, kv_dim, scale, probs);
+    for (int64_t r = 0; r < R; ++r)
+      corr[r] = softmax_step(probs + r * key_block, k0, nk, rows.row[r].pos, row_max[r], row_sum[r]);
+    accumulate_values(R, probs, corr, keys, nk, C, o);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const float inv = 1.0f / row_sum[r];
+    for (int64_t c = 0; c < C; ++c)
+      rows.row[r].out[c] = o[r * C + c] * inv;
+  }
+}
+
+
+}  // namespace moe::fast

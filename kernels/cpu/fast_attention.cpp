@@ -1,0 +1,246 @@
+// kernels/cpu/fast_attention.cpp
+// MLA in the absorbed form (model-spec 5.5), prefill and decode. W_UK^T and W_UV come from
+// kv_b_proj, dequantised once per weight (absorbed_kv_b); the causal attention over the latent
+// cache is fast_attend.hpp's. Work is split into (sequence, block of <= 64 / heads-per-group
+// query tokens, group of heads) tasks:
+//   decode-shaped batches (every sequence one block): each task computes its rows' q_abs =
+//     W_UK[h]^T q_nope, attends, and applies W_UV: one dispatch for the whole op;
+//   prefill-shaped batches: three phases, so W_UK / W_UV are applied to all tokens at once:
+//     A. q_abs per head, B. attention tasks, C. out = W_UV[h] o_lat per head.
+// The naive form is left to the reference.
+#include <algorithm>
+
+#include "kernels/cpu/fast_attend.hpp"
+#include "kernels/cpu/fast_backend.hpp"
+
+namespace moe {
+
+using fast::act_rows;
+using fast::attention_rows;
+using fast::query_row;
+using fast::round_up;
+
+namespace {
+
+constexpr int64_t max_task_rows = 64;       // query rows (token, head) per attention task
+
+// FNV-1a over the shape, dtype, scale pointer and three 64-byte windows of the data.
+uint64_t fingerprint(const linear_weight& w, const mla_attention_params& p) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      h = (h ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
+  };
+  const int64_t fields[] = {static_cast<int64_t>(w.type), w.out_features, w.in_features, p.num_heads,
+                            p.nope_dim, p.v_dim, p.kv_lora_rank,
+                            static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.scale_inv))};
+  mix(fields, sizeof(fields));
+  const int64_t bytes = w.num_bytes(), window = std::min<int64_t>(64, bytes);
+  for (int64_t at : {int64_t{0}, bytes / 2 - window / 2, bytes - window})
+    mix(static_cast<const uint8_t*>(w.data) + std::max<int64_t>(0, at), static_cast<size_t>(window));
+  return h;
+}
+
+}  // namespace
+
+const absorbed_kv_b& cpu_fast_backend::absorbed(const mla_attention_params& p) {
+  const std::lock_guard lock(cache_mutex_);
+  const uint64_t print = fingerprint(*p.kv_b_proj, p);
+  auto& slot = absorbed_[p.kv_b_proj->data];
+  if (slot && slot->fingerprint == print)
+    return *slot;
+  const linear_weight& w = *p.kv_b_proj;
+  const int64_t H = p.num_heads, dn = p.nope_dim, dv = p.v_dim, C = p.kv_lora_rank;
+  auto ab = std::make_unique<absorbed_kv_b>();
+  ab->fingerprint = print;
+  const bool exact = w.type == dtype::f32 || w.type == dtype::f16;
+  const int64_t n = H * C * (dn + dv);
+  (exact ? ab->f32.resize(n) : ab->bf16.resize(n));
+  auto store = [&](int64_t i, float v) {
+    if (exact)
+      ab->f32[i] = v;
+    else
+      ab->bf16[i] = f32_to_bf16(v);
+  };
+  // [H, C, dn] = W_UK[h]^T, then [H, dv, C] = W_UV[h].
+  pool_.parallel_for(H, [&](int64_t h, int) {
+    const int64_t row0 = h * (dn + dv);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < dn; ++j)
+        store((h * C + c) * dn + j, w.at(row0 + j, c));
+    for (int64_t i = 0; i < dv; ++i)
+      for (int64_t c = 0; c < C; ++c)
+        store(H * C * dn + (h * dv + i) * C + c, w.at(row0 + dn + i, c));
+  });
+  const dtype type = exact ? dtype::f32 : dtype::bf16;
+  auto* base = exact ? static_cast<void*>(ab->f32.data()) : static_cast<void*>(ab->bf16.data());
+  const int64_t elem = dtype_size(type);
+  for (int64_t h = 0; h < H; ++h) {
+    ab->uk_t.push_back({.type = type, .data = static_cast<uint8_t*>(base) + h * C * dn * elem,
+                        .out_features = C, .in_features = dn});
+    ab->uv.push_back({.type = type, .data = static_cast<uint8_t*>(base) + (H * C * dn + h * dv * C) * elem,
+                      .out_features = dv, .in_features = C});
+  }
+  slot = std::move(ab);
+  return *slot;
+}
+
+// Attention tasks: (sequence, block of up to `token_block` of its tokens, group of heads).
+struct attention_plan {
+  struct block {
+    int64_t seq, first, count, max_pos;     // tokens seq_tokens[seq][first .. first + count)
+  };
+  std::vector<std::vector<int64_t>> seq_tokens;
+  std::vector<block> blocks;                // longest keys first, for the dynamic schedule
+  int64_t head_group = 0, head_groups = 0;
+  bool fused = false;                       // every sequence fits one block: one pass per task
+};
+
+namespace {
+
+attention_plan plan_attention(const mla_attention_params& p, int num_threads) {
+  attention_plan plan;
+  int64_t num_seqs = 0;
+  for (int64_t t = 0; t < p.num_tokens; ++t)
+    num_seqs = std::max<int64_t>(num_seqs, p.layout.seq_idx[t] + 1);
+  plan.seq_tokens.resize(static_cast<size_t>(num_seqs));
+  for (int64_t t = 0; t < p.num_tokens; ++t)
+    plan.seq_tokens[p.layout.seq_idx[t]].push_back(t);
+  // <= 64 query rows per task; the token blocking never depends on the thread count.
+  const int64_t H = p.num_heads;
+  plan.head_group = std::min<int64_t>(H, 16);
+  const int64_t token_block = std::max<int64_t>(1, max_task_rows / plan.head_group);
+  plan.fused = true;
+  for (int64_t sq = 0; sq < num_seqs; ++sq) {
+    const auto& toks = plan.seq_tokens[sq];
+    plan.fused = plan.fused && static_cast<int64_t>(toks.size()) <= token_block;
+    for (size_t i = 0; i < toks.size(); i += static_cast<size_t>(token_block)) {
+      const int64_t count = std::min<int64_t>(token_block, static_cast<int64_t>(toks.size() - i));
+      int64_t max_pos = 0;
+      for (int64_t j = 0; j < count; ++j)
+        max_pos = std::max<int64_t>(max_pos, p.layout.positions[toks[i + j]]);
+      plan.blocks.push_back({sq, static_cast<int64_t>(i), count, max_pos});
+    }
+  }
+  std::stable_sort(plan.blocks.begin(), plan.blocks.end(),
+                   [](const auto& a, const auto& b) { return a.max_pos > b.max_pos; });
+  const auto num_blocks = static_cast<int64_t>(plan.blocks.size());
+  if (num_blocks * ((H + plan.head_group - 1) / plan.head_group) < num_threads)   // fill threads
+    plan.head_group = std::max<int64_t>(1, (H * num_blocks + num_threads - 1) / num_threads);
+  plan.head_groups = (H + plan.head_group - 1) / plan.head_group;
+  return plan;
+}
+
+}  // namespace
+
+// q: [num_tokens, H, dn + dr] -> out: [num_tokens, H * dv]
+void cpu_fast_backend::mla_attention(const mla_attention_params& p) {
+  if (p.form != attention_form::absorbed || !fast::fast_supports(*p.kv_b_proj) ||
+      p.cache.kv_dim != p.kv_lora_rank + p.rope_dim) {
+    cpu_reference_backend::mla_attention(p);
+    return;
+  }
+  const absorbed_kv_b& ab = absorbed(p);
+  const attention_plan plan = plan_attention(p, pool_.size());
+  if (plan.fused)
+    attention_fused(p, ab, plan);
+  else
+    attention_phased(p, ab, plan);
+}
+
+// Decode-shaped batches: each task computes q_abs for its rows, attends, and projects its o_lat
+// through W_UV, so one dispatch does the whole op.
+void cpu_fast_backend::attention_fused(const mla_attention_params& p, const absorbed_kv_b& ab,
+                                       const attention_plan& plan) {
+  const int64_t H = p.num_heads, dn = p.nope_dim, dr = p.rope_dim, dq = dn + dr, dv = p.v_dim;
+  const int64_t C = p.kv_lora_rank, kv_dim = C + dr;
+  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups, [&](int64_t task, int thread) {
+    const auto& b = plan.blocks[task / plan.head_groups];
+    const int64_t h0 = (task % plan.head_groups) * plan.head_group;
+    const int64_t nh = std::min(plan.head_group, H - h0), n = b.count * nh;
+    const int64_t* toks = plan.seq_tokens[b.seq].data() + b.first;
+    fast::thread_scratch& s = scratch_[thread];
+    float* q = s.attn_q.get<float>(n * kv_dim);           // [count][nh][kv_dim]
+    float* o = s.attn_o.get<float>(n * C + b.count * dv); // [count][nh][C], then [count][dv]
+    float* v = o + n * C;
+    auto** in = s.attn_ptrs.get<const float*>(b.count);
+    auto* row = s.rows_b.get<query_row>(n);
+    for (int64_t hh = 0; hh < nh; ++hh) {                 // q_abs = W_UK[h]^T q_nope, q_rope
+      const int64_t h = h0 + hh;
+      for (int64_t j = 0; j < b.count; ++j) {
+        in[j] = p.q + (toks[j] * H + h) * dq;
+        std::copy_n(in[j] + dn, dr, q + (j * nh + hh) * kv_dim + C);
+      }
+      fast::linear_rows({.num_rows = b.count, .k = dn, .f32 = in}, ab.uk_t[h], 0, C,
+                        q + hh * kv_dim, nh * kv_dim, s);
+    }
+    for (int64_t j = 0; j < b.count; ++j)
+      for (int64_t hh = 0; hh < nh; ++hh)
+        row[j * nh + hh] = {.q = q + (j * nh + hh) * kv_dim, .out = o + (j * nh + hh) * C,
+                            .pos = p.layout.positions[toks[j]]};
+    fast::attend({.num_rows = n, .row = row}, p.cache, p.layout.block_tables[b.seq], C, p.softmax_scale, s);
+    for (int64_t hh = 0; hh < nh; ++hh) {                 // out = W_UV[h] o_lat
+      const int64_t h = h0 + hh;
+      for (int64_t j = 0; j < b.count; ++j)
+        in[j] = o + (j * nh + hh) * C;
+      fast::linear_rows({.num_rows = b.count, .k = C, .f32 = in}, ab.uv[h], 0, dv, v, dv, s);
+      for (int64_t j = 0; j < b.count; ++j)
+        std::copy_n(v + j * dv, dv, p.out + (toks[j] * H + h) * dv);
+    }
+  });
+}
+
+// Prefill-shaped batches, in three phases so W_UK / W_UV are applied to all tokens at once.
+void cpu_fast_backend::attention_phased(const mla_attention_params& p, const absorbed_kv_b& ab,
+                                        const attention_plan& plan) {
+  const int64_t T = p.num_tokens, H = p.num_heads, dn = p.nope_dim, dr = p.rope_dim;
+  const int64_t dq = dn + dr, dv = p.v_dim, C = p.kv_lora_rank, kv_dim = C + dr;
+
+  // Buffers: qc [T, H, kv_dim] = [q_abs | q_rope]; o_lat [T, H, C]; row pointers.
+  const int64_t rows = T * H;
+  uint8_t* cursor = attn_buf_.get<uint8_t>(round_up(rows * kv_dim * 4, 64) + round_up(rows * C * 4, 64) +
+                                           2 * round_up(rows * 8, 64));
+  auto take = [&](int64_t bytes) { uint8_t* at = cursor; cursor += round_up(bytes, 64); return at; };
+  auto* qc = reinterpret_cast<float*>(take(rows * kv_dim * 4));
+  auto* o_lat = reinterpret_cast<float*>(take(rows * C * 4));
+  auto** q_nope = reinterpret_cast<const float**>(take(rows * 8));      // [H][T], head-major
+  auto** lat_in = reinterpret_cast<const float**>(take(rows * 8));      // [H][T]
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < T; ++t) {
+      q_nope[h * T + t] = p.q + (t * H + h) * dq;
+      lat_in[h * T + t] = o_lat + (t * H + h) * C;
+    }
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(p.q + r * dq + dn, dr, qc + r * kv_dim + C);         // q_rope after q_abs
+
+  // A. q_abs[t, h] = W_UK[h]^T q_nope[t, h], a task per head.
+  pool_.parallel_for(H, [&](int64_t h, int thread) {
+    const act_rows x{.num_rows = T, .k = dn, .f32 = q_nope + h * T};
+    fast::linear_rows(x, ab.uk_t[h], 0, C, qc + h * kv_dim, H * kv_dim, scratch_[thread]);
+  });
+
+  // B. attention over (sequence, token block, head group) tasks.
+  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups, [&](int64_t task, int thread) {
+    const auto& b = plan.blocks[task / plan.head_groups];
+    const int64_t h0 = (task % plan.head_groups) * plan.head_group;
+    const int64_t nh = std::min(plan.head_group, H - h0);
+    fast::thread_scratch& s = scratch_[thread];
+    auto* row = s.rows_b.get<query_row>(b.count * nh);
+    for (int64_t j = 0; j < b.count; ++j) {
+      const int64_t t = plan.seq_tokens[b.seq][b.first + j];
+      for (int64_t h = 0; h < nh; ++h)
+        row[j * nh + h] = {.q = qc + (t * H + h0 + h) * kv_dim, .out = o_lat + (t * H + h0 + h) * C,
+                           .pos = p.layout.positions[t]};
+    }
+    fast::attend({.num_rows = b.count * nh, .row = row}, p.cache, p.layout.block_tables[b.seq], C,
+           p.softmax_scale, s);
+  });
+
+  // C. out[t, h] = W_UV[h] o_lat[t, h], a task per head.
+  pool_.parallel_for(H, [&](int64_t h, int thread) {
+    const act_rows x{.num_rows = T, .k = C, .f32 = lat_in + h * T};
+    fast::linear_rows(x, ab.uv[h], 0, dv, p.out + h * dv, H * dv, scratch_[thread]);
+  });
+}
+
+}  // namespace moe

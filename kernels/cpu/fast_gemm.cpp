@@ -1,0 +1,176 @@
+// kernels/cpu/fast_gemm.cpp
+// The blocked AVX512-BF16 GEMM for many activation rows (prefill, batched decode, busy experts).
+// 64 weight rows are packed into a panel laid out [kp][64][2]: for each pair of input columns
+// (2kp, 2kp+1), 64 output rows' pairs side by side, so one zmm holds 16 rows' pairs. The
+// 6x64 register tile then takes, per kp, 4 panel loads and 6 broadcast activation pairs into 24
+// vdpbf16ps accumulators. FP8 weights are expanded to bf16 exactly while packing (one pass over
+// the weight); their block scales go on the activations (fast_linear.hpp), so a panel never
+// straddles a scale row block.
+#include <algorithm>
+
+#include "kernels/cpu/fast_linear.hpp"
+
+namespace moe::fast {
+namespace {
+
+constexpr int tile_rows = 6;                // activation rows per register tile
+
+[[nodiscard]] inline __mmask32 tail_mask32(int64_t n) noexcept {
+  return n <= 0 ? __mmask32{0} : n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+}
+
+// Stores 16 rows' worth of 32-column chunks, v[j] = row j's columns as bf16 pairs, into the
+// panel at column pair kp0 for rows g * 16 ..: a 16x16 transpose of 32-bit pairs.
+inline void store_transposed(__m512i v[16], uint16_t* panel, int64_t kp0, int64_t g) noexcept {
+  transpose16x16_epi32(v);                      // v[i]: column pair kp0 + i of the 16 rows
+  for (int64_t i = 0; i < 16; ++i)
+    _mm512_store_si512(panel + ((kp0 + i) * panel_rows + g * 16) * 2, v[i]);
+}
+
+// panel[(kp * 64 + j) * 2 + {0, 1}] = W[r0 + j][2kp + {0, 1}] for j < n (rows past n are left
+// as they are: their lanes are never stored), kp < panel_pairs(k). Groups of 16 rows one after
+// another, each read as 16 sequential streams with software prefetch (64 streams at once would
+// defeat the hardware prefetcher: the weights come from DRAM). BF16: 32 columns a step.
+constexpr int64_t pack_prefetch_bytes = 1024;
+
+void pack_panel_bf16(const linear_weight& w, int64_t r0, int64_t n, uint16_t* panel) noexcept {
+  const int64_t k = w.in_features;
+  const auto* data = static_cast<const uint16_t*>(w.data);
+  for (int64_t g = 0; g * 16 < n; ++g) {
+    const int64_t rows = std::min<int64_t>(16, n - g * 16);
+    const uint16_t* base = data + (r0 + g * 16) * k;
+    for (int64_t kp0 = 0; 2 * kp0 < k; kp0 += 16) {
+      const __mmask32 mask = tail_mask32(k - 2 * kp0);
+      __m512i v[16];
+      for (int64_t j = 0; j < 16; ++j) {
+        if (j < rows) {
+          const uint16_t* p = base + j * k + 2 * kp0;
+          _mm_prefetch(reinterpret_cast<const char*>(p) + pack_prefetch_bytes, _MM_HINT_T0);
+          v[j] = _mm512_maskz_loadu_epi16(mask, p);
+        } else {
+          v[j] = _mm512_setzero_si512();
+        }
+      }
+      store_transposed(v, panel, kp0, g);
+    }
+  }
+}
+
+// FP8: 64 columns a step, expanded exactly by table (fast_simd.hpp) and put in natural order.
+void pack_panel_fp8(const linear_weight& w, int64_t r0, int64_t n, uint16_t* panel) noexcept {
+  const int64_t k = w.in_features;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const fp8_tables tables = load_fp8_tables();
+  for (int64_t g = 0; g * 16 < n; ++g) {
+    const int64_t rows = std::min<int64_t>(16, n - g * 16);
+    const uint8_t* base = data + (r0 + g * 16) * k;
+    for (int64_t kp0 = 0; 2 * kp0 < k; kp0 += 32) {
+      const int64_t left = k - 2 * kp0;
+      const __mmask64 mask = left >= 64 ? ~__mmask64{0} : (uint64_t{1} << left) - 1;
+      __m512i lo[16], hi[16];
+      for (int64_t j = 0; j < 16; ++j) {
+        __m512i u0 = _mm512_setzero_si512(), u1 = u0;
+        if (j < rows) {
+          const uint8_t* p = base + j * k + 2 * kp0;
+          _mm_prefetch(reinterpret_cast<const char*>(p) + pack_prefetch_bytes, _MM_HINT_T0);
+          fp8x64_to_bf16(_mm512_maskz_loadu_epi8(mask, p), tables, u0, u1);
+        }
+        lo[j] = unpack_to_natural_lo(u0, u1);
+        hi[j] = unpack_to_natural_hi(u0, u1);
+      }
+      store_transposed(lo, panel, kp0, g);
+      store_transposed(hi, panel, kp0 + 16, g);
+    }
+  }
+}
+
+// Column pairs a panel holds (both packers write whole steps of 32 pairs at most).
+[[nodiscard]] constexpr int64_t panel_pairs(int64_t k) noexcept { return round_up((k + 1) / 2, 32); }
+
+// out[m][j] = sum_kp dot(a[m] pair kp, panel[kp][j]) for m < MR, j < n.
+template <int MR>
+void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out,
+                 int64_t ldo, int64_t n) noexcept {
+  __m512 acc[MR][4];
+  for (auto& row : acc)
+    for (auto& v : row)
+      v = _mm512_setzero_ps();
+  const int32_t* ap[MR];
+  for (int m = 0; m < MR; ++m)
+    ap[m] = reinterpret_cast<const int32_t*>(a[m]);
+  for (int64_t kp = 0; kp < num_kp; ++kp) {
+    const uint16_t* b = panel + kp * panel_rows * 2;
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
+    const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 32);
+    const __m512bh b2 = (__m512bh)_mm512_load_si512(b + 64);
+    const __m512bh b3 = (__m512bh)_mm512_load_si512(b + 96);
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(ap[m][kp]);
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
+      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
+      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
+      acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    const int64_t left = n - 16 * j;
+    if (left <= 0)
+      break;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    for (int m = 0; m < MR; ++m)
+      _mm512_mask_storeu_ps(out + m * ldo + 16 * j, mask, acc[m][j]);
+  }
+}
+
+void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel, int64_t num_kp,
+                     float* out, int64_t ldo, int64_t n) noexcept {
+  switch (mr) {
+    case 1: tile_kernel<1>(a, panel, num_kp, out, ldo, n); break;
+    case 2: tile_kernel<2>(a, panel, num_kp, out, ldo, n); break;
+    case 3: tile_kernel<3>(a, panel, num_kp, out, ldo, n); break;
+    case 4: tile_kernel<4>(a, panel, num_kp, out, ldo, n); break;
+    case 5: tile_kernel<5>(a, panel, num_kp, out, ldo, n); break;
+    default: tile_kernel<6>(a, panel, num_kp, out, ldo, n); break;
+  }
+}
+
+template <dtype T>
+void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
+                     int64_t ldo, thread_scratch& s) {
+  const int64_t num_kp = (w.in_features + 1) / 2;
+  auto* panel = s.panel.get<uint16_t>(panel_pairs(w.in_features) * panel_rows * 2);
+  const int64_t block_rows = T == dtype::f8_e4m3 ? w.block_rows : (int64_t{1} << 62);
+  int64_t row_block = -1;
+  const uint16_t* const* a = nullptr;
+  for (int64_t p0 = r0; p0 < r0 + nr;) {
+    const int64_t n = std::min({panel_rows, r0 + nr - p0, (p0 / block_rows + 1) * block_rows - p0});
+    if (p0 / block_rows != row_block) {
+      row_block = p0 / block_rows;
+      a = bf16_rows(x, w, T == dtype::f8_e4m3 ? row_block : 0, s);
+    }
+    if constexpr (T == dtype::bf16)
+      pack_panel_bf16(w, p0, n, panel);
+    else
+      pack_panel_fp8(w, p0, n, panel);
+    // Activation rows in near-equal tiles of <= 6 (32 rows: 6 6 5 5 5 5, not 6 6 6 6 6 2).
+    const int64_t tiles = (x.num_rows + tile_rows - 1) / tile_rows;
+    for (int64_t i = 0, m0 = 0; i < tiles; ++i) {
+      const int64_t mr = x.num_rows / tiles + (i < x.num_rows % tiles ? 1 : 0);
+      tile_kernel_any(mr, a + m0, panel, num_kp, out + m0 * ldo + (p0 - r0), ldo, n);
+      m0 += mr;
+    }
+    p0 += n;
+  }
+}
+
+}  // namespace
+
+void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
+               int64_t ldo, thread_scratch& s) {
+  if (w.type == dtype::bf16)
+    gemm_rows_typed<dtype::bf16>(x, w, r0, nr, out, ldo, s);
+  else
+    gemm_rows_typed<dtype::f8_e4m3>(x, w, r0, nr, out, ldo, s);
+}
+
+}  // namespace moe::fast

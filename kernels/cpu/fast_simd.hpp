@@ -1,0 +1,191 @@
+// kernels/cpu/fast_simd.hpp
+// AVX-512 building blocks shared by the fast CPU kernels: e4m3 -> bf16 expansion in registers,
+// fp32 -> bf16 rows, a 16x16 32-bit transpose, a horizontal-sum tree, a vector exp, and an
+// aligned scratch buffer.
+#pragma once
+
+// GCC 12 flags the intrinsics' internal `_mm512_undefined_*` self-initialisation once inlined
+// (GCC bug 105593); silence it for the header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/dtype.hpp"
+
+namespace moe::fast {
+
+/// Rounds `n` up to a multiple of `m`.
+[[nodiscard]] constexpr int64_t round_up(int64_t n, int64_t m) noexcept { return (n + m - 1) / m * m; }
+
+/// The e4m3 -> bf16 lookup tables: bf16 bits of every e4m3 magnitude (code & 0x7f; 0x7f is NaN),
+/// high bytes in hi0 (magnitudes 0..63) / hi1 (64..127), low bytes likewise.
+struct fp8_tables {
+  __m512i hi0, hi1, lo0, lo1;
+};
+
+[[nodiscard]] inline fp8_tables load_fp8_tables() noexcept {
+  alignas(64) static const auto bytes = [] {
+    struct {
+      uint8_t hi[128], lo[128];
+    } t{};
+    for (int m = 0; m < 128; ++m) {
+      const float v = fp8_e4m3_value(static_cast<uint8_t>(m));
+      const uint16_t b = v != v ? uint16_t{0x7fc0} : static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
+      t.hi[m] = static_cast<uint8_t>(b >> 8);       // exact: e4m3 values fit bf16's 7 mantissa bits
+      t.lo[m] = static_cast<uint8_t>(b & 0xff);
+    }
+    return t;
+  }();
+  return {_mm512_load_si512(bytes.hi), _mm512_load_si512(bytes.hi + 64), _mm512_load_si512(bytes.lo),
+          _mm512_load_si512(bytes.lo + 64)};
+}
+
+/// 64 e4m3 bytes -> 64 bf16 (exact, NaN -> NaN) in "unpack order": out0 holds elements
+/// {0-7, 16-23, 32-39, 48-55}, out1 {8-15, 24-31, 40-47, 56-63}. vpermi2b looks up the high and
+/// low byte of each magnitude (it ignores index bit 7, the sign), the sign is ORed into the high
+/// byte, and unpacklo/hi_epi8 interleave low and high bytes within each 128-bit lane.
+inline void fp8x64_to_bf16(__m512i codes, const fp8_tables& t, __m512i& out0, __m512i& out1) noexcept {
+  const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, codes, t.hi1), codes,
+                                               _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);
+  const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
+  out0 = _mm512_unpacklo_epi8(lo, hi);
+  out1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/// Unpack order (above) <-> natural order of 64 bf16 held in two vectors, by 64-bit quarters.
+[[nodiscard]] inline __m512i unpack_to_natural_lo(__m512i u0, __m512i u1) noexcept {
+  return _mm512_permutex2var_epi64(u0, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), u1);
+}
+[[nodiscard]] inline __m512i unpack_to_natural_hi(__m512i u0, __m512i u1) noexcept {
+  return _mm512_permutex2var_epi64(u0, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), u1);
+}
+[[nodiscard]] inline __m512i natural_to_unpack_0(__m512i n0, __m512i n1) noexcept {
+  return _mm512_permutex2var_epi64(n0, _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0), n1);
+}
+[[nodiscard]] inline __m512i natural_to_unpack_1(__m512i n0, __m512i n1) noexcept {
+  return _mm512_permutex2var_epi64(n0, _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2), n1);
+}
+
+/// 16 fp32 -> 16 bf16, round to nearest even.
+[[nodiscard]] inline __m256i f32x16_to_bf16(__m512 v) noexcept {
+  return (__m256i)_mm512_cvtneps_pbh(v);
+}
+
+/// dst[0..k) = bf16(src[i] * scale(i)), dst[k..round_up(k, 32)) = 0, where scale(i) is
+/// scales[i / block] (or 1 when scales is null). `block` must be a multiple of 16.
+inline void f32_row_to_bf16(const float* src, int64_t k, uint16_t* dst, const float* scales = nullptr,
+                            int64_t block = 128) noexcept {
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    __m512 v = _mm512_loadu_ps(src + i);
+    if (scales)
+      v = _mm512_mul_ps(v, _mm512_set1_ps(scales[i / block]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f32x16_to_bf16(v));
+  }
+  if (i < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+    if (scales)
+      v = _mm512_mul_ps(v, _mm512_set1_ps(scales[i / block]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f32x16_to_bf16(v));
+    i += 16;
+  }
+  for (; i < round_up(k, 32); ++i)
+    dst[i] = 0;
+}
+
+/// Transposes a 16x16 matrix of 32-bit lanes held in r[0..16) (row i -> r[i]).
+inline void transpose16x16_epi32(__m512i r[16]) noexcept {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Now r[4g + j] holds, in each 128-bit lane L, element j of rows 4g..4g+3 at columns 4L + j.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);       // lanes 0,2 of r[i] | 0,2 of r[i+4]
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);   // lanes 1,3
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+/// Lane i of the result = the horizontal sum of v[i], for 16 vectors: a shuffle-add tree (45
+/// ops, against ~8 per vector summed alone).
+[[nodiscard]] inline __m512 reduce16(const __m512 v[16]) noexcept {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; ++i)        // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int j = 0; j < 4; ++j) {      // per 128-bit lane: [a, b, c, d] partial sums
+    const __m512d x = _mm512_castps_pd(t[2 * j]), y = _mm512_castps_pd(t[2 * j + 1]);
+    u[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
+  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xdd));
+}
+
+/// e^x for 16 lanes: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial, times 2^n (scalef).
+/// Relative error ~2 ulp; -inf -> 0.
+[[nodiscard]] inline __m512 exp16(__m512 x) noexcept {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+/// A growable 64-byte-aligned scratch buffer (contents are not kept on growth).
+class scratch_buffer {
+public:
+  scratch_buffer() = default;
+  scratch_buffer(const scratch_buffer&) = delete;
+  scratch_buffer& operator=(const scratch_buffer&) = delete;
+  ~scratch_buffer() { std::free(data_); }
+
+  template <class T>
+  [[nodiscard]] T* get(int64_t count) {
+    const auto bytes = static_cast<size_t>(round_up(count * static_cast<int64_t>(sizeof(T)), 64));
+    if (bytes > size_) {
+      std::free(data_);
+      data_ = std::aligned_alloc(64, bytes);
+      if (!data_)
+        throw std::bad_alloc();
+      size_ = bytes;
+    }
+    return static_cast<T*>(data_);
+  }
+
+private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace moe::fast
