@@ -1,0 +1,13 @@
+// actors/atoms.hpp
+// The atoms that name actor messages (CAF 0.17: at most 10 characters; send `x_atom::value`).
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace moe {
+
+using submit_atom = caf::atom_constant<caf::atom("submit")>;    // a request enters a stage
+using done_atom = caf::atom_constant<caf::atom("done")>;        // a request left a stage
+using stats_atom = caf::atom_constant<caf::atom("stats")>;      // counters, please
+
+}  // namespace moe

@@ -1,0 +1,32 @@
+// actors/request_queue.hpp
+// Admission: gives each request an id, holds at most `max_queued` waiting requests (answering
+// "overloaded" at once when full), and hands at most `max_running` downstream at a time.
+#pragma once
+
+#include <caf/typed_actor.hpp>
+#include <caf/replies_to.hpp>
+
+#include "actors/atoms.hpp"
+#include "actors/messages.hpp"
+
+namespace moe {
+
+using request_queue_actor = caf::typed_actor<
+    // Admits a request: replies with its id, or serve_errc::overloaded when the queue is full.
+    caf::replies_to<submit_atom, request_spec>::with<uint64_t>,
+    // A request handed downstream has finished (any way): frees its running slot.
+    caf::reacts_to<done_atom, uint64_t>,
+    // Current counters.
+    caf::replies_to<stats_atom>::with<queue_stats>>;
+
+struct request_queue_config {
+  int64_t max_queued = 256;
+  int64_t max_running = 64;
+};
+
+/// Spawns the queue; admitted requests go to `downstream` as (submit_atom, id, request_spec),
+/// in admission order, and downstream answers (done_atom, id) on this queue when each ends.
+[[nodiscard]] request_queue_actor spawn_request_queue(caf::actor_system& sys,
+                                                      request_queue_config cfg, caf::actor downstream);
+
+}  // namespace moe

@@ -1,0 +1,55 @@
+// tests/actors/test_stream.cpp
+// The CPU stream runs items in order, off the caller's thread, reports failures, drains on exit.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "actors/stream.hpp"
+
+using namespace moe;
+
+TEST_CASE("a stream runs its items in order on its own thread and reports each completion") {
+  std::vector<int> order;
+  std::promise<void> last;
+  std::thread::id worker;
+  {
+    cpu_stream s("test");
+    for (int i = 0; i < 50; ++i)
+      s.enqueue([&order, &worker, i] { order.push_back(i); worker = std::this_thread::get_id(); },
+                [&last, i](const std::string& err) {
+                  CHECK(err.empty());
+                  if (i == 49)
+                    last.set_value();
+                });
+    last.get_future().wait();
+    CHECK(s.num_pending() == 0);
+  }
+  REQUIRE(order.size() == 50);
+  for (int i = 0; i < 50; ++i)
+    CHECK(order[i] == i);
+  CHECK(worker != std::this_thread::get_id());
+}
+
+TEST_CASE("a failing item reports its error and the stream goes on") {
+  std::promise<std::string> failed;
+  std::promise<void> after;
+  cpu_stream s("test");
+  s.enqueue([] { throw std::runtime_error("kernel failed"); },
+            [&](const std::string& err) { failed.set_value(err); });
+  s.enqueue([] {}, [&](const std::string&) { after.set_value(); });
+  CHECK(failed.get_future().get() == "kernel failed");
+  after.get_future().wait();
+}
+
+TEST_CASE("destroying a stream finishes what was enqueued") {
+  int done = 0;
+  {
+    cpu_stream s("test");
+    for (int i = 0; i < 10; ++i)
+      s.enqueue([] {}, [&done](const std::string&) { ++done; });
+  }
+  CHECK(done == 10);
+}
