@@ -16,13 +16,6 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Largest cut <= n that does not split a UTF-8 character of s.
-size_t utf8_boundary(std::string_view s, size_t n) {
-  while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80)
-    --n;
-  return n;
-}
-
 // Releases the sequence's KV blocks on every exit path.
 struct kv_guard {
   kv_cache& cache;
@@ -31,18 +24,6 @@ struct kv_guard {
 };
 
 }  // namespace
-
-size_t find_stop(std::string_view text, const std::vector<std::string>& stop, size_t search_from) {
-  size_t best = std::string_view::npos;
-  for (const std::string& s : stop) {
-    if (s.empty())
-      continue;
-    const size_t from = search_from >= s.size() ? search_from - s.size() + 1 : 0;
-    const size_t at = text.find(s, from);
-    best = std::min(best, at);
-  }
-  return best;
-}
 
 generator::generator(model_runner& runner, std::shared_ptr<const tokenizer> tok, int64_t chunk_size)
     : runner_(runner), tok_(std::move(tok)), chunk_size_(std::max<int64_t>(1, chunk_size)) {}
@@ -80,59 +61,33 @@ generation_result generator::run(const std::vector<int32_t>& prompt_ids,
 
   // -- decode
   const auto t1 = clock_type::now();
-  incremental_decoder detok(tok_, /*skip_special=*/true);
-  size_t emitted = 0, max_stop = 0;
-  bool cut_at_stop_string = false;
-  for (const std::string& s : params.stop)
-    max_stop = std::max(max_stop, s.size());
-  auto emit_upto = [&](size_t end) {
-    if (end > emitted && on_text)
-      on_text(std::string_view(result.text).substr(emitted, end - emitted));
-    emitted = std::max(emitted, end);
+  text_stream out(tok_, params.stop);
+  auto emit = [&](const std::string& delta) {
+    if (!delta.empty() && on_text)
+      on_text(delta);
   };
   for (;;) {
     const int32_t id = pick.sample(logits);
     pick.accept(id);
-    const bool is_stop_id = (!params.ignore_eos && id == cfg.eos_token_id) ||
-                            std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
-                                      id) != params.stop_token_ids.end();
-    if (is_stop_id) {
-      result.output_ids.push_back(id);                      // vLLM keeps the stop token id
+    result.output_ids.push_back(id);                        // vLLM keeps a stop token's id
+    const int64_t num_generated = static_cast<int64_t>(result.output_ids.size());
+    result.reason = token_finish(params, cfg.eos_token_id, id, num_generated,
+                                 num_prompt + num_generated, max_context);
+    if (result.reason != finish_reason::stop)               // but not its text
+      emit(out.push(id));
+    if (out.stopped())
       result.reason = finish_reason::stop;
+    if (result.reason != finish_reason::none)
       break;
-    }
-    result.output_ids.push_back(id);
-    const size_t before = result.text.size();
-    result.text += detok.push(id);
-    if (const size_t cut = find_stop(result.text, params.stop, before); cut != std::string::npos) {
-      result.text.resize(cut);
-      result.reason = finish_reason::stop;
-      cut_at_stop_string = true;
-      break;
-    }
-    emit_upto(utf8_boundary(result.text, result.text.size() - std::min(result.text.size(),
-                                                                        max_stop ? max_stop - 1 : 0)));
-    const int64_t position = num_prompt + static_cast<int64_t>(result.output_ids.size());
-    if (static_cast<int64_t>(result.output_ids.size()) >= params.max_tokens || position >= max_context) {
-      result.reason = finish_reason::length;
-      break;
-    }
-    if (!kv.reserve(runner_.cache(), position)) {
+    if (!kv.reserve(runner_.cache(), num_prompt + num_generated)) {
       result.reason = finish_reason::length;
       break;
     }
     const batch_entry entry{.tokens = std::span(&result.output_ids.back(), 1), .kv = &kv};
     logits = runner_.forward(std::span(&entry, 1));
   }
-  if (!cut_at_stop_string) {                                // flush an unfinished character
-    const size_t before = result.text.size();
-    result.text += detok.finish();
-    if (const size_t cut = find_stop(result.text, params.stop, before); cut != std::string::npos) {
-      result.text.resize(cut);
-      result.reason = finish_reason::stop;
-    }
-  }
-  emit_upto(result.text.size());
+  emit(out.finish());
+  result.text = out.text();
   result.decode_seconds = seconds_since(t1);
   return result;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/model/forward.hpp"
+#include "kernels/model/output_text.hpp"
 #include "kernels/sampling/sampler.hpp"
 #include "kernels/tokenizer/tokenizer.hpp"
 
@@ -42,9 +43,5 @@ private:
   std::shared_ptr<const tokenizer> tok_;
   int64_t chunk_size_;
 };
-
-/// Where to cut `text` for a stop string: the earliest match at or after `search_from`, or npos.
-[[nodiscard]] size_t find_stop(std::string_view text, const std::vector<std::string>& stop,
-                               size_t search_from);
 
 }  // namespace moe

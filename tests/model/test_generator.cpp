@@ -10,14 +10,6 @@
 
 using namespace moe;
 
-TEST_CASE("find_stop finds the earliest stop string that ends after search_from") {
-  const std::vector<std::string> stop = {"cd", "b"};
-  CHECK(find_stop("abcdef", stop, 0) == 1);
-  CHECK(find_stop("abcdef", {"cd"}, 3) == 2);                 // "cd" ends at 4 > 3
-  CHECK(find_stop("abcdef", {"xy"}, 0) == std::string::npos);
-  CHECK(find_stop("abc", {}, 0) == std::string::npos);
-}
-
 namespace {
 
 struct gen_fixture {
