@@ -9,5 +9,8 @@ namespace moe {
 using submit_atom = caf::atom_constant<caf::atom("submit")>;    // a request enters a stage
 using done_atom = caf::atom_constant<caf::atom("done")>;        // a request left a stage
 using stats_atom = caf::atom_constant<caf::atom("stats")>;      // counters, please
+using step_atom = caf::atom_constant<caf::atom("step")>;        // a rank's stream finished a step
+using token_atom = caf::atom_constant<caf::atom("token")>;      // new output tokens for a session
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // drop a request, free its KV
 
 }  // namespace moe

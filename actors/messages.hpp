@@ -2,10 +2,14 @@
 // Plain structs carried by actor messages.
 #pragma once
 
+#include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "kernels/model/kv_handoff.hpp"
 
 #include "kernels/sampling/sampler.hpp"
 
@@ -25,6 +29,47 @@ struct queue_stats {
   int64_t num_rejected = 0;                 // answered "overloaded"
 };
 
+/// A request handed to a prefill rank, with where its KV goes and where its tokens go.
+struct prefill_job {
+  uint64_t request_id = 0;
+  request_spec spec;
+  caf::actor decode_rank;                   // receives the kv_handoff
+  caf::actor session;                       // receives token_chunks
+};
+
+/// A prefilled request handed to a decode rank: its latent KV, its first output token and its
+/// sampling state (RNG and penalty counts continue where prefill left them).
+struct kv_handoff {
+  uint64_t request_id = 0;
+  request_spec spec;
+  kv_pages pages;                           // [layers, prompt tokens, kv_dim]
+  int32_t first_token = 0;
+  std::shared_ptr<sampler> pick;
+  caf::actor session;
+};
+
+/// Output tokens of one request; reason != none on the last chunk.
+struct token_chunk {
+  uint64_t request_id = 0;
+  std::vector<int32_t> token_ids;
+  finish_reason reason = finish_reason::none;
+  std::string error;                        // with finish_reason::error
+};
+
+/// A rank's load, as balancers see it.
+struct rank_stats {
+  int64_t num_running = 0;
+  int64_t num_blocks = 0;
+  int64_t num_free_blocks = 0;
+  int64_t num_steps = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
+  return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks,
+           x.num_steps);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, queue_stats& x) {
   return f(caf::meta::type_name("queue_stats"), x.num_queued, x.num_running, x.num_admitted,
@@ -35,3 +80,6 @@ typename Inspector::result_type inspect(Inspector& f, queue_stats& x) {
 
 // In-process only for now; a serializable form comes with multi-process ranks.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::request_spec)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::prefill_job)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::kv_handoff)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::token_chunk)

@@ -1,0 +1,43 @@
+// actors/rank_model.hpp
+// What a rank computes with: the shared (read-only) weights, its own backend, KV pool and
+// runner. Touched only from the rank's stream.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+
+#include "kernels/backend.hpp"
+#include "kernels/model/forward.hpp"
+
+namespace moe {
+
+struct rank_model_config {
+  bool reference = false;                   // CPU reference backend instead of the fast path
+  int num_threads = 0;
+  int64_t num_kv_blocks = 256;
+  int64_t block_size = 64;
+  int64_t max_context = 8192;
+  int64_t chunk_size = 512;                 // prefill tokens per forward call
+};
+
+struct rank_model {
+  rank_model(std::shared_ptr<const model_weights> w, const rank_model_config& cfg)
+      : weights(std::move(w)), config(cfg), device(make_cpu_backend(cfg.reference, cfg.num_threads)),
+        cache(weights->config.num_hidden_layers, cfg.num_kv_blocks, cfg.block_size,
+              weights->config.kv_cache_dim()),
+        runner(*weights, *device, cache) {}
+
+  /// Longest sequence (prompt + output) this rank accepts.
+  [[nodiscard]] int64_t max_context() const noexcept {
+    return std::min({config.max_context, weights->config.max_position_embeddings,
+                     cache.num_blocks() * cache.block_size()});
+  }
+
+  std::shared_ptr<const model_weights> weights;
+  rank_model_config config;
+  std::unique_ptr<backend> device;
+  kv_cache cache;
+  model_runner runner;
+};
+
+}  // namespace moe
