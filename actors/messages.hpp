@@ -56,6 +56,23 @@ struct token_chunk {
   std::string error;                        // with finish_reason::error
 };
 
+/// What a session streams to its client: seq counts from 0 without gaps.
+struct stream_chunk {
+  uint64_t request_id = 0;
+  uint64_t seq = 0;
+  std::vector<int32_t> token_ids;
+  std::string text_delta;
+};
+
+/// A session's final answer.
+struct session_result {
+  uint64_t request_id = 0;
+  std::vector<int32_t> output_ids;
+  std::string text;
+  finish_reason reason = finish_reason::none;
+  std::string error;
+};
+
 /// A rank's load, as balancers see it.
 struct rank_stats {
   int64_t num_running = 0;
@@ -83,3 +100,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::request_spec)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::prefill_job)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::kv_handoff)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::token_chunk)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::stream_chunk)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::session_result)

@@ -1,0 +1,81 @@
+// actors/session.cpp
+#include "actors/session.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kernels/model/output_text.hpp"
+
+namespace moe {
+
+namespace {
+
+struct session_state {
+  session_config cfg;
+  std::unique_ptr<text_stream> text;
+  session_result result;
+  uint64_t next_seq = 0;
+  static inline const char* name = "session";
+};
+
+using session_pointer = session_actor::stateful_pointer<session_state>;
+
+void send_chunk(session_pointer self, std::vector<int32_t> ids, std::string delta) {
+  auto& st = self->state;
+  if (ids.empty() && delta.empty())
+    return;
+  caf::anon_send(st.cfg.client, token_atom::value,
+                 stream_chunk{st.cfg.request_id, st.next_seq++, std::move(ids), std::move(delta)});
+}
+
+void answer(session_pointer self, finish_reason reason, std::string error) {
+  auto& st = self->state;
+  st.result.reason = reason;
+  st.result.error = std::move(error);
+  st.result.text = st.text->text();
+  caf::anon_send(st.cfg.client, done_atom::value, std::move(st.result));
+  if (st.cfg.queue)
+    caf::anon_send(st.cfg.queue, done_atom::value, st.cfg.request_id);
+  self->quit();
+}
+
+session_actor::behavior_type session(session_pointer self, session_config cfg) {
+  self->state.text = std::make_unique<text_stream>(cfg.tok, cfg.spec.sampling.stop);
+  self->state.result.request_id = cfg.request_id;
+  self->state.cfg = std::move(cfg);
+  return {
+    [=](token_atom, token_chunk& chunk) {
+      auto& st = self->state;
+      std::string delta;
+      for (int32_t id : chunk.token_ids) {
+        st.result.output_ids.push_back(id);
+        if (chunk.reason == finish_reason::stop && id == chunk.token_ids.back())
+          break;                                             // a stop token's text is not output
+        delta += st.text->push(id);
+        if (st.text->stopped())
+          break;
+      }
+      if (st.text->stopped()) {                              // a stop string: the rank may go on
+        if (chunk.reason == finish_reason::none && st.cfg.decode_rank)
+          caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.cfg.request_id);
+        send_chunk(self, chunk.token_ids, std::move(delta));
+        return answer(self, finish_reason::stop, {});
+      }
+      if (chunk.reason != finish_reason::none)
+        delta += st.text->finish();
+      send_chunk(self, chunk.token_ids, std::move(delta));
+      if (chunk.reason != finish_reason::none)
+        answer(self, chunk.reason, std::move(chunk.error));
+    },
+  };
+}
+
+}  // namespace
+
+session_actor spawn_session(caf::actor_system& sys, session_config cfg) {
+  return sys.spawn(session, std::move(cfg));
+}
+
+}  // namespace moe

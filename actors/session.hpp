@@ -1,0 +1,31 @@
+// actors/session.hpp
+// One request's owner: receives its tokens from whichever rank produces them, turns them into
+// text (stop strings included), numbers every streamed chunk, and answers the client once.
+#pragma once
+
+#include <caf/typed_actor.hpp>
+#include <memory>
+
+#include "actors/atoms.hpp"
+#include "actors/messages.hpp"
+#include "kernels/tokenizer/tokenizer.hpp"
+
+namespace moe {
+
+using session_actor = caf::typed_actor<
+    // Output tokens from a rank; the chunk with a finish reason is the last.
+    caf::reacts_to<token_atom, token_chunk>>;
+
+struct session_config {
+  uint64_t request_id = 0;
+  request_spec spec;
+  std::shared_ptr<const tokenizer> tok;
+  caf::actor client;                        // gets (token_atom, stream_chunk)..., then (done_atom, session_result)
+  caf::actor decode_rank;                   // told to cancel when a stop string ends the text early
+  caf::actor queue;                         // gets (done_atom, request_id) at the end (may be null)
+};
+
+/// The session quits after its final answer.
+[[nodiscard]] session_actor spawn_session(caf::actor_system& sys, session_config cfg);
+
+}  // namespace moe
