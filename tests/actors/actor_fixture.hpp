@@ -4,7 +4,11 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
+
+#include "actors/atoms.hpp"
 #include "actors/errors.hpp"
+#include "actors/messages.hpp"
 
 namespace moe::testing {
 
@@ -19,6 +23,21 @@ struct actor_fixture {
     return c;
   }
   actor_fixture() : sys{tune(cfg)}, self{sys} {}
+
+  /// A rank's stats once it reports nothing running: asks again (at most 1000 times) while its
+  /// stream's last completion is still on the way; no sleeping.
+  template <class Rank>
+  rank_stats idle_stats(const Rank& rank) {
+    rank_stats stats{};
+    for (int tries = 0; tries < 1000; ++tries) {
+      bool failed = false;
+      self->request(rank, std::chrono::seconds(5), stats_atom::value)
+          .receive([&](const rank_stats& s) { stats = s; }, [&](caf::error&) { failed = true; });
+      if (failed || stats.num_running == 0)
+        break;
+    }
+    return stats;
+  }
 };
 
 }  // namespace moe::testing
