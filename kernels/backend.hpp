@@ -160,6 +160,8 @@ struct moe_experts_params {
   const std::vector<mlp_weights>* experts = nullptr;
   int64_t expert_begin = 0;
   int64_t expert_end = 0;
+  bool round_outputs_bf16 = false;          // round each w[t,k] * y to BF16 before the sum, as a
+                                            // BF16 combine payload does
 };
 
 /// One device. Each op is one virtual; callers hold a backend& chosen once at start-up.

@@ -182,8 +182,12 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
           continue;
         const float wk = p.topk_weights[t * K + k];
         const float* yr = y + pos * D;
-        for (int64_t i = 0; i < D; ++i)
-          o[i] += wk * yr[i];
+        if (p.round_outputs_bf16)
+          for (int64_t i = 0; i < D; ++i)
+            o[i] += bf16_to_f32(f32_to_bf16(wk * yr[i]));
+        else
+          for (int64_t i = 0; i < D; ++i)
+            o[i] += wk * yr[i];
       }
     }
   });

@@ -2,6 +2,8 @@
 // Routed experts token by token: out[t] = sum_k w[t,k] * SwiGLU_{ids[t,k]}(x[t]), k in order.
 #include <vector>
 
+#include "kernels/dtype.hpp"
+
 #include "kernels/cpu/reference_backend.hpp"
 
 namespace moe {
@@ -26,7 +28,7 @@ void cpu_reference_backend::moe_experts(const moe_experts_params& p) {
       linear({.x = gate.data(), .w = &expert.down_proj, .out = y.data(), .num_tokens = 1});
       const float w = p.topk_weights[t * p.top_k + k];
       for (int64_t i = 0; i < p.hidden; ++i)
-        out[i] += w * y[i];
+        out[i] += p.round_outputs_bf16 ? bf16_to_f32(f32_to_bf16(w * y[i])) : w * y[i];
     }
   }
 }

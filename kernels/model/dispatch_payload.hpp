@@ -18,6 +18,12 @@ enum class payload_dtype : uint8_t { fp8, bf16, fp32 };
 /// Inverse of to_string; false for anything else.
 [[nodiscard]] bool parse_payload_dtype(std::string_view name, payload_dtype& out) noexcept;
 
+/// The payload types of expert parallelism: DeepSeek dispatches FP8 and combines BF16.
+struct ep_precision {
+  payload_dtype dispatch = payload_dtype::fp32;
+  payload_dtype combine = payload_dtype::fp32;     // fp32 or bf16
+};
+
 /// Channels per FP8 scale.
 inline constexpr int64_t payload_block = 128;
 

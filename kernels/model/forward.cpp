@@ -18,7 +18,7 @@ std::vector<float> model_runner::forward(std::span<const batch_entry> batch) {
     step.attn_1(layer_idx, options_.form);
     step.shared(layer_idx);
     if (w_.layers[layer_idx].is_moe)
-      step.routed_local(layer_idx);
+      step.routed_local(layer_idx, options_.ep);
     step.combine(layer_idx);
     if (options_.observe_layer)
       options_.observe_layer(layer_idx, step.hidden());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/model/dispatch_payload.hpp"
 #include "kernels/model/kv_cache.hpp"
 #include "kernels/model/weights.hpp"
 
@@ -31,6 +32,9 @@ struct batch_entry {
 
 struct forward_options {
   attention_form form = attention_form::absorbed;
+  /// What routed-expert inputs and outputs go through, as in expert-parallel dispatch (FP8 in
+  /// DeepSeek) and combine (BF16), so a single rank computes what a cluster would. FP32: exact.
+  ep_precision ep;
   /// Called after each layer with the residual stream h [num_tokens, hidden] (diagnostics).
   std::function<void(int64_t layer_idx, std::span<const float> hidden)> observe_layer;
 };

@@ -134,12 +134,21 @@ void forward_step::shared(int64_t layer_idx) {
     std::fill(shared_.begin(), shared_.end(), 0.0f);
 }
 
-void forward_step::routed_local(int64_t layer_idx) {
+void forward_step::routed_local(int64_t layer_idx, ep_precision ep) {
   const moe_weights& mw = w_.layers[layer_idx].moe;
-  b_.moe_experts({.x = x_.data(), .topk_ids = topk_ids_.data(), .topk_weights = topk_weights_.data(),
-                  .out = routed_.data(), .num_tokens = num_tokens(), .hidden = w_.config.hidden_size,
+  const int64_t T = num_tokens(), D = w_.config.hidden_size;
+  std::vector<float> dispatched;                             // x as the experts' ranks would see it
+  const float* x = x_.data();
+  if (ep.dispatch != payload_dtype::fp32) {
+    dispatched = x_;
+    round_trip_rows(dispatched.data(), T, D, ep.dispatch);
+    x = dispatched.data();
+  }
+  b_.moe_experts({.x = x, .topk_ids = topk_ids_.data(), .topk_weights = topk_weights_.data(),
+                  .out = routed_.data(), .num_tokens = T, .hidden = D,
                   .top_k = w_.config.num_experts_per_tok, .experts = &mw.experts,
-                  .expert_begin = 0, .expert_end = w_.config.n_routed_experts});
+                  .expert_begin = 0, .expert_end = w_.config.n_routed_experts,
+                  .round_outputs_bf16 = ep.combine == payload_dtype::bf16});
 }
 
 void forward_step::combine(int64_t layer_idx) {

@@ -28,8 +28,9 @@ public:
   void attn_1(int64_t layer_idx, attention_form form);
   /// SHARED: the shared experts (MoE layers) or the whole dense MLP (dense layers).
   void shared(int64_t layer_idx);
-  /// MLP with every routed expert local: weighted expert outputs summed over k in order.
-  void routed_local(int64_t layer_idx);
+  /// MLP with every routed expert local: inputs through the dispatch payload type, weighted
+  /// expert outputs through the combine payload type, summed over k in order.
+  void routed_local(int64_t layer_idx, ep_precision ep = {});
   /// COMBINE: h += routed output + shared output; the layer is done.
   void combine(int64_t layer_idx);
 
