@@ -35,14 +35,7 @@ void run_prefill(rank_model& m, prefill_job& job) {
     if (n == 0 || n >= m.max_context())
       throw input_error("the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
                         std::to_string(m.max_context() - 1));
-    std::vector<float> logits;
-    for (int64_t begin = 0; begin < n; begin += m.config.chunk_size) {
-      const int64_t len = std::min(m.config.chunk_size, n - begin);
-      if (!kv.reserve(m.cache, begin + len))
-        throw input_error("no free KV blocks on the prefill rank");
-      const batch_entry entry{.tokens = std::span(prompt).subspan(begin, len), .kv = &kv};
-      logits = m.runner.forward(std::span(&entry, 1));
-    }
+    std::vector<float> logits = m.runner.prefill(prompt, kv, m.config.chunk_size);
     auto pick = std::make_shared<sampler>(job.spec.sampling, prompt);
     const int32_t first = pick->sample(logits);
     pick->accept(first);

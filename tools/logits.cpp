@@ -23,15 +23,7 @@ void run(logits_options& o) {
   auto s = open_session(o.session, /*need_tokenizer=*/false);
   const int64_t vocab = s->weights.config.vocab_size;
   sequence_kv kv;
-  std::vector<float> logits;
-  for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(o.chunk_size)) {
-    const size_t n = std::min(ids.size() - begin, static_cast<size_t>(o.chunk_size));
-    if (!kv.reserve(*s->cache, static_cast<int64_t>(begin + n)))
-      throw input_error("the prompt does not fit the KV cache; raise --kv-blocks or --max-context");
-    const batch_entry entry{.tokens = std::span(ids).subspan(begin, n), .kv = &kv, .all_logits = true};
-    const std::vector<float> chunk = s->runner->forward(std::span(&entry, 1));
-    logits.insert(logits.end(), chunk.begin(), chunk.end());
-  }
+  const std::vector<float> logits = s->runner->prefill(ids, kv, o.chunk_size, /*all_logits=*/true);
   kv.release(*s->cache);
   write_npy(o.out, logits, {static_cast<int64_t>(ids.size()), vocab});
   std::fprintf(stderr, "wrote %s: [%zu, %lld] float32 logits (%s)\n", o.out.c_str(), ids.size(),

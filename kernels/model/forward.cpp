@@ -2,6 +2,9 @@
 // The single-rank forward pass: the stages of forward_step run in a row, every expert local.
 #include "kernels/model/forward.hpp"
 
+#include <algorithm>
+#include <string>
+
 #include "kernels/model/forward_step.hpp"
 
 namespace moe {
@@ -24,6 +27,26 @@ std::vector<float> model_runner::forward(std::span<const batch_entry> batch) {
       options_.observe_layer(layer_idx, step.hidden());
   }
   return step.logits();
+}
+
+std::vector<float> model_runner::prefill(std::span<const int32_t> prompt, sequence_kv& kv,
+                                         int64_t chunk_size, bool all_logits) {
+  const int64_t n = static_cast<int64_t>(prompt.size()), start = kv.num_cached;
+  chunk_size = std::max<int64_t>(1, chunk_size);
+  if (!kv.reserve(cache_, start + n))
+    throw input_error("the KV cache has too few free blocks for a prompt of " + std::to_string(n) +
+                      " tokens");
+  std::vector<float> logits;
+  for (int64_t begin = 0; begin < n; begin += chunk_size) {
+    const batch_entry entry{.tokens = prompt.subspan(begin, std::min(chunk_size, n - begin)),
+                            .kv = &kv, .all_logits = all_logits};
+    std::vector<float> part = forward(std::span(&entry, 1));
+    if (all_logits)
+      logits.insert(logits.end(), part.begin(), part.end());
+    else
+      logits = std::move(part);
+  }
+  return logits;
 }
 
 }  // namespace moe

@@ -49,6 +49,13 @@ public:
   /// order, every new token's row when all_logits, else the last one's. Advances num_cached.
   [[nodiscard]] std::vector<float> forward(std::span<const batch_entry> batch);
 
+  /// Prefills `prompt` into `kv` (which may already hold earlier tokens) in forward calls of at
+  /// most `chunk_size` tokens, so activation memory stays bounded. Returns the last token's
+  /// logits [1, vocab], or every token's [prompt, vocab] when all_logits. Throws input_error when
+  /// the KV pool has too few free blocks.
+  [[nodiscard]] std::vector<float> prefill(std::span<const int32_t> prompt, sequence_kv& kv,
+                                           int64_t chunk_size, bool all_logits = false);
+
   [[nodiscard]] const model_weights& weights() const noexcept { return w_; }
   [[nodiscard]] backend& device() noexcept { return b_; }
   [[nodiscard]] kv_cache& cache() noexcept { return cache_; }

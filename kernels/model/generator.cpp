@@ -48,15 +48,8 @@ generation_result generator::run(const std::vector<int32_t>& prompt_ids,
   sampler pick(params, prompt_ids);
   const auto t0 = clock_type::now();
 
-  // -- chunked prefill: only the last chunk's last row of logits is needed
-  std::vector<float> logits;
-  for (int64_t begin = 0; begin < num_prompt; begin += chunk_size_) {
-    const int64_t n = std::min(chunk_size_, num_prompt - begin);
-    if (!kv.reserve(runner_.cache(), begin + n))
-      throw input_error("not enough KV blocks for the prompt");
-    const batch_entry entry{.tokens = std::span(prompt_ids).subspan(begin, n), .kv = &kv};
-    logits = runner_.forward(std::span(&entry, 1));
-  }
+  // -- chunked prefill: only the last token's logits are needed
+  std::vector<float> logits = runner_.prefill(prompt_ids, kv, chunk_size_);
   result.prefill_seconds = seconds_since(t0);
 
   // -- decode

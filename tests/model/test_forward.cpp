@@ -33,19 +33,12 @@ struct fixture {
   std::unique_ptr<backend> ref = make_cpu_reference_backend();
   kv_cache cache{w.config.num_hidden_layers, 32, 4, w.config.kv_cache_dim()};
 
-  // Logits of every token of `ids` in one prefill call.
+  // Logits of every token of `ids`, prefilled `chunk` tokens per forward call.
   std::vector<float> prefill_all(const std::vector<int32_t>& ids, attention_form form,
                                  int64_t chunk = 1 << 20) {
     model_runner runner(w, *ref, cache, {.form = form});
     sequence_kv kv;
-    REQUIRE(kv.reserve(cache, static_cast<int64_t>(ids.size())));
-    std::vector<float> all;
-    for (size_t b = 0; b < ids.size(); b += chunk) {
-      const size_t n = std::min(ids.size() - b, static_cast<size_t>(chunk));
-      const batch_entry e{.tokens = std::span(ids).subspan(b, n), .kv = &kv, .all_logits = true};
-      auto part = runner.forward(std::span(&e, 1));
-      all.insert(all.end(), part.begin(), part.end());
-    }
+    const std::vector<float> all = runner.prefill(ids, kv, chunk, /*all_logits=*/true);
     kv.release(cache);
     return all;
   }
