@@ -1,0 +1,98 @@
+// kernels/model/expert_parallel.hpp
+// Expert parallelism for one MoE layer and one micro-batch, as plain functions: the source rank
+// splits its tokens' (token, k) pairs by the rank holding each chosen expert and encodes one
+// dispatch per destination (FP8 rows, DeepEP's format); each destination runs its experts over
+// every dispatch it received and answers with BF16 weighted outputs per pair; the source sums a
+// token's pairs in k order. The sum order is fixed, so the result equals routed_local bit for bit
+// on the reference backend, whatever the number of ranks, placement or arrival order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/model/dispatch_payload.hpp"
+#include "kernels/model/weights.hpp"
+
+namespace moe {
+
+/// One MoE layer's physical expert slots over an EP group: rank r holds slots
+/// [r * slots_per_rank, (r + 1) * slots_per_rank); a logical expert may have several replicas.
+struct layer_placement {
+  int64_t num_ranks = 1;
+  int64_t slots_per_rank = 0;
+  std::vector<int32_t> slot_expert;                   // [num_ranks * slots_per_rank] physical -> logical
+  std::vector<std::vector<int32_t>> expert_slots;     // [num_logical] -> its physical slots, ascending
+
+  [[nodiscard]] int64_t rank_of_slot(int64_t slot) const noexcept { return slot / slots_per_rank; }
+};
+
+/// Builds the placement from a physical -> logical table (EPLB's phy2log row). Throws
+/// std::invalid_argument unless the slots split evenly over the ranks and every logical expert
+/// in [0, num_logical) has a slot.
+[[nodiscard]] layer_placement make_layer_placement(std::vector<int32_t> slot_expert, int64_t num_ranks,
+                                                   int64_t num_logical);
+
+/// Logical experts spread over the ranks in order, then `num_redundant` extra replicas of experts
+/// 0, 1, ... (the placement before any load is known).
+[[nodiscard]] layer_placement default_layer_placement(int64_t num_logical, int64_t num_redundant,
+                                                      int64_t num_ranks);
+
+/// Which message a step's exchange belongs to.
+struct ep_key {
+  int64_t step = 0;
+  int64_t layer_idx = 0;
+  int64_t micro_batch = 0;
+  friend bool operator==(const ep_key&, const ep_key&) = default;
+  friend auto operator<=>(const ep_key&, const ep_key&) = default;
+};
+
+/// Tokens one rank sends another for one (step, layer, micro-batch); possibly none.
+struct ep_dispatch {
+  ep_key key;
+  int64_t src_rank = 0;
+  token_payload rows;                       // each dispatched token once: [num_rows, hidden]
+  std::vector<int32_t> pair_row;            // per (token, k) pair: its row in `rows`
+  std::vector<int32_t> pair_expert;         // per pair: logical expert
+  std::vector<float> pair_weight;           // per pair: routing weight
+  payload_dtype combine_type = payload_dtype::bf16;   // what the answer carries
+
+  [[nodiscard]] int64_t num_pairs() const noexcept { return static_cast<int64_t>(pair_row.size()); }
+};
+
+/// The answer to one ep_dispatch: weighted expert outputs per pair, in the dispatch's pair order.
+struct ep_combine {
+  ep_key key;
+  int64_t src_rank = 0;                     // the rank that computed them
+  token_payload outputs;                    // [num_pairs, hidden]
+};
+
+/// The source side's record of where each (token, k) pair went.
+struct dispatch_plan {
+  int64_t num_tokens = 0;
+  int64_t top_k = 0;
+  std::vector<int32_t> pair_dest;           // [num_tokens * top_k] destination rank
+  std::vector<int32_t> pair_index;          // [num_tokens * top_k] index among that rank's pairs
+};
+
+/// Splits the pairs of x [num_tokens, hidden] by destination (a replicated expert's replica chosen
+/// by (token + src_rank) mod replicas) and encodes one dispatch per rank of the group, in rank order.
+[[nodiscard]] std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(
+    const layer_placement& placement, ep_key key, int64_t src_rank, std::span<const float> x,
+    std::span<const int32_t> topk_ids, std::span<const float> topk_weights, int64_t num_tokens,
+    int64_t hidden, int64_t top_k, ep_precision ep, dispatch_plan& plan);
+
+/// The destination side: runs the routed experts over the pairs of every received dispatch in one
+/// batch and answers each (same order). Every pair's expert must live on `rank` (logic_error if not).
+[[nodiscard]] std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
+    backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
+    std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden);
+
+/// The source side: out[t] = sum over k in order of pair (t, k)'s output; `answers` indexed by
+/// destination rank. out: [num_tokens, hidden] (overwritten).
+void combine_outputs(const dispatch_plan& plan, std::span<const std::shared_ptr<const ep_combine>> answers,
+                     float* out, int64_t hidden);
+
+}  // namespace moe
