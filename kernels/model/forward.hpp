@@ -23,11 +23,14 @@ struct rope_tables {
 };
 [[nodiscard]] rope_tables make_rope_tables(const model_config& cfg);
 
-/// One sequence's part of a batch: new tokens at positions seq->num_cached onwards.
+/// One sequence's part of a batch: new tokens at positions `start` onwards.
 struct batch_entry {
   std::span<const int32_t> tokens;
-  sequence_kv* kv = nullptr;                // must already hold num_cached + tokens.size() tokens
+  sequence_kv* kv = nullptr;                // must already hold start + tokens.size() tokens
   bool all_logits = false;                  // logits for every new token, else only the last
+  bool no_logits = false;                   // no logits at all (a prompt's non-final segment)
+  int64_t start = -1;                       // position of tokens[0]; -1: kv->num_cached. A prompt
+                                            // split over two micro-batches has two entries.
 };
 
 struct forward_options {

@@ -30,7 +30,8 @@ forward_step::forward_step(const model_weights& weights, backend& device, kv_cac
   const model_config& cfg = w_.config;
   for (size_t s = 0; s < batch.size(); ++s) {
     const batch_entry& entry = batch[s];
-    const int64_t start = entry.kv->num_cached, n = static_cast<int64_t>(entry.tokens.size());
+    const int64_t start = entry.start >= 0 ? entry.start : entry.kv->num_cached;
+    const int64_t n = static_cast<int64_t>(entry.tokens.size());
     if (n == 0)
       throw std::invalid_argument("forward: a batch entry has no tokens");
     if (static_cast<int64_t>(entry.kv->block_table.size()) * cache.block_size() < start + n)
@@ -40,13 +41,14 @@ forward_step::forward_step(const model_weights& weights, backend& device, kv_cac
       if (id < 0 || id >= cfg.vocab_size)
         throw input_error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                           std::to_string(cfg.vocab_size) + ")");
-      if (entry.all_logits || i == n - 1)
+      if (!entry.no_logits && (entry.all_logits || i == n - 1))
         logit_rows_.push_back(num_tokens());
       token_ids_.push_back(id);
       seq_idx_.push_back(static_cast<int32_t>(s));
       positions_.push_back(static_cast<int32_t>(start + i));
     }
     block_tables_.push_back(entry.kv->block_table.data());
+    ends_.push_back(start + n);
   }
   const int64_t T = num_tokens(), D = cfg.hidden_size, H = cfg.num_attention_heads;
   h_.resize(static_cast<size_t>(T * D));
@@ -56,7 +58,8 @@ forward_step::forward_step(const model_weights& weights, backend& device, kv_cac
   q_.resize(static_cast<size_t>(T * H * cfg.qk_head_dim()));
   kv_.resize(static_cast<size_t>(T * cfg.kv_cache_dim()));
   attn_.resize(static_cast<size_t>(T * H * cfg.v_head_dim));
-  b_.embedding({.table = &w_.embed_tokens, .ids = token_ids_.data(), .out = h_.data(), .num_tokens = T});
+  if (T > 0)
+    b_.embedding({.table = &w_.embed_tokens, .ids = token_ids_.data(), .out = h_.data(), .num_tokens = T});
 }
 
 token_layout forward_step::layout() const noexcept {
@@ -64,6 +67,8 @@ token_layout forward_step::layout() const noexcept {
 }
 
 void forward_step::attn_0(int64_t layer_idx) {
+  if (num_tokens() == 0)                                     // an idle rank's empty micro-batch
+    return;
   const model_config& cfg = w_.config;
   const layer_weights& lw = w_.layers[layer_idx];
   const attention_weights& aw = lw.attn;
@@ -96,6 +101,8 @@ void forward_step::attn_0(int64_t layer_idx) {
 }
 
 void forward_step::attn_1(int64_t layer_idx, attention_form form) {
+  if (num_tokens() == 0)
+    return;
   const model_config& cfg = w_.config;
   const layer_weights& lw = w_.layers[layer_idx];
   const int64_t T = num_tokens(), D = cfg.hidden_size;
@@ -124,6 +131,8 @@ void forward_step::attn_1(int64_t layer_idx, attention_form form) {
 }
 
 void forward_step::shared(int64_t layer_idx) {
+  if (num_tokens() == 0)
+    return;
   const layer_weights& lw = w_.layers[layer_idx];
   const int64_t T = num_tokens();
   if (!lw.is_moe)
@@ -135,6 +144,8 @@ void forward_step::shared(int64_t layer_idx) {
 }
 
 void forward_step::routed_local(int64_t layer_idx, ep_precision ep) {
+  if (num_tokens() == 0)
+    return;
   const moe_weights& mw = w_.layers[layer_idx].moe;
   const int64_t T = num_tokens(), D = w_.config.hidden_size;
   std::vector<float> dispatched;                             // x as the experts' ranks would see it
@@ -152,6 +163,8 @@ void forward_step::routed_local(int64_t layer_idx, ep_precision ep) {
 }
 
 void forward_step::combine(int64_t layer_idx) {
+  if (num_tokens() == 0)
+    return;
   const int64_t n = num_tokens() * w_.config.hidden_size;
   if (w_.layers[layer_idx].is_moe)
     b_.add({.out = h_.data(), .x = routed_.data(), .n = n});
@@ -162,13 +175,15 @@ std::vector<float> forward_step::logits() {
   const model_config& cfg = w_.config;
   const int64_t R = static_cast<int64_t>(logit_rows_.size()), D = cfg.hidden_size;
   std::vector<float> rows(static_cast<size_t>(R * D)), out(static_cast<size_t>(R * cfg.vocab_size));
-  for (int64_t r = 0; r < R; ++r)
-    std::copy_n(h_.data() + logit_rows_[r] * D, D, rows.data() + r * D);
-  b_.rms_norm({.x = rows.data(), .weight = w_.norm.data(), .out = rows.data(), .num_tokens = R,
-               .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
-  b_.linear({.x = rows.data(), .w = &w_.lm_head, .out = out.data(), .num_tokens = R});
-  for (const batch_entry& entry : batch_)
-    entry.kv->num_cached += static_cast<int64_t>(entry.tokens.size());
+  if (R > 0) {
+    for (int64_t r = 0; r < R; ++r)
+      std::copy_n(h_.data() + logit_rows_[r] * D, D, rows.data() + r * D);
+    b_.rms_norm({.x = rows.data(), .weight = w_.norm.data(), .out = rows.data(), .num_tokens = R,
+                 .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
+    b_.linear({.x = rows.data(), .w = &w_.lm_head, .out = out.data(), .num_tokens = R});
+  }
+  for (size_t s = 0; s < batch_.size(); ++s)                 // max: split entries end in any order
+    batch_[s].kv->num_cached = std::max(batch_[s].kv->num_cached, ends_[s]);
   return out;
 }
 

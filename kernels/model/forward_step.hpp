@@ -44,7 +44,8 @@ public:
   [[nodiscard]] std::span<const float> hidden() const noexcept { return h_; }
 
   /// Final RMSNorm and lm_head on the selected rows -> [num_rows, vocab]; advances each
-  /// sequence's num_cached.
+  /// sequence's num_cached to the end of its new tokens. Every stage is a no-op on an empty
+  /// batch (an idle rank still takes part in expert parallelism).
   [[nodiscard]] std::vector<float> logits();
 
 private:
@@ -57,6 +58,7 @@ private:
   std::vector<int32_t> token_ids_, seq_idx_, positions_;
   std::vector<const int32_t*> block_tables_;
   std::vector<int64_t> logit_rows_;
+  std::vector<int64_t> ends_;               // per entry: position after its last new token
   // activations
   std::vector<float> h_, x_, q_, kv_, attn_, shared_, routed_;   // [T, ...]
   std::vector<float> router_logits_, topk_weights_;

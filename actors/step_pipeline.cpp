@@ -1,0 +1,205 @@
+// actors/step_pipeline.cpp
+// The per-rank layer machine. Bookkeeping runs on the owner's thread; only the lambdas handed to
+// pipeline_io::enqueue touch activations, on the stream, one after another.
+#include "actors/step_pipeline.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace moe {
+
+std::string_view to_string(stage_kind s) noexcept {
+  switch (s) {
+    case stage_kind::attn_0: return "ATTN-0";
+    case stage_kind::attn_1: return "ATTN-1";
+    case stage_kind::shared: return "SHARED";
+    case stage_kind::mlp: return "MLP";
+    case stage_kind::combine: return "COMBINE";
+    case stage_kind::logits: return "LOGITS";
+  }
+  return "?";
+}
+
+step_pipeline::step_pipeline(int64_t step, const ep_group& group, const step_model& model,
+                             std::vector<std::vector<batch_entry>> micro_batches, pipeline_io& io)
+    : step_(step), group_(group), model_(model), io_(io) {
+  if (static_cast<int64_t>(micro_batches.size()) != group.num_micro_batches)
+    throw std::logic_error("step_pipeline: " + std::to_string(micro_batches.size()) + " micro-batches, the group runs " +
+                           std::to_string(group.num_micro_batches));
+  mbs_.resize(micro_batches.size());
+  waiting_layer_.assign(micro_batches.size(), -1);
+  for (size_t m = 0; m < mbs_.size(); ++m) {
+    mbs_[m].entries = std::move(micro_batches[m]);
+    mbs_[m].fwd = std::make_unique<forward_step>(*model_.weights, *model_.device, *model_.cache, *model_.rope,
+                                                 mbs_[m].entries);
+    mbs_[m].answers.resize(static_cast<size_t>(group_.num_ranks));
+  }
+}
+
+bool step_pipeline::is_moe(int64_t layer_idx) const noexcept { return model_.weights->layers[layer_idx].is_moe; }
+
+bool step_pipeline::done() const noexcept {
+  return std::all_of(mbs_.begin(), mbs_.end(), [](const micro_batch& m) { return m.finished; });
+}
+
+int64_t step_pipeline::num_tokens() const noexcept {
+  int64_t n = 0;
+  for (const micro_batch& m : mbs_)
+    n += m.fwd->num_tokens();
+  return n;
+}
+
+void step_pipeline::start() {
+  for (size_t m = 0; m < mbs_.size(); ++m)
+    waiting_layer_[m] = 0;
+  try_begin_waiting();
+}
+
+// A micro-batch begins layer l only after the one before it has: a prompt split between them
+// needs the first part's latent KV of layer l stored before the second part attends.
+void step_pipeline::try_begin_waiting() {
+  for (size_t m = 0; m < mbs_.size(); ++m) {
+    const int64_t l = waiting_layer_[m];
+    if (l < 0 || (m > 0 && mbs_[m - 1].layer_idx < l))
+      continue;
+    waiting_layer_[m] = -1;
+    begin_layer(static_cast<int64_t>(m), l);
+  }
+}
+
+void step_pipeline::begin_layer(int64_t mb, int64_t l) {
+  micro_batch& m = mbs_[mb];
+  m.layer_idx = l;
+  forward_step* fwd = m.fwd.get();
+  io_.enqueue(mb, stage_kind::attn_0, l, [fwd, l] { fwd->attn_0(l); });
+  if (!is_moe(l)) {
+    io_.enqueue(mb, stage_kind::attn_1, l, [fwd, l, form = model_.form] { fwd->attn_1(l, form); });
+    return;
+  }
+  io_.enqueue(mb, stage_kind::attn_1, l, [this, &m, fwd, l, mb] {
+    fwd->attn_1(l, model_.form);
+    const model_config& cfg = model_.weights->config;
+    m.outgoing = make_dispatches((*group_.placements)[l], {.step = step_, .layer_idx = l, .micro_batch = mb},
+                                 group_.rank, fwd->moe_input(), fwd->topk_ids(), fwd->topk_weights(),
+                                 fwd->num_tokens(), cfg.hidden_size, cfg.num_experts_per_tok, group_.ep, m.plan);
+  });
+}
+
+void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
+  micro_batch& m = mbs_[mb];
+  const int64_t l = m.layer_idx;
+  forward_step* fwd = m.fwd.get();
+  switch (stage) {
+    case stage_kind::attn_0:
+      return;
+    case stage_kind::attn_1:
+      if (!is_moe(l)) {                     // a dense layer: its MLP, then the residual add
+        io_.enqueue(mb, stage_kind::shared, l, [fwd, l] {
+          fwd->shared(l);
+          fwd->combine(l);
+        });
+        return;
+      }
+      {
+        std::vector<std::shared_ptr<ep_dispatch>> outgoing = std::move(m.outgoing);
+        for (int64_t r = 0; r < group_.num_ranks; ++r)
+          if (r != group_.rank)
+            io_.send_dispatch(r, std::move(outgoing[r]));
+        io_.enqueue(mb, stage_kind::shared, l, [fwd, l] { fwd->shared(l); });   // while the dispatch flies
+        on_dispatch(std::move(outgoing[group_.rank]));
+      }
+      return;
+    case stage_kind::shared:
+      if (!is_moe(l))
+        return after_layer(mb);
+      m.shared_done = true;
+      return try_combine(mb);
+    case stage_kind::mlp: {
+      std::vector<std::shared_ptr<ep_combine>> mine = std::move(m.my_answers);
+      std::shared_ptr<const ep_combine> own;
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const int64_t dest = m.answer_dest[i];
+        if (dest == group_.rank)
+          own = std::move(mine[i]);
+        else
+          io_.send_combine(dest, std::move(mine[i]));
+      }
+      if (own)
+        on_combine(std::move(own));
+      return;
+    }
+    case stage_kind::combine:
+      return after_layer(mb);
+    case stage_kind::logits:
+      m.finished = true;
+      return;
+  }
+}
+
+void step_pipeline::on_dispatch(std::shared_ptr<const ep_dispatch> d) {
+  if (d->key.step != step_ || d->key.micro_batch < 0 || d->key.micro_batch >= group_.num_micro_batches)
+    throw std::logic_error("step_pipeline: a dispatch for step " + std::to_string(d->key.step) + " micro-batch " +
+                           std::to_string(d->key.micro_batch) + " reached step " + std::to_string(step_));
+  const int64_t mb = d->key.micro_batch, l = d->key.layer_idx;
+  inbox_[{l, mb}].push_back(std::move(d));
+  try_mlp(mb, l);
+}
+
+void step_pipeline::try_mlp(int64_t mb, int64_t l) {
+  auto it = inbox_.find({l, mb});
+  if (it == inbox_.end() || static_cast<int64_t>(it->second.size()) < group_.num_ranks)
+    return;
+  std::vector<std::shared_ptr<const ep_dispatch>> received = std::move(it->second);
+  inbox_.erase(it);
+  std::sort(received.begin(), received.end(),               // one batch order, whatever the arrival order
+            [](const auto& a, const auto& b) { return a->src_rank < b->src_rank; });
+  micro_batch& m = mbs_[mb];
+  m.answer_dest.clear();
+  for (const auto& d : received)
+    m.answer_dest.push_back(d->src_rank);
+  io_.enqueue(mb, stage_kind::mlp, l, [this, &m, l, received = std::move(received)] {
+    m.my_answers = run_dispatched_experts(*model_.device, model_.weights->layers[l].moe, (*group_.placements)[l],
+                                          group_.rank, received, model_.weights->config.hidden_size);
+  });
+}
+
+void step_pipeline::on_combine(std::shared_ptr<const ep_combine> c) {
+  if (c->key.step != step_ || c->key.micro_batch < 0 || c->key.micro_batch >= group_.num_micro_batches ||
+      c->key.layer_idx != mbs_[c->key.micro_batch].layer_idx)
+    throw std::logic_error("step_pipeline: a combine for step " + std::to_string(c->key.step) + " layer " +
+                           std::to_string(c->key.layer_idx) + " arrived out of turn");
+  const int64_t mb = c->key.micro_batch, src = c->src_rank;
+  micro_batch& m = mbs_[mb];
+  m.answers[src] = std::move(c);
+  ++m.num_answers;
+  try_combine(mb);
+}
+
+void step_pipeline::try_combine(int64_t mb) {
+  micro_batch& m = mbs_[mb];
+  if (!m.shared_done || m.num_answers < group_.num_ranks)
+    return;
+  m.shared_done = false;
+  m.num_answers = 0;
+  const int64_t l = m.layer_idx;
+  io_.enqueue(mb, stage_kind::combine, l,
+              [fwd = m.fwd.get(), plan = std::move(m.plan), answers = std::exchange(m.answers, std::vector<std::shared_ptr<const ep_combine>>(group_.num_ranks)),
+               l, D = model_.weights->config.hidden_size] {
+                combine_outputs(plan, answers, fwd->routed_output().data(), D);
+                fwd->combine(l);
+              });
+}
+
+void step_pipeline::after_layer(int64_t mb) {
+  micro_batch& m = mbs_[mb];
+  const int64_t next = m.layer_idx + 1;
+  if (next < model_.weights->config.num_hidden_layers) {
+    waiting_layer_[mb] = next;
+    return try_begin_waiting();
+  }
+  io_.enqueue(mb, stage_kind::logits, m.layer_idx, [&m] { m.logits = m.fwd->logits(); });
+}
+
+}  // namespace moe
