@@ -1,0 +1,211 @@
+// config/topology.cpp
+// Reads a TOML topology file (layout: config/topology.toml) into topology_config through one
+// table of known keys, so an unknown key or a mistyped value is an error naming the key, and
+// checks ranges and cross-field rules once in validate().
+#include "config/topology.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include <toml++/toml.h>
+
+#include "config/model_config.hpp"
+
+namespace moe {
+namespace {
+
+using field_ref = std::variant<int64_t*, double*, bool*, std::string*>;
+
+// Every TOML key, as "section.key", and the field of `c` it sets.
+std::array<std::pair<std::string_view, field_ref>, 21> fields_of(topology_config& c) {
+  return {{
+      {"prefill.ranks", &c.prefill_ranks},
+      {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
+      {"prefill.max_prefill_tokens", &c.max_prefill_tokens},
+      {"decode.ranks", &c.decode_ranks},
+      {"decode.max_running_requests", &c.max_running_requests},
+      {"scheduler.max_queued_requests", &c.max_queued_requests},
+      {"scheduler.max_context", &c.max_context},
+      {"kv_cache.blocks", &c.kv_blocks},
+      {"kv_cache.page_size", &c.page_size},
+      {"cluster.ranks_per_node", &c.ranks_per_node},
+      {"cluster.threads_per_rank", &c.threads_per_rank},
+      {"expert_parallel.redundant_experts", &c.redundant_experts},
+      {"expert_parallel.two_batch_overlap", &c.two_batch_overlap},
+      {"expert_parallel.dispatch_dtype", &c.dispatch_dtype},
+      {"link_model.enabled", &c.link_model},
+      {"link_model.intra_node_latency_us", &c.intra_node.latency_us},
+      {"link_model.intra_node_bandwidth_gb_s", &c.intra_node.bandwidth_gb_s},
+      {"link_model.inter_node_latency_us", &c.inter_node.latency_us},
+      {"link_model.inter_node_bandwidth_gb_s", &c.inter_node.bandwidth_gb_s},
+      {"server.host", &c.host},
+      {"server.port", &c.port},
+  }};
+}
+
+// "<origin>:<line>:<column>: key "<name>": <what>"
+[[noreturn]] void key_error(std::string_view origin, const toml::node& node, std::string_view name,
+                            std::string_view what) {
+  std::ostringstream msg;
+  msg << origin << ':' << node.source().begin.line << ':' << node.source().begin.column
+      << ": key \"" << name << "\": " << what;
+  throw input_error(msg.str());
+}
+
+[[noreturn]] void type_error(std::string_view origin, const toml::node& node, std::string_view name,
+                             std::string_view expected) {
+  std::ostringstream what;
+  what << "expected " << expected << ", got " << node.type() << ' ';
+  node.visit([&](const auto& value) { what << value; });
+  key_error(origin, node, name, what.str());
+}
+
+// Stores `node` into `field` when the TOML type fits (an integer also fits a double).
+void assign(field_ref field, const toml::node& node, std::string_view origin,
+            std::string_view name) {
+  std::visit(
+      [&](auto* out) {
+        using value_type = std::remove_pointer_t<decltype(out)>;
+        if constexpr (std::is_same_v<value_type, int64_t>) {
+          if (!node.is_integer())
+            type_error(origin, node, name, "an integer");
+          *out = node.as_integer()->get();
+        } else if constexpr (std::is_same_v<value_type, double>) {
+          if (!node.is_number())
+            type_error(origin, node, name, "a number");
+          *out = node.value<double>().value();
+        } else if constexpr (std::is_same_v<value_type, bool>) {
+          if (!node.is_boolean())
+            type_error(origin, node, name, "true or false");
+          *out = node.as_boolean()->get();
+        } else {
+          if (!node.is_string())
+            type_error(origin, node, name, "a string");
+          *out = node.as_string()->get();
+        }
+      },
+      field);
+}
+
+void read_section(topology_config& cfg, std::string_view section, const toml::table& table,
+                  std::string_view origin) {
+  const auto fields = fields_of(cfg);
+  for (const auto& [key, node] : table) {
+    const std::string name = std::string(section) + "." + std::string(key.str());
+    auto it = std::find_if(fields.begin(), fields.end(), [&](auto& f) { return f.first == name; });
+    if (it == fields.end())
+      key_error(origin, node, name, "unknown key (see config/topology.toml)");
+    assign(it->second, node, origin, name);
+  }
+}
+
+bool known_section(std::string_view section) {
+  topology_config scratch;
+  for (const auto& [name, field] : fields_of(scratch))
+    if (name.substr(0, name.find('.')) == section)
+      return true;
+  return false;
+}
+
+// "topology: <key> (<flag>) <what>"
+[[noreturn]] void invalid(std::string_view key, std::string_view flag, std::string_view what) {
+  std::ostringstream msg;
+  msg << "topology: " << key << " (" << flag << ") " << what;
+  throw input_error(msg.str());
+}
+
+void at_least(int64_t value, int64_t min, std::string_view key, std::string_view flag) {
+  if (value < min)
+    invalid(key, flag, "must be >= " + std::to_string(min) + ", got " + std::to_string(value));
+}
+
+void check_link(const link_spec& link, std::string_view side) {
+  const std::string prefix = "link_model." + std::string(side) + "_node_";
+  const std::string flag = "--" + std::string(side) + "-node-";
+  if (!std::isfinite(link.latency_us) || link.latency_us < 0.0)
+    invalid(prefix + "latency_us", flag + "latency-us",
+            "must be a finite number >= 0, got " + std::to_string(link.latency_us));
+  if (!std::isfinite(link.bandwidth_gb_s) || link.bandwidth_gb_s < 0.0)
+    invalid(prefix + "bandwidth_gb_s", flag + "bandwidth-gbs",
+            "must be a finite number >= 0 (0: unlimited), got " +
+                std::to_string(link.bandwidth_gb_s));
+}
+
+}  // namespace
+
+topology_config parse_topology(std::string_view toml_text, std::string_view origin) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << origin << ':' << e.source().begin.line << ':' << e.source().begin.column << ": "
+        << e.description();
+    throw input_error(msg.str());
+  }
+  topology_config cfg;
+  for (const auto& [section, node] : root) {
+    if (!known_section(section.str()))
+      key_error(origin, node, section.str(), "unknown section (see config/topology.toml)");
+    if (!node.is_table())
+      type_error(origin, node, section.str(), "a table ([" + std::string(section.str()) + "])");
+    read_section(cfg, section.str(), *node.as_table(), origin);
+  }
+  return cfg;
+}
+
+topology_config load_topology(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw input_error(file.string() + ": cannot open the topology file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_topology(text.str(), file.string());
+}
+
+void validate(const topology_config& c) {
+  at_least(c.prefill_ranks, 1, "prefill.ranks", "--prefill-ranks");
+  at_least(c.decode_ranks, 1, "decode.ranks", "--decode-ranks");
+  at_least(c.ranks_per_node, 1, "cluster.ranks_per_node", "--ranks-per-node");
+  at_least(c.threads_per_rank, 1, "cluster.threads_per_rank", "--threads-per-rank");
+  at_least(c.redundant_experts, 0, "expert_parallel.redundant_experts", "--redundant-experts");
+  at_least(c.chunked_prefill_size, 1, "prefill.chunked_prefill_size", "--chunked-prefill-size");
+  // A chunk larger than the batch budget could never be scheduled whole.
+  if (c.max_prefill_tokens < c.chunked_prefill_size)
+    invalid("prefill.max_prefill_tokens", "--max-prefill-tokens",
+            "must be >= prefill.chunked_prefill_size (" + std::to_string(c.chunked_prefill_size) +
+                "), got " + std::to_string(c.max_prefill_tokens));
+  at_least(c.max_running_requests, 1, "decode.max_running_requests", "--max-running-requests");
+  at_least(c.max_queued_requests, 1, "scheduler.max_queued_requests", "--max-queued-requests");
+  at_least(c.max_context, 2, "scheduler.max_context", "--max-context");
+  at_least(c.kv_blocks, 1, "kv_cache.blocks", "--kv-blocks");
+  at_least(c.page_size, 1, "kv_cache.page_size", "--page-size");
+  if (c.kv_blocks > std::numeric_limits<int64_t>::max() / c.page_size)
+    invalid("kv_cache.blocks", "--kv-blocks", "times kv_cache.page_size overflows int64");
+  if (c.kv_blocks * c.page_size < 2)
+    invalid("kv_cache.blocks", "--kv-blocks",
+            "times kv_cache.page_size must hold >= 2 tokens, got " +
+                std::to_string(c.kv_blocks * c.page_size));
+  if (c.dispatch_dtype != "fp8" && c.dispatch_dtype != "bf16" && c.dispatch_dtype != "fp32")
+    invalid("expert_parallel.dispatch_dtype", "--dispatch-dtype",
+            "must be fp8, bf16 or fp32, got \"" + c.dispatch_dtype + "\"");
+  check_link(c.intra_node, "intra");
+  check_link(c.inter_node, "inter");
+  if (c.host.empty())
+    invalid("server.host", "--host", "must not be empty");
+  if (c.port < 0 || c.port > 65535)
+    invalid("server.port", "--port", "must be in 0..65535, got " + std::to_string(c.port));
+}
+
+std::string_view combine_dtype(const topology_config& cfg) noexcept {
+  return cfg.dispatch_dtype == "fp32" ? "fp32" : "bf16";
+}
+
+}  // namespace moe

@@ -1,0 +1,70 @@
+// config/topology.hpp
+// The cluster topology: how many prefill and decode ranks, how they group into nodes, the
+// scheduler's limits, the KV pool per rank, the EP communication settings and the link model.
+// Read from a TOML file (config/topology.toml documents every key), overridden by `moeserve`
+// flags (tools/topology_options.hpp), and validated once at the boundary.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace moe {
+
+/// One class of link in the link model: a fixed latency per message plus size / bandwidth.
+struct link_spec {
+  double latency_us = 0.0;
+  double bandwidth_gb_s = 0.0;                    // 0 = unlimited
+  bool operator==(const link_spec&) const = default;
+};
+
+/// Link-model defaults from DeepEP's published H800 figures (reference/deepseek-system.md §4.2).
+/// Intra-node: NVLink, EP8 normal-kernel dispatch bottleneck bandwidth (153 GB/s) and EP8
+/// low-latency dispatch (77 µs, NVLink allowed in LL kernels since 2025-05-23).
+/// Inter-node: RDMA (CX7 400 Gb/s), EP16 normal-kernel bandwidth (43 GB/s) and EP16
+/// low-latency dispatch (118 µs), the smallest cross-node group DeepEP reports.
+inline constexpr link_spec default_intra_node_link{.latency_us = 77.0, .bandwidth_gb_s = 153.0};
+inline constexpr link_spec default_inter_node_link{.latency_us = 118.0, .bandwidth_gb_s = 43.0};
+
+/// The serving cluster. Field names follow SGLang's flags where it has one.
+struct topology_config {
+  int64_t prefill_ranks = 2;
+  int64_t decode_ranks = 2;
+  int64_t ranks_per_node = 8;            // ranks per node (link model: intra vs inter node)
+  int64_t redundant_experts = 0;         // extra physical expert slots per EP group (EPLB replicas)
+  bool two_batch_overlap = true;
+  int64_t chunked_prefill_size = 512;    // prefill tokens per sequence per step
+  int64_t max_prefill_tokens = 4096;     // token budget of one prefill batch
+  int64_t max_running_requests = 64;     // per decode rank
+  int64_t max_queued_requests = 256;     // request queue bound ("overloaded" beyond)
+  int64_t kv_blocks = 1024;              // per rank
+  int64_t page_size = 64;                // tokens per KV block (SGLang: --page-size)
+  int64_t max_context = 8192;            // prompt + generated tokens of one request
+  std::string dispatch_dtype = "fp8";    // fp8|bf16|fp32; see combine_dtype()
+  int64_t threads_per_rank = 1;
+  bool link_model = false;               // off by default (tests); benchmarks turn it on
+  link_spec intra_node = default_intra_node_link;
+  link_spec inter_node = default_inter_node_link;
+  std::string host = "127.0.0.1";
+  int64_t port = 8765;
+
+  bool operator==(const topology_config&) const = default;
+};
+
+/// Parses TOML text laid out as config/topology.toml; `origin` names the source in errors.
+/// Absent keys keep their defaults. Throws input_error naming the origin, the key
+/// ("prefill.ranks") and what was expected, on a syntax error, an unknown section or key, or a
+/// value of the wrong type. Does not validate() ranges.
+[[nodiscard]] topology_config parse_topology(std::string_view toml_text, std::string_view origin);
+
+/// Reads and parses a TOML topology file (see parse_topology).
+[[nodiscard]] topology_config load_topology(const std::filesystem::path& file);
+
+/// Checks ranges and cross-field rules once; throws input_error naming the TOML key and the flag.
+void validate(const topology_config& cfg);
+
+/// The combine payload type implied by the dispatch type: "fp32" for fp32, else "bf16".
+[[nodiscard]] std::string_view combine_dtype(const topology_config& cfg) noexcept;
+
+}  // namespace moe
