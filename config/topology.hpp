@@ -10,14 +10,10 @@
 #include <string>
 #include <string_view>
 
+#include "config/link_spec.hpp"
+
 namespace moe {
 
-/// One class of link in the link model: a fixed latency per message plus size / bandwidth.
-struct link_spec {
-  double latency_us = 0.0;
-  double bandwidth_gb_s = 0.0;                    // 0 = unlimited
-  bool operator==(const link_spec&) const = default;
-};
 
 /// Link-model defaults from DeepEP's published H800 figures (reference/deepseek-system.md §4.2).
 /// Intra-node: NVLink, EP8 normal-kernel dispatch bottleneck bandwidth (153 GB/s) and EP8

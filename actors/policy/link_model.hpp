@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "actors/policy/link_spec.hpp"
+#include "config/link_spec.hpp"
 
 namespace moe {
 
