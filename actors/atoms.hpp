@@ -12,5 +12,9 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;      // counters, ple
 using step_atom = caf::atom_constant<caf::atom("step")>;        // a rank's stream finished a step
 using token_atom = caf::atom_constant<caf::atom("token")>;      // new output tokens for a session
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // drop a request, free its KV
+using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;  // tokens for a peer's experts
+using combine_atom = caf::atom_constant<caf::atom("combine")>;  // expert outputs back to their source
+using stage_atom = caf::atom_constant<caf::atom("stage")>;      // a stream finished a pipeline stage
+using peers_atom = caf::atom_constant<caf::atom("peers")>;      // a rank's expert-parallel group
 
 }  // namespace moe

@@ -1,6 +1,7 @@
 // actors/decode_rank.cpp
-// Continuous batching: between steps the actor admits hand-offs and applies cancels; a step
-// feeds every running request's last token through the model on the stream and samples the next.
+// Continuous batching: at each step boundary the actor admits hand-offs and applies cancels, then
+// feeds every running request's last token through one forward step (micro-batches balanced by
+// context length) and samples the next tokens on the stream.
 //
 // NOTE: while a step is in flight the stream owns the running requests (their KV, samplers and
 // last tokens); the actor defers every change to them until the step's result arrives.
@@ -22,7 +23,6 @@ struct decode_step_result {
   std::vector<uint64_t> request_ids;
   std::vector<int32_t> tokens;              // next token of each request, same order
   std::string error;
-  int64_t num_free_blocks = 0;
 };
 
 namespace {
@@ -37,12 +37,11 @@ struct running_request {
 struct decode_rank_state {
   std::unique_ptr<rank_model> model;
   std::unique_ptr<cpu_stream> stream;
+  std::unique_ptr<ep_rank_core> core;
   std::map<uint64_t, running_request> running;
   std::vector<kv_handoff> joining;          // arrived during a step
   std::set<uint64_t> cancelled;             // asked during a step
-  bool step_in_flight = false;
-  int64_t num_steps = 0;
-  int64_t num_free_blocks = 0;
+  std::vector<std::vector<running_request*>> step_rows;   // per micro-batch, in logits order
   static inline const char* name = "decode_rank";
 
   ~decode_rank_state() { stream.reset(); }  // drain the stream before the model goes
@@ -91,97 +90,128 @@ void admit_and_cancel(decode_pointer self) {
   for (uint64_t id : st.cancelled)
     finish(self, id, {}, finish_reason::abort);
   st.cancelled.clear();
-  st.num_free_blocks = m.cache.num_free_blocks();
 }
 
-void start_step(decode_pointer self) {
+// The next step's micro-batches: every running request's last token, micro-batches filled
+// greedily to even out their context length (the core-attention cost of a decode step).
+ep_rank_core::micro_batches plan_step(decode_pointer self) {
   auto& st = self->state;
-  if (st.step_in_flight)
-    return;
   admit_and_cancel(self);
-  std::vector<running_request*> batch;
+  std::vector<uint64_t> out_of_kv;
+  for (auto& [id, r] : st.running)
+    if (!r.kv.reserve(st.model->cache, r.kv.num_cached + 1))
+      out_of_kv.push_back(id);
+  for (uint64_t id : out_of_kv)
+    finish(self, id, {}, finish_reason::length);           // KV pool exhausted: cannot go on
+  const int64_t num_mb = st.core->group().num_micro_batches;
+  ep_rank_core::micro_batches mbs(static_cast<size_t>(num_mb));
+  std::vector<int64_t> context(static_cast<size_t>(num_mb), 0);
+  st.step_rows.assign(static_cast<size_t>(num_mb), {});
   for (auto& [id, r] : st.running) {
-    if (!r.kv.reserve(st.model->cache, r.kv.num_cached + 1)) {
-      finish(self, id, {}, finish_reason::length);          // KV pool exhausted: cannot go on
-      return start_step(self);
-    }
-    batch.push_back(&r);
+    const auto mb = static_cast<size_t>(std::min_element(context.begin(), context.end()) - context.begin());
+    context[mb] += r.kv.num_cached + 1;
+    mbs[mb].push_back({.tokens = std::span(&r.last_token, 1), .kv = &r.kv});
+    st.step_rows[mb].push_back(&r);
   }
-  if (batch.empty())
-    return;
-  st.step_in_flight = true;
+  return mbs;
+}
+
+// The step's logits are ready: sample on the stream, then report to the actor.
+void sample_step(decode_pointer self, step_pipeline& pipeline, const std::string& error) {
+  auto& st = self->state;
   auto result = std::make_shared<decode_step_result>();
-  rank_model* m = st.model.get();
+  result->error = error;
+  const int64_t vocab = st.model->weights->config.vocab_size;
   st.stream->enqueue(
-      [m, batch, result] {
-        std::vector<batch_entry> entries;
-        for (running_request* r : batch) {
-          entries.push_back({.tokens = std::span(&r->last_token, 1), .kv = &r->kv});
-          result->request_ids.push_back(r->job.request_id);
-        }
-        std::vector<float> logits = m->runner.forward(entries);
-        const int64_t vocab = m->weights->config.vocab_size;
-        for (size_t i = 0; i < batch.size(); ++i) {
-          std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
-          const int32_t token = batch[i]->job.pick->sample(row);
-          batch[i]->job.pick->accept(token);
-          result->tokens.push_back(token);
-        }
+      [rows = st.step_rows, &pipeline, result, vocab] {
+        for (size_t mb = 0; mb < rows.size(); ++mb)
+          for (size_t i = 0; i < rows[mb].size(); ++i) {
+            running_request* r = rows[mb][i];
+            result->request_ids.push_back(r->job.request_id);
+            if (!result->error.empty())
+              continue;
+            const std::vector<float>& logits = pipeline.logits(static_cast<int64_t>(mb));
+            std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+            const int32_t token = r->job.pick->sample(row);
+            r->job.pick->accept(token);
+            result->tokens.push_back(token);
+          }
       },
-      [self = caf::actor_cast<caf::actor>(self), result, m](const std::string& error) {
-        result->error = error;
-        result->num_free_blocks = m->cache.num_free_blocks();
+      [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {
+        if (result->error.empty())
+          result->error = sample_error;
         caf::anon_send(self, step_atom::value, result);
       });
 }
 
+void on_step_result(decode_pointer self, const decode_step_result& result) {
+  auto& st = self->state;
+  st.core->finish_step();
+  st.step_rows.clear();
+  const model_config& cfg = st.model->weights->config;
+  for (size_t i = 0; i < result.request_ids.size(); ++i) {
+    const uint64_t id = result.request_ids[i];
+    auto it = st.running.find(id);
+    if (it == st.running.end())
+      continue;
+    if (!result.error.empty()) {
+      finish(self, id, {}, finish_reason::error, result.error);
+      continue;
+    }
+    running_request& r = it->second;
+    const int32_t token = result.tokens[i];
+    ++r.num_generated;
+    const finish_reason reason = token_finish(r.job.spec.sampling, cfg.eos_token_id, token, r.num_generated,
+                                              r.kv.num_cached + 1, st.model->max_context());
+    if (reason != finish_reason::none) {
+      finish(self, id, {token}, reason);
+      continue;
+    }
+    r.last_token = token;
+    caf::anon_send(r.job.session, token_atom::value, token_chunk{id, {token}, finish_reason::none, {}});
+  }
+}
+
+bool has_work(const decode_rank_state& st) { return !st.running.empty() || !st.joining.empty(); }
+
 decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_ptr<const model_weights> weights,
-                                             rank_model_config cfg) {
-  self->state.model = std::make_unique<rank_model>(std::move(weights), cfg);
-  self->state.stream = std::make_unique<cpu_stream>("decode");
-  self->state.num_free_blocks = self->state.model->cache.num_free_blocks();
+                                             rank_model_config cfg, ep_group group, cluster_links links) {
+  auto& st = self->state;
+  st.model = std::make_unique<rank_model>(std::move(weights), cfg);
+  st.stream = std::make_unique<cpu_stream>("decode");
+  if (!group.placements)
+    group.placements = default_placements(*st.model->weights, group.num_ranks, 0);
+  st.core = std::make_unique<ep_rank_core>(
+      *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "decode",
+      [self] { return plan_step(self); },
+      [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
   return {
+    [=](peers_atom, ep_membership& m) { self->state.core->set_membership(std::move(m)); },
+    [=](dispatch_atom, std::shared_ptr<const ep_dispatch>& d) { self->state.core->on_dispatch(std::move(d)); },
+    [=](combine_atom, std::shared_ptr<const ep_combine>& c) { self->state.core->on_combine(std::move(c)); },
+    [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
+      self->state.core->on_stage_done(step, mb, stage, error);
+    },
     [=](submit_atom, kv_handoff& job) {
       self->state.joining.push_back(std::move(job));
-      start_step(self);
+      self->state.core->maybe_start(true);
     },
     [=](cancel_atom, uint64_t id) {
-      self->state.cancelled.insert(id);
-      start_step(self);                                      // applies it now if idle
+      auto& st = self->state;
+      st.cancelled.insert(id);
+      if (!st.core->step_in_flight()) {                     // apply it now
+        admit_and_cancel(self);
+        st.core->maybe_start(has_work(st));
+      }
     },
     [=](step_atom, std::shared_ptr<decode_step_result> result) {
-      auto& st = self->state;
-      st.step_in_flight = false;
-      ++st.num_steps;
-      const model_config& cfg = st.model->weights->config;
-      for (size_t i = 0; i < result->request_ids.size(); ++i) {
-        const uint64_t id = result->request_ids[i];
-        auto it = st.running.find(id);
-        if (it == st.running.end())
-          continue;
-        if (!result->error.empty()) {
-          finish(self, id, {}, finish_reason::error, result->error);
-          continue;
-        }
-        running_request& r = it->second;
-        const int32_t token = result->tokens[i];
-        ++r.num_generated;
-        const finish_reason reason = token_finish(r.job.spec.sampling, cfg.eos_token_id, token, r.num_generated,
-                                                  r.kv.num_cached + 1, st.model->max_context());
-        if (reason != finish_reason::none) {
-          finish(self, id, {token}, reason);
-          continue;
-        }
-        r.last_token = token;
-        caf::anon_send(r.job.session, token_atom::value, token_chunk{id, {token}, finish_reason::none, {}});
-      }
-      st.num_free_blocks = st.model->cache.num_free_blocks();
-      start_step(self);
+      on_step_result(self, *result);
+      self->state.core->maybe_start(has_work(self->state));
     },
     [=](stats_atom) {
       const auto& st = self->state;
       return rank_stats{static_cast<int64_t>(st.running.size() + st.joining.size()), st.model->cache.num_blocks(),
-                        st.num_free_blocks, st.num_steps};
+                        st.model->cache.num_free_blocks(), st.core->num_steps()};
     },
   };
 }
@@ -189,8 +219,8 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
 }  // namespace
 
 decode_rank_actor spawn_decode_rank(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,
-                                    rank_model_config cfg) {
-  return sys.spawn(decode_rank, std::move(weights), cfg);
+                                    rank_model_config cfg, ep_group group, cluster_links links) {
+  return sys.spawn(decode_rank, std::move(weights), cfg, std::move(group), std::move(links));
 }
 
 }  // namespace moe

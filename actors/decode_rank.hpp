@@ -1,6 +1,7 @@
 // actors/decode_rank.hpp
-// A decode rank: takes prefilled requests (kv_handoff), runs continuous-batching decode steps
-// on its stream, streams each step's tokens to the sessions, frees KV as requests end.
+// A decode rank: takes prefilled requests (kv_handoff), runs continuous-batching decode steps in
+// lockstep with its expert-parallel group, streams each step's tokens to the sessions, frees KV
+// as requests end.
 #pragma once
 
 #include <caf/replies_to.hpp>
@@ -8,26 +9,29 @@
 #include <memory>
 
 #include "actors/atoms.hpp"
+#include "actors/ep_member.hpp"
 #include "actors/messages.hpp"
 #include "actors/rank_model.hpp"
 
 namespace moe {
 
-struct decode_step_result;                  // what a step's stream work produced (internal)
+struct decode_step_result;                  // what a step's sampling produced (internal)
 
-using decode_rank_actor = caf::typed_actor<
+using decode_rank_actor = ep_member_actor::extend<
     // Accepts a request whose latent KV cache was produced by a prefill rank.
     caf::reacts_to<submit_atom, kv_handoff>,
     // Ends a request with finish_reason::abort and frees its KV blocks (at the step boundary).
     caf::reacts_to<cancel_atom, uint64_t>,
-    // Its stream finished a step (internal).
+    // Its stream sampled a step's tokens (internal).
     caf::reacts_to<step_atom, std::shared_ptr<decode_step_result>>,
     // Running requests and KV occupancy.
     caf::replies_to<stats_atom>::with<rank_stats>>;
 
+/// `group` defaults to a group of one; `links` to instant messages and no trace.
 [[nodiscard]] decode_rank_actor spawn_decode_rank(caf::actor_system& sys,
                                                   std::shared_ptr<const model_weights> weights,
-                                                  rank_model_config cfg);
+                                                  rank_model_config cfg, ep_group group = {},
+                                                  cluster_links links = {});
 
 }  // namespace moe
 

@@ -1,13 +1,17 @@
 // actors/prefill_rank.cpp
-// The actor only enqueues jobs on its stream and counts them; the stream does the compute and
-// sends the results straight to the decode rank and the session.
+// Chunked prefill in steps ("segmented attention"): the actor plans which prompt segments go into
+// the next step and into which micro-batch (actors/policy/micro_batch.hpp); the stream computes
+// and samples; the actor sends first tokens to sessions and KV hand-offs to decode ranks.
 #include "actors/prefill_rank.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <list>
+#include <set>
 
+#include "actors/policy/micro_batch.hpp"
 #include "actors/stream.hpp"
 #include "kernels/model/output_text.hpp"
 
@@ -15,69 +19,205 @@ namespace moe {
 
 namespace {
 
-struct prefill_rank_state {
-  std::unique_ptr<rank_model> model;
-  std::unique_ptr<cpu_stream> stream;       // destroyed first: drains before the model goes
-  int64_t num_jobs = 0;
-  int64_t num_done = 0;
-  int64_t num_free_blocks = 0;              // as the stream last saw it
-  static inline const char* name = "prefill_rank";
-
-  ~prefill_rank_state() { stream.reset(); }
+struct prefill_task {
+  prefill_job job;
+  sequence_kv kv;                           // the whole prompt, reserved before its first segment
+  int64_t num_planned = 0;                  // prompt tokens given to steps so far
 };
 
-// On the stream: prefill, first token, KV export. Sends the outcome; never throws.
-void run_prefill(rank_model& m, prefill_job& job) {
-  sequence_kv kv;
-  try {
-    const auto& prompt = job.spec.prompt_ids;
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    if (n == 0 || n >= m.max_context())
-      throw input_error("the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
-                        std::to_string(m.max_context() - 1));
-    std::vector<float> logits = m.runner.prefill(prompt, kv, m.config.chunk_size);
-    auto pick = std::make_shared<sampler>(job.spec.sampling, prompt);
-    const int32_t first = pick->sample(logits);
-    pick->accept(first);
-    const finish_reason reason = token_finish(job.spec.sampling, m.weights->config.eos_token_id,
-                                              first, 1, n + 1, m.max_context());
-    caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {first}, reason, {}});
-    if (reason == finish_reason::none)                        // decoding goes on elsewhere
-      caf::anon_send(job.decode_rank, submit_atom::value,
-                     kv_handoff{job.request_id, std::move(job.spec), export_kv(m.cache, kv, n), first,
-                                std::move(pick), job.session});
-  } catch (const std::exception& e) {
-    caf::anon_send(job.session, token_atom::value,
-                   token_chunk{job.request_id, {}, finish_reason::error, e.what()});
-  }
-  kv.release(m.cache);
+}  // namespace
+
+struct prefill_step_result {
+  struct outcome {
+    prefill_task* task = nullptr;
+    int32_t first_token = 0;
+    finish_reason reason = finish_reason::none;
+    kv_pages pages;
+    std::shared_ptr<sampler> pick;
+  };
+  std::vector<outcome> finished;            // prompts whose last segment was in the step
+  std::string error;
+};
+
+namespace {
+
+struct prefill_rank_state {
+  std::unique_ptr<rank_model> model;
+  std::unique_ptr<cpu_stream> stream;
+  std::unique_ptr<ep_rank_core> core;
+  std::list<prefill_task> tasks;            // FIFO; stable addresses
+  std::vector<prefill_task*> step_tasks;    // in the step in flight
+  std::vector<std::vector<prefill_task*>> step_rows;   // per micro-batch: whose logits row, in order
+  static inline const char* name = "prefill_rank";
+
+  ~prefill_rank_state() { stream.reset(); }  // drain the stream before the model goes
+};
+
+using prefill_pointer = prefill_rank_actor::stateful_pointer<prefill_rank_state>;
+
+void fail(prefill_pointer self, prefill_task& t, const std::string& error) {
+  caf::anon_send(t.job.session, token_atom::value, token_chunk{t.job.request_id, {}, finish_reason::error, error});
+  t.kv.release(self->state.model->cache);
 }
 
-prefill_rank_actor::behavior_type prefill_rank(
-    prefill_rank_actor::stateful_pointer<prefill_rank_state> self,
-    std::shared_ptr<const model_weights> weights, rank_model_config cfg) {
-  self->state.model = std::make_unique<rank_model>(std::move(weights), cfg);
-  self->state.stream = std::make_unique<cpu_stream>("prefill");
-  self->state.num_free_blocks = self->state.model->cache.num_free_blocks();
+void erase_tasks(prefill_rank_state& st, const std::set<const prefill_task*>& gone) {
+  st.tasks.remove_if([&](const prefill_task& t) { return gone.count(&t) > 0; });
+}
+
+ep_rank_core::micro_batches plan_step(prefill_pointer self) {
+  auto& st = self->state;
+  rank_model& m = *st.model;
+  st.step_tasks.clear();
+  std::vector<prefill_segment> segments;
+  std::set<const prefill_task*> never_fit;
+  int64_t budget = m.config.max_prefill_tokens;
+  for (prefill_task& t : st.tasks) {
+    const int64_t n = static_cast<int64_t>(t.job.spec.prompt_ids.size());
+    if (budget <= 0)
+      break;
+    if (t.kv.block_table.empty() && !t.kv.reserve(m.cache, n)) {
+      if (st.step_tasks.empty() && m.cache.num_free_blocks() == m.cache.num_blocks()) {
+        fail(self, t, "the prefill rank's KV pool is too small for a prompt of " + std::to_string(n) + " tokens");
+        never_fit.insert(&t);
+        continue;
+      }
+      break;                                                // wait for KV in FIFO order
+    }
+    const int64_t num = std::min({m.config.chunk_size, n - t.num_planned, budget});
+    segments.push_back({.request_idx = static_cast<int64_t>(st.step_tasks.size()), .start = t.num_planned,
+                        .num_tokens = num});
+    st.step_tasks.push_back(&t);
+    t.num_planned += num;
+    budget -= num;
+  }
+  erase_tasks(st, never_fit);
+  const int64_t num_mb = st.core->group().num_micro_batches;
+  std::vector<std::vector<prefill_segment>> parts;
+  if (num_mb == 2) {
+    auto two = split_micro_batches(segments);
+    parts = {std::move(two[0]), std::move(two[1])};
+  } else {
+    parts.resize(static_cast<size_t>(num_mb));
+    parts[0] = std::move(segments);
+  }
+  ep_rank_core::micro_batches mbs(parts.size());
+  st.step_rows.assign(parts.size(), {});
+  for (size_t mb = 0; mb < parts.size(); ++mb)
+    for (const prefill_segment& s : parts[mb]) {
+      prefill_task* t = st.step_tasks[s.request_idx];
+      const std::span<const int32_t> prompt = t->job.spec.prompt_ids;
+      const bool last = s.start + s.num_tokens == static_cast<int64_t>(prompt.size());
+      mbs[mb].push_back({.tokens = prompt.subspan(s.start, s.num_tokens), .kv = &t->kv, .no_logits = !last,
+                         .start = s.start});
+      if (last)
+        st.step_rows[mb].push_back(t);
+    }
+  return mbs;
+}
+
+// The step's logits are ready: first tokens and KV export on the stream, then report.
+void sample_step(prefill_pointer self, step_pipeline& pipeline, const std::string& error) {
+  auto& st = self->state;
+  auto result = std::make_shared<prefill_step_result>();
+  result->error = error;
+  rank_model* m = st.model.get();
+  st.stream->enqueue(
+      [rows = st.step_rows, &pipeline, result, m] {
+        if (!result->error.empty())
+          return;
+        const int64_t vocab = m->weights->config.vocab_size;
+        for (size_t mb = 0; mb < rows.size(); ++mb)
+          for (size_t i = 0; i < rows[mb].size(); ++i) {
+            prefill_task* t = rows[mb][i];
+            const auto& prompt = t->job.spec.prompt_ids;
+            const int64_t n = static_cast<int64_t>(prompt.size());
+            const std::vector<float>& logits = pipeline.logits(static_cast<int64_t>(mb));
+            std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+            auto pick = std::make_shared<sampler>(t->job.spec.sampling, prompt);
+            const int32_t first = pick->sample(row);
+            pick->accept(first);
+            prefill_step_result::outcome o{.task = t, .first_token = first,
+                                           .reason = token_finish(t->job.spec.sampling, m->weights->config.eos_token_id,
+                                                                  first, 1, n + 1, m->max_context()),
+                                           .pages = {}, .pick = std::move(pick)};
+            if (o.reason == finish_reason::none)            // decoding goes on elsewhere
+              o.pages = export_kv(m->cache, t->kv, n);
+            result->finished.push_back(std::move(o));
+          }
+      },
+      [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {
+        if (result->error.empty())
+          result->error = sample_error;
+        caf::anon_send(self, step_atom::value, result);
+      });
+}
+
+void on_step_result(prefill_pointer self, prefill_step_result& result) {
+  auto& st = self->state;
+  st.core->finish_step();
+  std::set<const prefill_task*> gone;
+  if (!result.error.empty()) {
+    for (prefill_task* t : st.step_tasks) {
+      fail(self, *t, result.error);
+      gone.insert(t);
+    }
+  }
+  for (auto& o : result.finished) {
+    if (!result.error.empty())
+      break;
+    prefill_job& job = o.task->job;
+    caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {o.first_token}, o.reason, {}});
+    if (o.reason == finish_reason::none)
+      caf::anon_send(job.decode_rank, submit_atom::value,
+                     kv_handoff{job.request_id, std::move(job.spec), std::move(o.pages), o.first_token,
+                                std::move(o.pick), job.session});
+    o.task->kv.release(st.model->cache);
+    gone.insert(o.task);
+  }
+  st.step_tasks.clear();
+  st.step_rows.clear();
+  erase_tasks(st, gone);
+}
+
+prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared_ptr<const model_weights> weights,
+                                               rank_model_config cfg, ep_group group, cluster_links links) {
+  auto& st = self->state;
+  st.model = std::make_unique<rank_model>(std::move(weights), cfg);
+  st.stream = std::make_unique<cpu_stream>("prefill");
+  if (!group.placements)
+    group.placements = default_placements(*st.model->weights, group.num_ranks, 0);
+  st.core = std::make_unique<ep_rank_core>(
+      *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "prefill",
+      [self] { return plan_step(self); },
+      [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
   return {
-    [=](submit_atom, prefill_job& job) {
-      ++self->state.num_jobs;
-      auto shared_job = std::make_shared<prefill_job>(std::move(job));
-      rank_model* model = self->state.model.get();
-      const uint64_t id = shared_job->request_id;
-      self->state.stream->enqueue([model, shared_job] { run_prefill(*model, *shared_job); },
-                                  [self = caf::actor_cast<caf::actor>(self), id, model](const std::string&) {
-                                    caf::anon_send(self, done_atom::value, id, model->cache.num_free_blocks());
-                                  });
+    [=](peers_atom, ep_membership& m) { self->state.core->set_membership(std::move(m)); },
+    [=](dispatch_atom, std::shared_ptr<const ep_dispatch>& d) { self->state.core->on_dispatch(std::move(d)); },
+    [=](combine_atom, std::shared_ptr<const ep_combine>& c) { self->state.core->on_combine(std::move(c)); },
+    [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
+      self->state.core->on_stage_done(step, mb, stage, error);
     },
-    [=](done_atom, uint64_t, int64_t free_blocks) {
-      ++self->state.num_done;
-      self->state.num_free_blocks = free_blocks;
+    [=](submit_atom, prefill_job& job) {
+      auto& st = self->state;
+      const int64_t n = static_cast<int64_t>(job.spec.prompt_ids.size());
+      if (n == 0 || n >= st.model->max_context()) {
+        caf::anon_send(job.session, token_atom::value,
+                       token_chunk{job.request_id, {}, finish_reason::error,
+                                   "the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
+                                       std::to_string(st.model->max_context() - 1)});
+        return;
+      }
+      st.tasks.push_back({.job = std::move(job), .kv = {}, .num_planned = 0});
+      st.core->maybe_start(true);
+    },
+    [=](step_atom, std::shared_ptr<prefill_step_result> result) {
+      on_step_result(self, *result);
+      self->state.core->maybe_start(!self->state.tasks.empty());
     },
     [=](stats_atom) {
       const auto& st = self->state;
-      return rank_stats{st.num_jobs - st.num_done, st.model->cache.num_blocks(), st.num_free_blocks,
-                        st.num_done};
+      return rank_stats{static_cast<int64_t>(st.tasks.size()), st.model->cache.num_blocks(),
+                        st.model->cache.num_free_blocks(), st.core->num_steps()};
     },
   };
 }
@@ -85,8 +225,8 @@ prefill_rank_actor::behavior_type prefill_rank(
 }  // namespace
 
 prefill_rank_actor spawn_prefill_rank(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,
-                                      rank_model_config cfg) {
-  return sys.spawn(prefill_rank, std::move(weights), cfg);
+                                      rank_model_config cfg, ep_group group, cluster_links links) {
+  return sys.spawn(prefill_rank, std::move(weights), cfg, std::move(group), std::move(links));
 }
 
 }  // namespace moe

@@ -17,7 +17,8 @@ struct rank_model_config {
   int64_t num_kv_blocks = 256;
   int64_t block_size = 64;
   int64_t max_context = 8192;
-  int64_t chunk_size = 512;                 // prefill tokens per forward call
+  int64_t chunk_size = 512;                 // prefill tokens per sequence per step
+  int64_t max_prefill_tokens = 4096;        // prefill tokens per step (all sequences)
 };
 
 struct rank_model {

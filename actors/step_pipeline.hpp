@@ -43,7 +43,7 @@ struct ep_group {
   int64_t num_ranks = 1;
   /// Per layer (empty placement for dense layers). Shared so a new plan can replace it between steps.
   std::shared_ptr<const std::vector<layer_placement>> placements;
-  ep_precision ep{.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16};
+  ep_precision ep;                          // the topology picks FP8 dispatch + BF16 combine
   int64_t num_micro_batches = 2;            // the same on every rank of the group
 };
 

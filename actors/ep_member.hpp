@@ -1,0 +1,31 @@
+// actors/ep_member.hpp
+// The messages every rank of an expert-parallel group handles (prefill and decode ranks extend it).
+#pragma once
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+#include <memory>
+#include <string>
+
+#include "actors/ep_rank_core.hpp"
+
+namespace moe {
+
+using ep_member_actor = caf::typed_actor<
+    // Joins an expert-parallel group: the peers in group-rank order and their global rank ids.
+    caf::reacts_to<peers_atom, ep_membership>,
+    // A peer's tokens for the experts this rank holds, for one (step, layer, micro-batch).
+    caf::reacts_to<dispatch_atom, std::shared_ptr<const ep_dispatch>>,
+    // Weighted expert outputs answering this rank's dispatch.
+    caf::reacts_to<combine_atom, std::shared_ptr<const ep_combine>>,
+    // The rank's stream finished a pipeline stage: step, micro-batch, stage_kind, error (internal).
+    caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>>;
+
+/// Placements for every layer with `num_redundant` extra slots on MoE layers, the default before
+/// any expert load is known (default_layer_placement on each MoE layer, empty on dense ones).
+[[nodiscard]] std::shared_ptr<const std::vector<layer_placement>> default_placements(
+    const model_weights& weights, int64_t num_ranks, int64_t num_redundant);
+
+}  // namespace moe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::ep_membership)

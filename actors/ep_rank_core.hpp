@@ -1,0 +1,96 @@
+// actors/ep_rank_core.hpp
+// What prefill and decode ranks share: an expert-parallel group member that runs forward steps in
+// lockstep with its peers. It binds step_pipeline to the rank's stream (completions come back as
+// (stage_atom, ...) messages) and to its peers (dispatch/combine messages, delayed by the link
+// model when one is on), records trace spans, and starts step s + 1 when the rank has work or a
+// peer's dispatch for it arrives (an idle rank joins with empty micro-batches, as in DeepEP).
+// Lives in a rank actor's state; every method runs on that actor's thread.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/atoms.hpp"
+#include "actors/policy/link_model.hpp"
+#include "actors/rank_model.hpp"
+#include "actors/step_pipeline.hpp"
+#include "actors/stream.hpp"
+#include "actors/trace_recorder.hpp"
+
+namespace moe {
+
+/// How a rank reaches the rest of the cluster, shared by all ranks of one run.
+struct cluster_links {
+  std::shared_ptr<link_model> links;        // null: messages go at once
+  std::shared_ptr<trace_recorder> trace;    // null: no trace
+};
+
+/// A rank's group: its peers in rank order (itself included) and its global rank id (the link
+/// model's and the trace's numbering).
+struct ep_membership {
+  std::vector<caf::actor> peers;
+  std::vector<int64_t> global_ranks;        // per group rank
+};
+
+class ep_rank_core final : public pipeline_io {
+public:
+  using micro_batches = std::vector<std::vector<batch_entry>>;
+  /// Builds the next step's micro-batches (group.num_micro_batches of them, maybe all empty).
+  using plan_fn = std::function<micro_batches()>;
+  /// The step finished (error empty) or one of its stages threw; pipeline holds the logits.
+  using done_fn = std::function<void(step_pipeline& pipeline, const std::string& error)>;
+
+  ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group, caf::actor self, cluster_links links,
+               std::string role, plan_fn plan, done_fn done);
+
+  /// Joins the group (before any step).
+  void set_membership(ep_membership m);
+  [[nodiscard]] bool step_in_flight() const noexcept { return pipeline_ != nullptr; }
+  [[nodiscard]] int64_t num_steps() const noexcept { return next_step_; }
+  [[nodiscard]] const ep_group& group() const noexcept { return group_; }
+
+  /// Starts the next step when none is in flight and `has_work` or a peer already began it.
+  void maybe_start(bool has_work);
+  /// Ends the step begun last; call from done_fn's aftermath when the owner is ready for the next.
+  void finish_step();
+
+  // message handlers
+  void on_dispatch(std::shared_ptr<const ep_dispatch> d);
+  void on_combine(std::shared_ptr<const ep_combine> c);
+  void on_stage_done(int64_t step, int64_t micro_batch, int32_t stage, const std::string& error);
+
+  // pipeline_io
+  void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::function<void()> work) override;
+  void send_dispatch(int64_t dest_rank, std::shared_ptr<const ep_dispatch> d) override;
+  void send_combine(int64_t dest_rank, std::shared_ptr<const ep_combine> c) override;
+
+private:
+  template <class Atom, class Payload>
+  void send_to_peer(int64_t dest_rank, Atom atom, std::shared_ptr<const Payload> p, size_t num_bytes,
+                    const char* what, const ep_key& key);
+  void start_step();
+
+  rank_model& model_;
+  cpu_stream& stream_;
+  ep_group group_;
+  caf::actor self_;
+  cluster_links links_;
+  std::string role_;
+  plan_fn plan_;
+  done_fn done_;
+  ep_membership members_;
+  rope_tables rope_;
+  std::unique_ptr<step_pipeline> pipeline_;
+  int64_t next_step_ = 0;                   // the step to begin next (== steps begun)
+  std::vector<std::shared_ptr<const ep_dispatch>> early_;   // peers' dispatches for a step not begun
+  std::string step_error_;
+};
+
+}  // namespace moe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const moe::ep_dispatch>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const moe::ep_combine>)
