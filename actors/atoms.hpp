@@ -16,5 +16,6 @@ using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;  // tokens for 
 using combine_atom = caf::atom_constant<caf::atom("combine")>;  // expert outputs back to their source
 using stage_atom = caf::atom_constant<caf::atom("stage")>;      // a stream finished a pipeline stage
 using peers_atom = caf::atom_constant<caf::atom("peers")>;      // a rank's expert-parallel group
+using pick_atom = caf::atom_constant<caf::atom("pick")>;        // a balancer, choose a rank
 
 }  // namespace moe

@@ -35,6 +35,7 @@ struct prefill_job {
   request_spec spec;
   caf::actor decode_rank;                   // receives the kv_handoff
   caf::actor session;                       // receives token_chunks
+  caf::actor balancer;                      // gets (done_atom, request_id) when prefill is over (may be null)
 };
 
 /// A prefilled request handed to a decode rank: its latent KV, its first output token and its

@@ -55,9 +55,16 @@ struct prefill_rank_state {
 
 using prefill_pointer = prefill_rank_actor::stateful_pointer<prefill_rank_state>;
 
+// The prefill balancer's accounting: this prompt no longer loads the rank.
+void prefill_over(const prefill_job& job) {
+  if (job.balancer)
+    caf::anon_send(job.balancer, done_atom::value, job.request_id);
+}
+
 void fail(prefill_pointer self, prefill_task& t, const std::string& error) {
   caf::anon_send(t.job.session, token_atom::value, token_chunk{t.job.request_id, {}, finish_reason::error, error});
   t.kv.release(self->state.model->cache);
+  prefill_over(t.job);
 }
 
 void erase_tasks(prefill_rank_state& st, const std::set<const prefill_task*>& gone) {
@@ -172,6 +179,7 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
                      kv_handoff{job.request_id, std::move(job.spec), std::move(o.pages), o.first_token,
                                 std::move(o.pick), job.session});
     o.task->kv.release(st.model->cache);
+    prefill_over(job);
     gone.insert(o.task);
   }
   st.step_tasks.clear();
@@ -205,6 +213,7 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
                        token_chunk{job.request_id, {}, finish_reason::error,
                                    "the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
                                        std::to_string(st.model->max_context() - 1)});
+        prefill_over(job);
         return;
       }
       st.tasks.push_back({.job = std::move(job), .kv = {}, .num_planned = 0});

@@ -20,7 +20,12 @@ struct request_queue_state {
   request_queue_config cfg;
   caf::actor downstream;
   uint64_t next_id = 1;
-  std::deque<std::pair<uint64_t, request_spec>> waiting;
+  struct waiting_request {
+    uint64_t id;
+    request_spec spec;
+    caf::actor client;
+  };
+  std::deque<waiting_request> waiting;
   std::unordered_set<uint64_t> running;
   queue_stats stats;
   static inline const char* name = "request_queue";
@@ -32,10 +37,10 @@ using queue_pointer = request_queue_actor::stateful_pointer<request_queue_state>
 void start_waiting(queue_pointer self) {
   auto& st = self->state;
   while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < st.cfg.max_running) {
-    auto [id, spec] = std::move(st.waiting.front());
+    auto [id, spec, client] = std::move(st.waiting.front());
     st.waiting.pop_front();
     st.running.insert(id);
-    caf::anon_send(st.downstream, submit_atom::value, id, std::move(spec));
+    caf::anon_send(st.downstream, submit_atom::value, id, std::move(spec), std::move(client));
   }
 }
 
@@ -52,7 +57,7 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
       }
       const uint64_t id = st.next_id++;
       ++st.stats.num_admitted;
-      st.waiting.emplace_back(id, std::move(spec));
+      st.waiting.push_back({id, std::move(spec), caf::actor_cast<caf::actor>(self->current_sender())});
       start_waiting(self);
       return id;
     },

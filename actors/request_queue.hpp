@@ -24,8 +24,9 @@ struct request_queue_config {
   int64_t max_running = 64;
 };
 
-/// Spawns the queue; admitted requests go to `downstream` as (submit_atom, id, request_spec),
-/// in admission order, and downstream answers (done_atom, id) on this queue when each ends.
+/// Spawns the queue; admitted requests go to `downstream` as (submit_atom, id, request_spec,
+/// client) in admission order (client: who submitted it), and (done_atom, id) on this queue
+/// frees the running slot when each ends.
 [[nodiscard]] request_queue_actor spawn_request_queue(caf::actor_system& sys,
                                                       request_queue_config cfg, caf::actor downstream);
 

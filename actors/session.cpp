@@ -36,8 +36,8 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   st.result.error = std::move(error);
   st.result.text = st.text->text();
   caf::anon_send(st.cfg.client, done_atom::value, std::move(st.result));
-  if (st.cfg.queue)
-    caf::anon_send(st.cfg.queue, done_atom::value, st.cfg.request_id);
+  for (const caf::actor& a : st.cfg.on_done)
+    caf::anon_send(a, done_atom::value, st.cfg.request_id);
   self->quit();
 }
 

@@ -22,7 +22,7 @@ struct session_config {
   std::shared_ptr<const tokenizer> tok;
   caf::actor client;                        // gets (token_atom, stream_chunk)..., then (done_atom, session_result)
   caf::actor decode_rank;                   // told to cancel when a stop string ends the text early
-  caf::actor queue;                         // gets (done_atom, request_id) at the end (may be null)
+  std::vector<caf::actor> on_done;          // each gets (done_atom, request_id) at the end
 };
 
 /// The session quits after its final answer.

@@ -51,7 +51,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "sessions stream numbered chunks and s
   const auto client = caf::actor_cast<caf::actor>(self);
   for (uint64_t i = 0; i < specs.size(); ++i) {
     auto s = spawn_session(sys, {.request_id = i, .spec = specs[i], .tok = tok, .client = client,
-                                 .decode_rank = caf::actor_cast<caf::actor>(decode), .queue = {}});
+                                 .decode_rank = caf::actor_cast<caf::actor>(decode)});
     self->send(prefill, submit_atom::value,
                prefill_job{i, specs[i], caf::actor_cast<caf::actor>(decode), caf::actor_cast<caf::actor>(s)});
   }

@@ -1,0 +1,100 @@
+// actors/decode_balancer.cpp
+#include "actors/decode_balancer.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <deque>
+#include <map>
+
+#include "actors/errors.hpp"
+#include "actors/policy/rank_picker.hpp"
+
+namespace moe {
+
+namespace {
+
+struct booking {
+  int64_t rank = 0;
+  int64_t num_blocks = 0;
+};
+
+struct waiting_pick {
+  uint64_t id = 0;
+  int64_t num_blocks = 0;
+  caf::typed_response_promise<int64_t> promise;
+};
+
+struct decode_balancer_state {
+  decode_balancer_config cfg;
+  std::vector<decode_load> loads;
+  std::map<uint64_t, booking> booked;
+  std::deque<waiting_pick> waiting;         // FIFO: no request overtakes an earlier one
+  static inline const char* name = "decode_balancer";
+};
+
+using balancer_pointer = decode_balancer_actor::stateful_pointer<decode_balancer_state>;
+
+std::optional<int64_t> try_book(decode_balancer_state& st, uint64_t id, int64_t num_blocks) {
+  const std::optional<int64_t> rank = pick_decode_rank(st.loads, num_blocks);
+  if (!rank)
+    return std::nullopt;
+  st.loads[*rank].num_used_blocks += num_blocks;
+  ++st.loads[*rank].num_running;
+  st.booked[id] = {*rank, num_blocks};
+  return rank;
+}
+
+}  // namespace
+
+decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self, int64_t num_ranks,
+                                                     decode_balancer_config cfg) {
+  self->state.cfg = cfg;
+  self->state.loads.assign(static_cast<size_t>(num_ranks),
+                           decode_load{.num_used_blocks = 0, .num_blocks = cfg.num_blocks, .num_running = 0,
+                                       .max_running = cfg.max_running});
+  return {
+    [=](pick_atom, uint64_t id, int64_t num_tokens) -> caf::result<int64_t> {
+      auto& st = self->state;
+      const int64_t num_blocks = (num_tokens + st.cfg.block_size - 1) / st.cfg.block_size;
+      if (num_blocks > st.cfg.num_blocks)
+        return caf::make_error(serve_errc::invalid, "a request of " + std::to_string(num_tokens) +
+                                                                " tokens exceeds a decode rank's KV pool");
+      if (st.waiting.empty())
+        if (auto rank = try_book(st, id, num_blocks))
+          return *rank;
+      auto promise = self->make_response_promise<int64_t>();
+      st.waiting.push_back({id, num_blocks, promise});
+      return promise;
+    },
+    [=](done_atom, uint64_t id) {
+      auto& st = self->state;
+      auto it = st.booked.find(id);
+      if (it == st.booked.end())
+        return;
+      st.loads[it->second.rank].num_used_blocks -= it->second.num_blocks;
+      --st.loads[it->second.rank].num_running;
+      st.booked.erase(it);
+      while (!st.waiting.empty()) {
+        waiting_pick& w = st.waiting.front();
+        auto rank = try_book(st, w.id, w.num_blocks);
+        if (!rank)
+          break;
+        w.promise.deliver(*rank);
+        st.waiting.pop_front();
+      }
+    },
+    [=](stats_atom) {
+      std::vector<int64_t> running;
+      for (const decode_load& l : self->state.loads)
+        running.push_back(l.num_running);
+      return running;
+    },
+  };
+}
+
+decode_balancer_actor spawn_decode_balancer(caf::actor_system& sys, int64_t num_ranks, decode_balancer_config cfg) {
+  return sys.spawn(decode_balancer, num_ranks, cfg);
+}
+
+}  // namespace moe

@@ -1,0 +1,33 @@
+// actors/decode_balancer.hpp
+// The decode load balancer: chooses each admitted request's decode rank before it is prefilled,
+// balancing KV-cache usage and running requests per rank (actors/policy/rank_picker.hpp). It
+// books a request's worst-case KV (prompt + max_tokens) until the request ends, so a rank's pool
+// never runs out mid-generation; when no rank has room the pick waits for one.
+#pragma once
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "actors/atoms.hpp"
+#include "actors/decode_rank.hpp"
+
+namespace moe {
+
+using decode_balancer_actor = caf::typed_actor<
+    // Picks the rank for request `id` that will hold up to `num_tokens` tokens of KV: its index.
+    caf::replies_to<pick_atom, uint64_t, int64_t>::with<int64_t>,
+    // Request `id` ended: its booking is freed (waiting picks retry).
+    caf::reacts_to<done_atom, uint64_t>,
+    // Requests booked per rank.
+    caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
+
+struct decode_balancer_config {
+  int64_t num_blocks = 0;                   // per rank
+  int64_t block_size = 64;
+  int64_t max_running = 0;                  // per rank; 0: unlimited
+};
+
+[[nodiscard]] decode_balancer_actor spawn_decode_balancer(caf::actor_system& sys, int64_t num_ranks,
+                                                          decode_balancer_config cfg);
+
+}  // namespace moe

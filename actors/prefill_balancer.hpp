@@ -1,0 +1,42 @@
+// actors/prefill_balancer.hpp
+// The prefill load balancer: takes admitted requests from the request queue, gets each one's
+// decode rank from the decode balancer, spawns its session, and sends the prompt to the prefill
+// rank that keeps core-attention cost (sum of len^2) and input tokens most even
+// (actors/policy/rank_picker.hpp). A prompt loads its rank until the rank reports it prefilled.
+#pragma once
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+#include <memory>
+
+#include "actors/atoms.hpp"
+#include "actors/decode_balancer.hpp"
+#include "actors/decode_rank.hpp"
+#include "actors/messages.hpp"
+#include "actors/prefill_rank.hpp"
+#include "kernels/tokenizer/tokenizer.hpp"
+
+namespace moe {
+
+using prefill_balancer_actor = caf::typed_actor<
+    // An admitted request and its client (from the request queue).
+    caf::reacts_to<submit_atom, uint64_t, request_spec, caf::actor>,
+    // The request queue, told (done_atom, id) as requests end (set once, before any submit).
+    caf::reacts_to<peers_atom, caf::actor>,
+    // A prefill rank is done with request `id` (either way).
+    caf::reacts_to<done_atom, uint64_t>,
+    // Prompts in flight per prefill rank.
+    caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
+
+struct prefill_balancer_graph {
+  std::vector<prefill_rank_actor> prefill_ranks;
+  std::vector<decode_rank_actor> decode_ranks;
+  decode_balancer_actor decode_balancer;
+  caf::actor queue;                         // told (done_atom, id) when each request ends
+  std::shared_ptr<const tokenizer> tok;
+  int64_t max_context = 0;                  // KV a request may need: min(prompt + max_tokens, this)
+};
+
+[[nodiscard]] prefill_balancer_actor spawn_prefill_balancer(caf::actor_system& sys, prefill_balancer_graph graph);
+
+}  // namespace moe

@@ -1,0 +1,110 @@
+// actors/supervisor.cpp
+#include "actors/supervisor.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+
+#include "kernels/model/dispatch_payload.hpp"
+
+namespace moe {
+
+ep_precision ep_precision_of(const topology_config& topology) {
+  payload_dtype dispatch = payload_dtype::fp8;
+  if (!parse_payload_dtype(topology.dispatch_dtype, dispatch))
+    throw input_error("dispatch_dtype: expected fp8, bf16 or fp32, got " + topology.dispatch_dtype);
+  return {.dispatch = dispatch, .combine = dispatch == payload_dtype::fp32 ? payload_dtype::fp32 : payload_dtype::bf16};
+}
+
+void cluster::stop() const { caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown); }
+
+namespace {
+
+ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks, const char* role) {
+  const int64_t E = w.config.n_routed_experts, R = topo.redundant_experts;
+  if (E > 0 && (E + R) % num_ranks != 0)
+    throw input_error(std::string("redundant_experts: ") + std::to_string(E) + " experts + " + std::to_string(R) +
+                      " redundant slots do not split evenly over " + std::to_string(num_ranks) + " " + role +
+                      " ranks (--redundant-experts)");
+  return {.rank = 0, .num_ranks = num_ranks, .placements = E > 0 ? default_placements(w, num_ranks, R) : nullptr,
+          .ep = ep_precision_of(topo), .num_micro_batches = topo.two_batch_overlap ? 2 : 1};
+}
+
+// Tells each rank of a group who its peers are.
+template <class Rank>
+void introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
+  ep_membership m;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    m.peers.push_back(caf::actor_cast<caf::actor>(ranks[r]));
+    m.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
+  }
+  for (const Rank& rank : ranks)
+    caf::anon_send(rank, peers_atom::value, m);
+}
+
+caf::behavior supervisor(caf::event_based_actor* self, std::vector<caf::actor> parts) {
+  for (const caf::actor& part : parts)
+    self->link_to(part);                    // an exit here stops them all
+  return {[](stats_atom) {}};
+}
+
+}  // namespace
+
+cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,
+                      std::shared_ptr<const tokenizer> tok, const cluster_config& cfg) {
+  const topology_config& topo = cfg.topology;
+  validate(topo);
+  const model_weights& w = *weights;
+  ep_group prefill_group = make_group(w, topo, topo.prefill_ranks, "prefill");
+  ep_group decode_group = make_group(w, topo, topo.decode_ranks, "decode");
+  const rank_model_config rank_cfg{.reference = cfg.reference, .num_threads = static_cast<int>(topo.threads_per_rank),
+                                   .num_kv_blocks = topo.kv_blocks, .block_size = topo.page_size,
+                                   .max_context = topo.max_context, .chunk_size = topo.chunked_prefill_size,
+                                   .max_prefill_tokens = topo.max_prefill_tokens};
+  cluster c;
+  if (cfg.trace)
+    c.trace = std::make_shared<trace_recorder>(true);
+  if (topo.link_model)
+    c.links = std::make_shared<link_model>(
+        link_model_config{.ranks_per_node = topo.ranks_per_node, .intra_node = topo.intra_node,
+                          .inter_node = topo.inter_node},
+        topo.prefill_ranks + topo.decode_ranks);
+  const cluster_links links{.links = c.links, .trace = c.trace};
+  for (int64_t r = 0; r < topo.prefill_ranks; ++r) {
+    prefill_group.rank = r;
+    c.prefill_ranks.push_back(spawn_prefill_rank(sys, weights, rank_cfg, prefill_group, links));
+    if (c.trace)
+      c.trace->name_rank(r, "prefill_rank " + std::to_string(r));
+  }
+  for (int64_t r = 0; r < topo.decode_ranks; ++r) {
+    decode_group.rank = r;
+    c.decode_ranks.push_back(spawn_decode_rank(sys, weights, rank_cfg, decode_group, links));
+    if (c.trace)
+      c.trace->name_rank(topo.prefill_ranks + r, "decode_rank " + std::to_string(r));
+  }
+  introduce(c.prefill_ranks, 0);
+  introduce(c.decode_ranks, topo.prefill_ranks);
+  const int64_t max_context = std::min({topo.max_context, w.config.max_position_embeddings, topo.kv_blocks * topo.page_size});
+  c.decode_balancer = spawn_decode_balancer(
+      sys, topo.decode_ranks,
+      {.num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests});
+  // the queue hands requests to the prefill balancer, which learns the queue right after
+  c.prefill_balancer = spawn_prefill_balancer(
+      sys, {.prefill_ranks = c.prefill_ranks, .decode_ranks = c.decode_ranks, .decode_balancer = c.decode_balancer,
+            .queue = {}, .tok = std::move(tok), .max_context = max_context});
+  c.queue = spawn_request_queue(
+      sys, {.max_queued = topo.max_queued_requests,
+            .max_running = topo.max_running_requests * topo.decode_ranks},
+      caf::actor_cast<caf::actor>(c.prefill_balancer));
+  caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
+  std::vector<caf::actor> parts = {caf::actor_cast<caf::actor>(c.queue),
+                                   caf::actor_cast<caf::actor>(c.prefill_balancer),
+                                   caf::actor_cast<caf::actor>(c.decode_balancer)};
+  for (const auto& r : c.prefill_ranks)
+    parts.push_back(caf::actor_cast<caf::actor>(r));
+  for (const auto& r : c.decode_ranks)
+    parts.push_back(caf::actor_cast<caf::actor>(r));
+  c.supervisor = sys.spawn(supervisor, std::move(parts));
+  return c;
+}
+
+}  // namespace moe

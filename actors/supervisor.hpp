@@ -1,0 +1,47 @@
+// actors/supervisor.hpp
+// Spawns the serving graph from the topology: request_queue -> prefill_balancer -> prefill_rank x P
+// (one EP group) -> decode_rank x D (another EP group), with the decode_balancer choosing decode
+// ranks; the supervisor actor is linked to every part, so stopping it stops the cluster.
+// (Restarts and re-routing come with fault handling.)
+#pragma once
+
+#include <caf/actor_system.hpp>
+#include <memory>
+
+#include "actors/decode_balancer.hpp"
+#include "actors/prefill_balancer.hpp"
+#include "actors/request_queue.hpp"
+#include "config/topology.hpp"
+
+namespace moe {
+
+struct cluster_config {
+  topology_config topology;
+  bool reference = false;                   // CPU reference backend on every rank (bit-exact runs)
+  bool trace = false;                       // record a Chrome trace
+};
+
+/// Handles of one running cluster.
+struct cluster {
+  request_queue_actor queue;                // clients submit here: (submit_atom, request_spec) -> id
+  prefill_balancer_actor prefill_balancer;
+  decode_balancer_actor decode_balancer;
+  std::vector<prefill_rank_actor> prefill_ranks;   // global ranks 0 .. P-1
+  std::vector<decode_rank_actor> decode_ranks;     // global ranks P .. P+D-1
+  std::shared_ptr<trace_recorder> trace;    // null unless cluster_config::trace
+  std::shared_ptr<link_model> links;        // null unless the topology turns the link model on
+  caf::actor supervisor;
+
+  /// Stops every actor of the cluster.
+  void stop() const;
+};
+
+/// The EP payload types a topology asks for ("fp8" dispatch combines in BF16).
+[[nodiscard]] ep_precision ep_precision_of(const topology_config& topology);
+
+/// Checks the topology against the model (redundant experts must split evenly over each group)
+/// and spawns the cluster. Throws input_error naming the setting that does not fit.
+[[nodiscard]] cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,
+                                    std::shared_ptr<const tokenizer> tok, const cluster_config& cfg);
+
+}  // namespace moe
