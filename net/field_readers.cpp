@@ -1,6 +1,8 @@
 // net/field_readers.cpp
 #include "net/field_readers.hpp"
 
+#include <sstream>
+
 #include <msgpack.hpp>
 
 #include "kernels/tokenizer/utf8.hpp"
@@ -22,7 +24,13 @@ std::string describe(const msgpack::object& v) {
     case msgpack::type::POSITIVE_INTEGER: return std::to_string(v.via.u64);
     case msgpack::type::NEGATIVE_INTEGER: return std::to_string(v.via.i64);
     case msgpack::type::FLOAT32:
-    case msgpack::type::FLOAT64: return std::to_string(v.via.f64);
+    case msgpack::type::FLOAT64: {
+      std::ostringstream out;
+      out << v.via.f64;
+      return out.str();
+    }
+    case msgpack::type::ARRAY: return "an array of " + std::to_string(v.via.array.size);
+    case msgpack::type::MAP: return "a map of " + std::to_string(v.via.map.size);
     case msgpack::type::BOOLEAN: return v.via.boolean ? "true" : "false";
     case msgpack::type::STR: return '"' + printable({v.via.str.ptr, v.via.str.size}) + '"';
     default: return std::string(type_name(v));

@@ -168,7 +168,8 @@ maybe_error parse_logprobs(const msgpack::object& v, const request_limits& limit
 
 maybe_error parse_n(const msgpack::object& v, const request_limits&, generate_request&) {
   int64_t n = 0;
-  return read_int(v, "n", 1, 1, n);   // one sequence per request
+  if (read_int(v, "n", 1, 1, n)) return field_error("n", "1 (one sequence per request)", v);
+  return std::nullopt;
 }
 
 maybe_error parse_model(const msgpack::object& v, const request_limits&, generate_request& req) {
@@ -220,6 +221,13 @@ const field_parser_entry* find_field(std::string_view name) {
   return nullptr;
 }
 
+/// The sampler's "top_p must be in (0, 1], got 0." as "top_p: expected in (0, 1], got 0.".
+std::string field_first(const std::string& sampler_error) {
+  const size_t at = sampler_error.find(" must be ");
+  if (at == std::string::npos || sampler_error.find(' ') != at) return sampler_error;
+  return sampler_error.substr(0, at) + ": expected " + sampler_error.substr(at + 9);
+}
+
 }  // namespace
 
 std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& params,
@@ -251,7 +259,7 @@ std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& 
   if (num_prompts > 1)
     return make_error(rpc_errc::validation, "prompt: give only one of prompt, messages or input_ids");
   if (const std::string err = validate(req.sampling); !err.empty())
-    return make_error(rpc_errc::validation, err);
+    return make_error(rpc_errc::validation, field_first(err));
   return req;
 }
 
