@@ -24,17 +24,18 @@ namespace moe::net {
 
 /// What one connection may send. Declared sizes are checked against these when their header is
 /// read, before anything is allocated for them.
-/// NOTE: an array header costs 1-5 bytes but reserves 16 bytes per declared element, so a frame
-/// of nested headers can reserve up to max_depth * max_array_size * 16 bytes (64 MiB with the
-/// defaults) before its elements arrive; lower max_array_size or max_depth to tighten that.
+/// NOTE: a decoded message costs more than its bytes: each array element is a 16-byte object
+/// (a 1-byte fixint too) and an array header reserves its declared elements before they arrive.
+/// One connection's decoder therefore holds at most about
+/// 16 * max_frame_bytes + max_depth * max_array_size * 16 bytes (64 MiB with the defaults).
 struct frame_limits {
-  size_t max_frame_bytes = size_t{8} << 20;   // one encoded message, complete or partial
+  size_t max_frame_bytes = size_t{2} << 20;   // one encoded message, complete or partial
   size_t max_array_size = size_t{1} << 18;    // elements of one array (input_ids fit)
   size_t max_map_size = 256;                  // pairs of one map
-  size_t max_str_bytes = size_t{4} << 20;
-  size_t max_bin_bytes = size_t{4} << 20;
+  size_t max_str_bytes = size_t{2} << 20;     // (no more than max_frame_bytes in effect)
+  size_t max_bin_bytes = size_t{2} << 20;
   size_t max_ext_bytes = 256;
-  size_t max_depth = 16;                      // nested arrays and maps, the message included
+  size_t max_depth = 8;                       // nested arrays and maps, the message included
 };
 
 /// [0, msgid, method, params]. `params` (an array) points into `frame`, which keeps it alive.

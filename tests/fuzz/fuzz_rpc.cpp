@@ -1,6 +1,7 @@
 // tests/fuzz/fuzz_rpc.cpp
 // libFuzzer target over the wire boundary: the frame decoder (bytes split at a fuzzer-chosen
-// piece size) and, for every request it yields, parse_generate. Besides ASan/UBSan findings it
+// piece size) and, for every request it yields, its method's params validation (generate's
+// whatever the method name, so that every frame reaches parse_generate). Besides ASan/UBSan findings it
 // traps when a documented invariant breaks:
 //   - a decode error that nobody is told about always closes the connection;
 //   - nothing comes out of a decoder after it closed;
@@ -14,6 +15,7 @@
 
 #include "net/generate_request.hpp"
 #include "net/rpc_frame.hpp"
+#include "net/rpc_methods.hpp"
 
 using namespace moe::net;
 
@@ -54,13 +56,35 @@ std::vector<uint64_t> signature(const std::vector<rpc_message>& out, bool& limit
   return sig;
 }
 
+template <class T>
+void answer(uint32_t msgid, const std::variant<T, rpc_error>& result) {
+  if (const auto* err = std::get_if<rpc_error>(&result))
+    check_reply(encode_error(msgid, *err));
+  else
+    check_reply(encode_result(msgid, "ok"));
+}
+
+void validate_params(const rpc_request& req) {
+  answer(req.msgid, parse_generate(req.params, fuzz_request_limits));
+  switch (find_method(req.method).value_or(rpc_method::generate)) {
+    case rpc_method::generate: break;
+    case rpc_method::cancel: answer(req.msgid, parse_cancel(req.params)); break;
+    case rpc_method::tokenize:
+      answer(req.msgid, parse_tokenize(req.params, fuzz_request_limits));
+      break;
+    case rpc_method::detokenize:
+      answer(req.msgid, parse_detokenize(req.params, fuzz_request_limits));
+      break;
+    default:
+      if (const std::optional<rpc_error> err = check_no_params(req.params))
+        check_reply(encode_error(req.msgid, *err));
+  }
+  if (!find_method(req.method)) check_reply(encode_error(req.msgid, unknown_method(req.method)));
+}
+
 void exercise(rpc_message& m) {
   if (auto* req = std::get_if<rpc_request>(&m)) {
-    auto result = parse_generate(req->params, fuzz_request_limits);
-    if (const auto* err = std::get_if<rpc_error>(&result))
-      check_reply(encode_error(req->msgid, *err));
-    else
-      check_reply(encode_result(req->msgid, std::get<generate_request>(result).prompt));
+    validate_params(*req);
   } else if (auto* err = std::get_if<rpc_decode_error>(&m)) {
     check(err->close_connection || err->msgid || err->from_notification);
     if (std::optional<msgpack::sbuffer> reply = encode_reply(*err)) check_reply(*reply);
