@@ -37,8 +37,8 @@ maybe_error parse_messages(const msgpack::object& v, const request_limits& limit
 
 maybe_error parse_input_ids(const msgpack::object& v, const request_limits& limits,
                             generate_request& req) {
-  if (maybe_error err = read_token_ids(v, "input_ids", limits.max_input_ids, limits.max_token_id,
-                                 req.input_ids))
+  if (maybe_error err = read_token_ids(v, "input_ids", limits.max_input_ids,
+                                       limits.max_token_id, req.input_ids))
     return err;
   if (req.input_ids.empty()) return field_error("input_ids", "a non-empty array", v);
   req.kind = prompt_kind::token_ids;
