@@ -72,7 +72,7 @@ maybe_error parse_stop(const msgpack::object& v, const request_limits& limits,
 maybe_error parse_stop_token_ids(const msgpack::object& v, const request_limits& limits,
                                  generate_request& req) {
   return read_token_ids(v, "stop_token_ids", limits.max_stop_token_ids, limits.max_token_id,
-                  req.sampling.stop_token_ids);
+                        req.sampling.stop_token_ids);
 }
 
 maybe_error parse_max_tokens(const msgpack::object& v, const request_limits& limits,
