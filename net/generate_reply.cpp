@@ -1,0 +1,50 @@
+// net/generate_reply.cpp
+#include "net/generate_reply.hpp"
+
+#include <bit>
+
+namespace moe::net {
+namespace {
+
+/// A float64 even when integral (packer::pack_double writes 2.0 as the integer 2).
+void write_float64(msgpack::sbuffer& out, double value) {
+  const uint64_t bits = std::bit_cast<uint64_t>(value);
+  char bytes[9] = {static_cast<char>(0xcb)};
+  for (int i = 0; i < 8; ++i)
+    bytes[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  out.write(bytes, sizeof bytes);
+}
+
+}  // namespace
+
+msgpack::sbuffer encode_token(uint32_t msgid, uint64_t seq, const std::vector<int32_t>& token_ids,
+                              std::string_view text_delta) {
+  msgpack::sbuffer out;
+  msgpack::packer<msgpack::sbuffer> pk(out);
+  pk.pack_array(3).pack_uint8(2).pack("token");
+  pk.pack_array(4).pack_uint32(msgid).pack_uint64(seq).pack(token_ids).pack(text_delta);
+  return out;
+}
+
+msgpack::sbuffer encode_generate_result(uint32_t msgid, const generate_result& r) {
+  msgpack::sbuffer out;
+  msgpack::packer<msgpack::sbuffer> pk(out);
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil();
+  pk.pack_map(5);
+  pk.pack("output_ids").pack(r.output_ids);
+  pk.pack("text").pack(r.text);
+  pk.pack("finish_reason").pack(to_string(r.reason));
+  pk.pack("usage").pack_map(2);
+  pk.pack("prompt_tokens").pack(r.usage.prompt_tokens);
+  pk.pack("completion_tokens").pack(r.usage.completion_tokens);
+  pk.pack("timings").pack_map(3);
+  pk.pack("queue");
+  write_float64(out, r.timings.queue);
+  pk.pack("ttft");
+  write_float64(out, r.timings.ttft);
+  pk.pack("decode");
+  write_float64(out, r.timings.decode);
+  return out;
+}
+
+}  // namespace moe::net

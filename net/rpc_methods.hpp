@@ -1,0 +1,54 @@
+// net/rpc_methods.hpp
+// The methods the server answers, and the params of each but generate (generate_request.hpp),
+// validated into plain values. Params shapes:
+//   generate    [ {prompt | messages | input_ids, sampling names..., stream} ]
+//   cancel      [msgid]                 a generate's msgid on the same connection
+//   tokenize    ["text"] or [ {prompt | messages, add_special_tokens?, add_generation_prompt?} ]
+//   detokenize  [[token ids]]
+//   models, health, ready, stats   []
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <msgpack/object_fwd.hpp>
+
+#include "net/generate_request.hpp"
+#include "net/rpc_errors.hpp"
+
+namespace moe::net {
+
+enum class rpc_method : uint8_t {
+  generate, cancel, tokenize, detokenize, models, health, ready, stats
+};
+
+[[nodiscard]] std::optional<rpc_method> find_method(std::string_view name) noexcept;
+[[nodiscard]] std::string_view method_name(rpc_method method) noexcept;
+/// 404: "method: unknown \"<name>\" (generate, cancel, ...)".
+[[nodiscard]] rpc_error unknown_method(std::string_view name);
+
+/// cancel's params: the msgid of the generate to cancel.
+[[nodiscard]] std::variant<uint32_t, rpc_error> parse_cancel(const msgpack::object& params);
+
+struct tokenize_request {
+  prompt_kind kind = prompt_kind::text;     // text or chat
+  std::string prompt;
+  std::vector<chat_message> messages;
+  bool add_special_tokens = true;           // text: prepend BOS
+  bool add_generation_prompt = true;        // chat: end with the assistant's turn
+};
+[[nodiscard]] std::variant<tokenize_request, rpc_error> parse_tokenize(
+    const msgpack::object& params, const request_limits& limits = {});
+
+/// detokenize's params: at most max_input_ids ids in [0, max_token_id].
+[[nodiscard]] std::variant<std::vector<int32_t>, rpc_error> parse_detokenize(
+    const msgpack::object& params, const request_limits& limits = {});
+
+/// models, health, ready and stats take no params: an error unless `params` is [].
+[[nodiscard]] std::optional<rpc_error> check_no_params(const msgpack::object& params);
+
+}  // namespace moe::net
