@@ -8,6 +8,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <algorithm>
 #include <list>
 #include <set>
 
@@ -23,6 +24,7 @@ struct prefill_task {
   prefill_job job;
   sequence_kv kv;                           // the whole prompt, reserved before its first segment
   int64_t num_planned = 0;                  // prompt tokens given to steps so far
+  bool cancelled = false;                   // dropped when the step holding it ends
 };
 
 }  // namespace
@@ -169,9 +171,17 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
       gone.insert(t);
     }
   }
+  for (prefill_task* t : st.step_tasks)
+    if (t->cancelled && !gone.count(t)) {
+      t->kv.release(st.model->cache);
+      prefill_over(t->job);
+      gone.insert(t);
+    }
   for (auto& o : result.finished) {
     if (!result.error.empty())
       break;
+    if (o.task->cancelled)
+      continue;
     prefill_job& job = o.task->job;
     caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {o.first_token}, o.reason, {}});
     if (o.reason == finish_reason::none)
@@ -218,6 +228,21 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
       }
       st.tasks.push_back({.job = std::move(job), .kv = {}, .num_planned = 0});
       st.core->maybe_start(true);
+    },
+    [=](cancel_atom, uint64_t id) {
+      auto& st = self->state;
+      for (auto it = st.tasks.begin(); it != st.tasks.end(); ++it) {
+        if (it->job.request_id != id)
+          continue;
+        if (std::find(st.step_tasks.begin(), st.step_tasks.end(), &*it) != st.step_tasks.end()) {
+          it->cancelled = true;                             // the step in flight still uses its KV
+        } else {
+          it->kv.release(st.model->cache);
+          prefill_over(it->job);
+          st.tasks.erase(it);
+        }
+        return;
+      }
     },
     [=](step_atom, std::shared_ptr<prefill_step_result> result) {
       on_step_result(self, *result);
