@@ -218,11 +218,16 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
     [=](submit_atom, prefill_job& job) {
       auto& st = self->state;
       const int64_t n = static_cast<int64_t>(job.spec.prompt_ids.size());
-      if (n == 0 || n >= st.model->max_context()) {
-        caf::anon_send(job.session, token_atom::value,
-                       token_chunk{job.request_id, {}, finish_reason::error,
-                                   "the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
-                                       std::to_string(st.model->max_context() - 1)});
+      std::string error;
+      const int64_t vocab = st.model->weights->config.vocab_size;
+      if (n == 0 || n >= st.model->max_context())
+        error = "the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
+                std::to_string(st.model->max_context() - 1);
+      for (const int32_t id : job.spec.prompt_ids)
+        if (error.empty() && (id < 0 || id >= vocab))
+          error = "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+      if (!error.empty()) {
+        caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {}, finish_reason::error, error});
         prefill_over(job);
         return;
       }

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   moe::tools::add_logits(app);
   moe::tools::add_bench_model(app);
   moe::tools::add_bench_tokenizer(app);
+  moe::tools::add_bench_cluster(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
