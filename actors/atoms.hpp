@@ -17,5 +17,6 @@ using combine_atom = caf::atom_constant<caf::atom("combine")>;  // expert output
 using stage_atom = caf::atom_constant<caf::atom("stage")>;      // a stream finished a pipeline stage
 using peers_atom = caf::atom_constant<caf::atom("peers")>;      // a rank's expert-parallel group
 using pick_atom = caf::atom_constant<caf::atom("pick")>;        // a balancer, choose a rank
+using reserve_atom = caf::atom_constant<caf::atom("reserve")>;  // pre-allocate a request's KV
 
 }  // namespace moe

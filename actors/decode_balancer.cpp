@@ -2,6 +2,7 @@
 #include "actors/decode_balancer.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <deque>
@@ -21,12 +22,14 @@ struct booking {
 
 struct waiting_pick {
   uint64_t id = 0;
+  int64_t num_prompt_tokens = 0;
   int64_t num_blocks = 0;
   caf::typed_response_promise<int64_t> promise;
 };
 
 struct decode_balancer_state {
   decode_balancer_config cfg;
+  std::vector<decode_rank_actor> ranks;
   std::vector<decode_load> loads;
   std::map<uint64_t, booking> booked;
   std::deque<waiting_pick> waiting;         // FIFO: no request overtakes an earlier one
@@ -35,36 +38,40 @@ struct decode_balancer_state {
 
 using balancer_pointer = decode_balancer_actor::stateful_pointer<decode_balancer_state>;
 
-std::optional<int64_t> try_book(decode_balancer_state& st, uint64_t id, int64_t num_blocks) {
+std::optional<int64_t> try_book(decode_balancer_state& st, uint64_t id, int64_t num_prompt_tokens,
+                                int64_t num_blocks) {
   const std::optional<int64_t> rank = pick_decode_rank(st.loads, num_blocks);
   if (!rank)
     return std::nullopt;
   st.loads[*rank].num_used_blocks += num_blocks;
   ++st.loads[*rank].num_running;
   st.booked[id] = {*rank, num_blocks};
+  // the prompt's blocks (and the first token's) wait on the rank for the hand-off
+  caf::anon_send(st.ranks[*rank], reserve_atom::value, id, num_prompt_tokens + 1);
   return rank;
 }
 
 }  // namespace
 
-decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self, int64_t num_ranks,
+decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self, std::vector<decode_rank_actor> ranks,
                                                      decode_balancer_config cfg) {
   self->state.cfg = cfg;
-  self->state.loads.assign(static_cast<size_t>(num_ranks),
+  self->state.loads.assign(ranks.size(),
                            decode_load{.num_used_blocks = 0, .num_blocks = cfg.num_blocks, .num_running = 0,
                                        .max_running = cfg.max_running});
+  self->state.ranks = std::move(ranks);
   return {
-    [=](pick_atom, uint64_t id, int64_t num_tokens) -> caf::result<int64_t> {
+    [=](pick_atom, uint64_t id, int64_t num_prompt_tokens, int64_t num_tokens) -> caf::result<int64_t> {
       auto& st = self->state;
       const int64_t num_blocks = (num_tokens + st.cfg.block_size - 1) / st.cfg.block_size;
       if (num_blocks > st.cfg.num_blocks)
         return caf::make_error(serve_errc::invalid, "a request of " + std::to_string(num_tokens) +
                                                                 " tokens exceeds a decode rank's KV pool");
       if (st.waiting.empty())
-        if (auto rank = try_book(st, id, num_blocks))
+        if (auto rank = try_book(st, id, num_prompt_tokens, num_blocks))
           return *rank;
       auto promise = self->make_response_promise<int64_t>();
-      st.waiting.push_back({id, num_blocks, promise});
+      st.waiting.push_back({id, num_prompt_tokens, num_blocks, promise});
       return promise;
     },
     [=](done_atom, uint64_t id) {
@@ -77,7 +84,7 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self, int6
       st.booked.erase(it);
       while (!st.waiting.empty()) {
         waiting_pick& w = st.waiting.front();
-        auto rank = try_book(st, w.id, w.num_blocks);
+        auto rank = try_book(st, w.id, w.num_prompt_tokens, w.num_blocks);
         if (!rank)
           break;
         w.promise.deliver(*rank);
@@ -93,8 +100,9 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self, int6
   };
 }
 
-decode_balancer_actor spawn_decode_balancer(caf::actor_system& sys, int64_t num_ranks, decode_balancer_config cfg) {
-  return sys.spawn(decode_balancer, num_ranks, cfg);
+decode_balancer_actor spawn_decode_balancer(caf::actor_system& sys, std::vector<decode_rank_actor> ranks,
+                                            decode_balancer_config cfg) {
+  return sys.spawn(decode_balancer, std::move(ranks), cfg);
 }
 
 }  // namespace moe

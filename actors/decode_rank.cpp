@@ -11,6 +11,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -41,6 +42,7 @@ struct decode_rank_state {
   std::map<uint64_t, running_request> running;
   std::vector<kv_handoff> joining;          // arrived during a step
   std::set<uint64_t> cancelled;             // asked during a step
+  std::map<uint64_t, sequence_kv> reserved; // pre-allocated for hand-offs not yet arrived
   std::vector<std::vector<running_request*>> step_rows;   // per micro-batch, in logits order
   static inline const char* name = "decode_rank";
 
@@ -61,6 +63,13 @@ void finish(decode_pointer self, uint64_t id, std::vector<int32_t> tokens, finis
   st.running.erase(it);
 }
 
+void drop_reservation(decode_rank_state& st, uint64_t id) {
+  if (auto it = st.reserved.find(id); it != st.reserved.end()) {
+    it->second.release(st.model->cache);
+    st.reserved.erase(it);
+  }
+}
+
 // Admits waiting hand-offs whose KV fits; applies cancels. Only between steps.
 void admit_and_cancel(decode_pointer self) {
   auto& st = self->state;
@@ -72,6 +81,10 @@ void admit_and_cancel(decode_pointer self) {
       continue;
     }
     running_request r{.job = std::move(job), .kv = {}, .last_token = 0, .num_generated = 1};
+    if (auto it = st.reserved.find(r.job.request_id); it != st.reserved.end()) {
+      r.kv = std::move(it->second);                         // the balancer had it pre-allocated
+      st.reserved.erase(it);
+    }
     if (!r.kv.reserve(m.cache, r.job.pages.num_tokens + 1)) {
       if (st.running.empty())                               // can never fit here
         caf::anon_send(r.job.session, token_atom::value,
@@ -87,8 +100,10 @@ void admit_and_cancel(decode_pointer self) {
     st.running.emplace(id, std::move(r));
   }
   st.joining = std::move(still_waiting);
-  for (uint64_t id : st.cancelled)
+  for (uint64_t id : st.cancelled) {
     finish(self, id, {}, finish_reason::abort);
+    drop_reservation(st, id);
+  }
   st.cancelled.clear();
 }
 
@@ -196,8 +211,27 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
       self->state.joining.push_back(std::move(job));
       self->state.core->maybe_start(true);
     },
+    [=](reserve_atom, uint64_t id, int64_t num_tokens) {
+      auto& st = self->state;
+      sequence_kv kv;
+      if (kv.reserve(st.model->cache, num_tokens))           // else the hand-off reserves on arrival
+        st.reserved.emplace(id, std::move(kv));
+    },
+    [=](done_atom, uint64_t id) {
+      auto& st = self->state;
+      drop_reservation(st, id);                             // never handed off (error, cancel)
+      if (st.running.count(id) > 0 ||
+          std::any_of(st.joining.begin(), st.joining.end(), [id](const kv_handoff& j) { return j.request_id == id; })) {
+        st.cancelled.insert(id);
+        if (!st.core->step_in_flight()) {
+          admit_and_cancel(self);
+          st.core->maybe_start(has_work(st));
+        }
+      }
+    },
     [=](cancel_atom, uint64_t id) {
       auto& st = self->state;
+      drop_reservation(st, id);
       st.cancelled.insert(id);
       if (!st.core->step_in_flight()) {                     // apply it now
         admit_and_cancel(self);

@@ -22,6 +22,10 @@ using decode_rank_actor = ep_member_actor::extend<
     caf::reacts_to<submit_atom, kv_handoff>,
     // Ends a request with finish_reason::abort and frees its KV blocks (at the step boundary).
     caf::reacts_to<cancel_atom, uint64_t>,
+    // Pre-allocates KV for request `id`'s hand-off (prompt + first token), chosen by the balancer.
+    caf::reacts_to<reserve_atom, uint64_t, int64_t>,
+    // Request `id` ended at its session: drops whatever this rank still holds of it.
+    caf::reacts_to<done_atom, uint64_t>,
     // Its stream sampled a step's tokens (internal).
     caf::reacts_to<step_atom, std::shared_ptr<decode_step_result>>,
     // Running requests and KV occupancy.

@@ -38,7 +38,7 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(
       self->system(), {.request_id = id, .spec = spec, .tok = st.graph.tok, .client = client,
                        .decode_rank = decode, .prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]),
-                       .on_done = {st.graph.queue, caf::actor_cast<caf::actor>(st.graph.decode_balancer)}}));
+                       .on_done = {st.graph.queue, caf::actor_cast<caf::actor>(st.graph.decode_balancer), decode}}));
   self->monitor(session);
   st.sessions[id] = session;
   st.session_ids[session.address()] = id;
@@ -68,7 +68,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
       const int64_t wanted = n + spec.sampling.max_tokens;   // the worst case, booked until the end
       self->state.picking[id] = client;
-      self->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id,
+      self->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id, n,
                     std::min(wanted, st.graph.max_context))
           .then(
               [=](int64_t decode_idx) mutable {
@@ -76,6 +76,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
                 st.picking.erase(id);
                 if (st.cancelled_while_picking.erase(id)) {        // give the booking back
                   caf::anon_send(st.graph.decode_balancer, done_atom::value, id);
+                  caf::anon_send(st.graph.decode_ranks[decode_idx], done_atom::value, id);   // its pre-allocation
                   return;
                 }
                 start_request(self, id, std::move(spec), client, decode_idx);

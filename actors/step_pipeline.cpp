@@ -132,8 +132,9 @@ void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
     }
     case stage_kind::combine:
       return after_layer(mb);
-    case stage_kind::logits:
-      m.finished = true;
+    case stage_kind::logits:                // one stage for all micro-batches
+      for (micro_batch& each : mbs_)
+        each.finished = true;
       return;
   }
 }
@@ -199,7 +200,18 @@ void step_pipeline::after_layer(int64_t mb) {
     waiting_layer_[mb] = next;
     return try_begin_waiting();
   }
-  io_.enqueue(mb, stage_kind::logits, m.layer_idx, [&m] { m.logits = m.fwd->logits(); });
+  m.layers_done = true;
+  if (!std::all_of(mbs_.begin(), mbs_.end(), [](const micro_batch& x) { return x.layers_done; }))
+    return;
+  // lm_head once for every micro-batch: on a memory-bound CPU its weights dominate a decode step
+  io_.enqueue(0, stage_kind::logits, m.layer_idx, [this] {
+    std::vector<forward_step*> steps;
+    for (micro_batch& x : mbs_)
+      steps.push_back(x.fwd.get());
+    std::vector<std::vector<float>> out = forward_step::joint_logits(steps);
+    for (size_t i = 0; i < mbs_.size(); ++i)
+      mbs_[i].logits = std::move(out[i]);
+  });
 }
 
 }  // namespace moe

@@ -88,6 +88,7 @@ private:
     std::vector<int64_t> answer_dest;       // the rank each of my_answers goes to
     int64_t num_answers = 0;
     bool shared_done = false;
+    bool layers_done = false;
     bool finished = false;
     std::vector<float> logits;
   };

@@ -85,7 +85,7 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   introduce(c.decode_ranks, topo.prefill_ranks);
   const int64_t max_context = std::min({topo.max_context, w.config.max_position_embeddings, topo.kv_blocks * topo.page_size});
   c.decode_balancer = spawn_decode_balancer(
-      sys, topo.decode_ranks,
+      sys, c.decode_ranks,
       {.num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests});
   // the queue hands requests to the prefill balancer, which learns the queue right after
   c.prefill_balancer = spawn_prefill_balancer(

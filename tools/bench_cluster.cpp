@@ -1,8 +1,8 @@
 // tools/bench_cluster.cpp
 // `moeserve bench-cluster`: numbers for the in-process cluster on a model.
 //  - throughput: output tok/s at each --concurrency level (random prompts, fixed lengths);
-//  - framework overhead: the share of a decode step's wall time its rank spends outside the
-//    compute spans of the trace;
+//  - framework overhead: the share of wall time the busiest decode rank spends outside the
+//    compute spans of the trace while it decodes (waits for peers included);
 //  - overlap (--overlap): the link model set so one exchange costs about the compute between two
 //    (calibrated from a first run), then the decode step time and the prefill time with one
 //    micro-batch vs two; hidden share = (t_one - t_two) / min(compute, t_one - compute).
@@ -33,6 +33,7 @@ struct bench_options {
   int64_t requests_per_level = 0;           // 0: 2 x concurrency
   bool overlap = false;
   uint64_t seed = 1;
+  std::string trace_file;                   // the last run's Chrome trace
 };
 
 std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int64_t output_len, int64_t vocab,
@@ -55,11 +56,12 @@ struct level_result {
   int64_t num_output = 0, num_decode_steps = 0;
   double decode_compute_s = 0;              // decode ranks' compute-lane time (trace), all ranks
   double decode_active_s = 0;               // decode ranks' first-to-last span time, all ranks
+  double busiest_compute_s = 0, busiest_active_s = 0;   // the decode rank with the most compute
 };
 
 level_result run_level(const model_session& s, std::shared_ptr<const model_weights> weights,
                        const topology_config& topo, bool reference, const std::vector<request_spec>& specs,
-                       int64_t concurrency) {
+                       int64_t concurrency, const std::string& trace_file) {
   caf::actor_system_config sys_cfg;
   caf::actor_system sys{sys_cfg};
   const cluster c = spawn_cluster(sys, std::move(weights), s.tok, {.topology = topo, .reference = reference, .trace = true});
@@ -91,6 +93,8 @@ level_result run_level(const model_session& s, std::shared_ptr<const model_weigh
                    [](caf::error&) {});
   }
   c.stop();
+  if (!trace_file.empty())
+    c.trace->write_json(trace_file);
   const std::vector<trace_span> spans = c.trace->spans();
   for (int64_t d = 0; d < topo.decode_ranks; ++d) {
     const int64_t g = topo.prefill_ranks + d;
@@ -105,6 +109,10 @@ level_result run_level(const model_session& s, std::shared_ptr<const model_weigh
     const lane_summary sum = summarize(spans, g, first, last);
     r.decode_compute_s += sum.compute_s;
     r.decode_active_s += sum.wall_s;
+    if (sum.compute_s > r.busiest_compute_s) {              // the rank with the most work
+      r.busiest_compute_s = sum.compute_s;
+      r.busiest_active_s = sum.wall_s;
+    }
   }
   return r;
 }
@@ -124,8 +132,9 @@ void run(bench_options& o) {
     for (const int64_t conc : o.concurrency) {
       const int64_t n = o.requests_per_level ? o.requests_per_level : 2 * conc;
       const level_result r = run_level(*s, weights, topo, o.session.reference,
-                                       random_requests(n, o.prompt_len, o.output_len, vocab, o.seed), conc);
-      const double overhead = r.decode_active_s > 0 ? 1.0 - r.decode_compute_s / r.decode_active_s : 0.0;
+                                       random_requests(n, o.prompt_len, o.output_len, vocab, o.seed), conc,
+                                       o.trace_file);
+      const double overhead = r.busiest_active_s > 0 ? 1.0 - r.busiest_compute_s / r.busiest_active_s : 0.0;
       std::printf("%12ld %10ld %12.1f %12.2f %10.1f %10.1f %12ld %9.1f%%\n", static_cast<long>(conc),
                   static_cast<long>(n), r.output_tok_s, r.wall_s, 1e3 * r.mean_ttft_s, 1e3 * r.mean_tpot_s,
                   static_cast<long>(r.num_decode_steps), 100.0 * overhead);
@@ -139,7 +148,7 @@ void run(bench_options& o) {
   topology_config t = topo;
   t.link_model = false;
   t.two_batch_overlap = false;
-  const level_result cal = run_level(*s, weights, t, o.session.reference, decode_specs, conc);
+  const level_result cal = run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file);
   const double compute_step = cal.decode_compute_s / static_cast<double>(topo.decode_ranks) /
                               static_cast<double>(std::max<int64_t>(1, cal.num_decode_steps));
   int64_t num_moe = 0;
@@ -154,15 +163,15 @@ void run(bench_options& o) {
   double step[2] = {0, 0}, prefill[2] = {0, 0};
   for (int mb = 0; mb < 2; ++mb) {
     t.two_batch_overlap = mb == 1;
-    step[mb] = run_level(*s, weights, t, o.session.reference, decode_specs, conc).mean_tpot_s;
+    step[mb] = run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file).mean_tpot_s;
     prefill[mb] = run_level(*s, weights, t, o.session.reference, prefill_specs,
-                            static_cast<int64_t>(prefill_specs.size())).mean_ttft_s;
+                            static_cast<int64_t>(prefill_specs.size()), o.trace_file).mean_ttft_s;
   }
   // prefill compute: the same prompts with the link model off
   t.link_model = false;
   t.two_batch_overlap = false;
   const double prefill_compute =
-      run_level(*s, weights, t, o.session.reference, prefill_specs, static_cast<int64_t>(prefill_specs.size())).mean_ttft_s;
+      run_level(*s, weights, t, o.session.reference, prefill_specs, static_cast<int64_t>(prefill_specs.size()), o.trace_file).mean_ttft_s;
   auto hidden = [](double one, double two, double compute) {
     const double comm = std::max(0.0, one - compute);
     const double denom = std::min(compute, comm);
@@ -191,6 +200,7 @@ void add_bench_cluster(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_flag("--overlap", o->overlap, "measure how much communication two micro-batches hide");
   cmd->add_option("--seed", o->seed, "prompt RNG seed");
+  cmd->add_option("--trace", o->trace_file, "write the last run's Chrome trace (JSON) to this file");
   cmd->callback([o] { run(*o); });
 }
 

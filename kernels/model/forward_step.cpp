@@ -171,19 +171,46 @@ void forward_step::combine(int64_t layer_idx) {
   b_.add({.out = h_.data(), .x = shared_.data(), .n = n});
 }
 
-std::vector<float> forward_step::logits() {
-  const model_config& cfg = w_.config;
-  const int64_t R = static_cast<int64_t>(logit_rows_.size()), D = cfg.hidden_size;
-  std::vector<float> rows(static_cast<size_t>(R * D)), out(static_cast<size_t>(R * cfg.vocab_size));
-  if (R > 0) {
-    for (int64_t r = 0; r < R; ++r)
-      std::copy_n(h_.data() + logit_rows_[r] * D, D, rows.data() + r * D);
-    b_.rms_norm({.x = rows.data(), .weight = w_.norm.data(), .out = rows.data(), .num_tokens = R,
-                 .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
-    b_.linear({.x = rows.data(), .w = &w_.lm_head, .out = out.data(), .num_tokens = R});
-  }
+void forward_step::append_logit_rows(std::vector<float>& out) const {
+  const int64_t D = w_.config.hidden_size;
+  for (const int64_t r : logit_rows_)
+    out.insert(out.end(), h_.begin() + r * D, h_.begin() + (r + 1) * D);
+}
+
+void forward_step::advance_kv() {
   for (size_t s = 0; s < batch_.size(); ++s)                 // max: split entries end in any order
     batch_[s].kv->num_cached = std::max(batch_[s].kv->num_cached, ends_[s]);
+}
+
+std::vector<float> forward_step::logits() {
+  forward_step* self = this;
+  return std::move(joint_logits(std::span(&self, 1))[0]);
+}
+
+std::vector<std::vector<float>> forward_step::joint_logits(std::span<forward_step* const> steps) {
+  std::vector<std::vector<float>> out(steps.size());
+  if (steps.empty())
+    return out;
+  const forward_step& first = *steps[0];
+  const model_config& cfg = first.w_.config;
+  const int64_t D = cfg.hidden_size, V = cfg.vocab_size;
+  std::vector<float> rows;
+  for (const forward_step* s : steps)
+    s->append_logit_rows(rows);
+  const int64_t R = static_cast<int64_t>(rows.size()) / D;
+  std::vector<float> all(static_cast<size_t>(R * V));
+  if (R > 0) {
+    first.b_.rms_norm({.x = rows.data(), .weight = first.w_.norm.data(), .out = rows.data(), .num_tokens = R,
+                       .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
+    first.b_.linear({.x = rows.data(), .w = &first.w_.lm_head, .out = all.data(), .num_tokens = R});
+  }
+  int64_t row = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(steps[i]->logit_rows_.size());
+    out[i].assign(all.begin() + row * V, all.begin() + (row + n) * V);
+    row += n;
+    steps[i]->advance_kv();
+  }
   return out;
 }
 
