@@ -38,7 +38,8 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(
       self->system(), {.request_id = id, .spec = spec, .tok = st.graph.tok, .client = client,
                        .decode_rank = decode, .prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]),
-                       .on_done = {st.graph.queue, caf::actor_cast<caf::actor>(st.graph.decode_balancer), decode}}));
+                       .on_done = {st.graph.queue, caf::actor_cast<caf::actor>(st.graph.decode_balancer), decode},
+                       .metrics = st.graph.metrics}));
   self->monitor(session);
   st.sessions[id] = session;
   st.session_ids[session.address()] = id;

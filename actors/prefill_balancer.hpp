@@ -36,6 +36,7 @@ struct prefill_balancer_graph {
   decode_balancer_actor decode_balancer;
   caf::actor queue;                         // told (done_atom, id) when each request ends
   std::shared_ptr<const tokenizer> tok;
+  caf::actor metrics;                       // sessions report finished requests here (may be null)
   int64_t max_context = 0;                  // KV a request may need: min(prompt + max_tokens, this)
 };
 

@@ -5,7 +5,9 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <chrono>
 
+#include "actors/metrics.hpp"
 #include "kernels/model/output_text.hpp"
 
 namespace moe {
@@ -17,6 +19,7 @@ struct session_state {
   std::unique_ptr<text_stream> text;
   session_result result;
   uint64_t next_seq = 0;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), first_token;
   static inline const char* name = "session";
 };
 
@@ -37,6 +40,18 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   st.result.text = st.text->text();
   for (const caf::actor& a : st.cfg.on_done)   // first: a client that hears the end sees them updated
     caf::anon_send(a, done_atom::value, st.cfg.request_id);
+  if (st.cfg.metrics) {
+    const auto seconds = [&](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t - st.start).count();
+    };
+    const bool any = !st.result.output_ids.empty();
+    caf::anon_send(st.cfg.metrics, done_atom::value,
+                   request_record{.num_prompt_tokens = static_cast<int64_t>(st.cfg.spec.prompt_ids.size()),
+                                  .num_cached_tokens = 0,
+                                  .num_output_tokens = static_cast<int64_t>(st.result.output_ids.size()),
+                                  .ttft_s = any ? seconds(st.first_token) : 0.0,
+                                  .total_s = seconds(std::chrono::steady_clock::now()), .reason = reason});
+  }
   caf::anon_send(st.cfg.client, done_atom::value, std::move(st.result));
   self->quit();
 }
@@ -48,6 +63,8 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
   return {
     [=](token_atom, token_chunk& chunk) {
       auto& st = self->state;
+      if (st.result.output_ids.empty() && !chunk.token_ids.empty())
+        st.first_token = std::chrono::steady_clock::now();
       std::string delta;
       for (int32_t id : chunk.token_ids) {
         st.result.output_ids.push_back(id);

@@ -26,6 +26,7 @@ struct session_config {
   caf::actor decode_rank;                   // told to cancel when a stop string ends the text early
   caf::actor prefill_rank;                  // told to cancel when the client cancels (may be null)
   std::vector<caf::actor> on_done;          // each gets (done_atom, request_id) at the end
+  caf::actor metrics;                       // gets (done_atom, request_record) at the end (may be null)
 };
 
 /// The session quits after its final answer.

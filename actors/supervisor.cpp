@@ -87,10 +87,12 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   c.decode_balancer = spawn_decode_balancer(
       sys, c.decode_ranks,
       {.num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests});
+  c.metrics = spawn_metrics(sys);
   // the queue hands requests to the prefill balancer, which learns the queue right after
   c.prefill_balancer = spawn_prefill_balancer(
       sys, {.prefill_ranks = c.prefill_ranks, .decode_ranks = c.decode_ranks, .decode_balancer = c.decode_balancer,
-            .queue = {}, .tok = std::move(tok), .max_context = max_context});
+            .queue = {}, .tok = std::move(tok), .metrics = caf::actor_cast<caf::actor>(c.metrics),
+            .max_context = max_context});
   c.queue = spawn_request_queue(
       sys, {.max_queued = topo.max_queued_requests,
             .max_running = topo.max_running_requests * topo.decode_ranks},
@@ -98,7 +100,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
   std::vector<caf::actor> parts = {caf::actor_cast<caf::actor>(c.queue),
                                    caf::actor_cast<caf::actor>(c.prefill_balancer),
-                                   caf::actor_cast<caf::actor>(c.decode_balancer)};
+                                   caf::actor_cast<caf::actor>(c.decode_balancer),
+                                   caf::actor_cast<caf::actor>(c.metrics)};
   for (const auto& r : c.prefill_ranks)
     parts.push_back(caf::actor_cast<caf::actor>(r));
   for (const auto& r : c.decode_ranks)
