@@ -12,6 +12,7 @@
 #include <caf/scoped_actor.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -57,6 +58,7 @@ struct level_result {
   double decode_compute_s = 0;              // decode ranks' compute-lane time (trace), all ranks
   double decode_active_s = 0;               // decode ranks' first-to-last span time, all ranks
   double busiest_compute_s = 0, busiest_active_s = 0;   // the decode rank with the most compute
+  std::map<std::string, double> busiest_stage_s;          // its compute by stage name
 };
 
 level_result run_level(const model_session& s, std::shared_ptr<const model_weights> weights,
@@ -112,6 +114,11 @@ level_result run_level(const model_session& s, std::shared_ptr<const model_weigh
     if (sum.compute_s > r.busiest_compute_s) {              // the rank with the most work
       r.busiest_compute_s = sum.compute_s;
       r.busiest_active_s = sum.wall_s;
+      r.busiest_stage_s.clear();
+      for (const trace_span& sp : spans)
+        if (sp.rank == g && sp.lane == trace_lane::compute)
+          r.busiest_stage_s[sp.name.substr(0, sp.name.find(' '))] +=
+              std::chrono::duration<double>(sp.end - sp.begin).count();
     }
   }
   return r;
@@ -129,6 +136,7 @@ void run(bench_options& o) {
   if (!o.overlap) {
     std::printf("%12s %10s %12s %12s %10s %10s %12s %10s\n", "concurrency", "requests", "output tok/s", "wall s",
                 "TTFT ms", "TPOT ms", "decode steps", "overhead");
+    std::vector<level_result> breakdowns;
     for (const int64_t conc : o.concurrency) {
       const int64_t n = o.requests_per_level ? o.requests_per_level : 2 * conc;
       const level_result r = run_level(*s, weights, topo, o.session.reference,
@@ -138,6 +146,22 @@ void run(bench_options& o) {
       std::printf("%12ld %10ld %12.1f %12.2f %10.1f %10.1f %12ld %9.1f%%\n", static_cast<long>(conc),
                   static_cast<long>(n), r.output_tok_s, r.wall_s, 1e3 * r.mean_ttft_s, 1e3 * r.mean_tpot_s,
                   static_cast<long>(r.num_decode_steps), 100.0 * overhead);
+      breakdowns.push_back(r);
+    }
+    std::printf("step-time breakdown of the busiest decode rank (trace compute spans), ms per decode step; "
+                "outside = waits for peers and framework:\n%12s", "concurrency");
+    for (const char* stage : {"ATTN-0", "ATTN-1", "SHARED", "MLP", "COMBINE", "LOGITS", "outside"})
+      std::printf(" %8s", stage);
+    std::printf("\n");
+    for (size_t i = 0; i < breakdowns.size(); ++i) {
+      const level_result& r = breakdowns[i];
+      const double steps = static_cast<double>(std::max<int64_t>(1, r.num_decode_steps));
+      std::printf("%12ld", static_cast<long>(o.concurrency[i]));
+      for (const char* stage : {"ATTN-0", "ATTN-1", "SHARED", "MLP", "COMBINE", "LOGITS"}) {
+        const auto it = r.busiest_stage_s.find(stage);
+        std::printf(" %8.2f", it == r.busiest_stage_s.end() ? 0.0 : 1e3 * it->second / steps);
+      }
+      std::printf(" %8.2f\n", 1e3 * (r.busiest_active_s - r.busiest_compute_s) / steps);
     }
     return;
   }

@@ -16,6 +16,7 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
   using clock = std::chrono::steady_clock;
   const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
   caf::scoped_actor self{sys};
+  self->monitor(c.supervisor);              // a dead cluster ends the run with its reason, not a hang
   cluster_run run;
   run.requests.resize(specs.size());
   std::map<uint64_t, size_t> index_of;
@@ -62,6 +63,9 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
           run.requests[i].result = std::move(result);
           ++num_done;
           --in_flight;
+        },
+        [&](caf::down_msg& down) {
+          throw std::runtime_error("the cluster stopped: " + sys.render(down.reason));
         },
         caf::after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) >> [&] { timed_out = true; });
     if (timed_out)
