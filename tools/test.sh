@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# The tests: set up and build (tools/setup.sh), then every test under CTest. Extra arguments go
-# to ctest (e.g. -R tokenizer).
+# The tests: set up and build (tools/setup.sh), then every test under CTest, then the wire
+# protocol fuzzer for MOE_FUZZ_SECONDS (default 60; 0 skips it). Extra arguments go to ctest
+# (e.g. -R tokenizer) and skip the fuzzer.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 MOE_BUILD_JOBS="${MOE_BUILD_JOBS:-2}" bash tools/setup.sh
 ctest --test-dir build --output-on-failure -j2 --timeout 600 "$@"
+fuzz_seconds="${MOE_FUZZ_SECONDS:-60}"
+if [ $# -eq 0 ] && [ "$fuzz_seconds" != 0 ]; then
+  echo "test: fuzzing the MessagePack-RPC frame decoder and validator for ${fuzz_seconds} s"
+  if ! bash tests/fuzz/run_fuzz.sh "$fuzz_seconds" >build/fuzz.log 2>&1; then
+    tail -n 40 build/fuzz.log
+    echo "test: the fuzzer failed (log: build/fuzz.log; inputs: build-fuzz/artifacts/)"
+    exit 1
+  fi
+  tail -n 4 build/fuzz.log
+fi
