@@ -3,9 +3,10 @@
 //  - throughput: output tok/s at each --concurrency level (random prompts, fixed lengths);
 //  - framework overhead: the share of wall time the busiest decode rank spends outside the
 //    compute spans of the trace while it decodes (waits for peers included);
-//  - overlap (--overlap): the link model set so one exchange costs about the compute between two
-//    (calibrated from a first run), then the decode step time and the prefill time with one
-//    micro-batch vs two; hidden share = (t_one - t_two) / min(compute, t_one - compute).
+//  - overlap (--overlap): decode step time (TPOT) and prefill time (TTFT) with one and two
+//    micro-batches, with the link model off (compute) and set so one step's communication is
+//    about its compute (calibrated from the first run); comm = t(link, 1 mb) - t(no link, 1 mb),
+//    hidden = (compute_2mb + comm - t(link, 2 mb)) / min(compute_2mb, comm).
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -165,47 +166,44 @@ void run(bench_options& o) {
     }
     return;
   }
-  // overlap: calibrate compute per decode step and per prefill, then the link model
+  // overlap: compute alone (link model off) with one and two micro-batches, then the link model
+  // set so a step's communication is about its compute, then both again
   const int64_t conc = o.concurrency.front();
   const auto decode_specs = random_requests(conc, 8, o.output_len, vocab, o.seed);
   const auto prefill_specs = random_requests(topo.prefill_ranks, o.prompt_len, 1, vocab, o.seed + 1);
+  const auto num_prefill = static_cast<int64_t>(prefill_specs.size());
   topology_config t = topo;
-  t.link_model = false;
-  t.two_batch_overlap = false;
-  const level_result cal = run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file);
-  const double compute_step = cal.decode_compute_s / static_cast<double>(topo.decode_ranks) /
-                              static_cast<double>(std::max<int64_t>(1, cal.num_decode_steps));
+  double step[2][2] = {}, prefill[2][2] = {};           // [link model][micro-batches - 1]
+  auto measure = [&](int link) {
+    t.link_model = link == 1;
+    for (int mb = 0; mb < 2; ++mb) {
+      t.two_batch_overlap = mb == 1;
+      step[link][mb] = run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file).mean_tpot_s;
+      prefill[link][mb] =
+          run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, o.trace_file).mean_ttft_s;
+    }
+  };
+  measure(0);
   int64_t num_moe = 0;
   for (const auto& l : s->weights.layers)
     num_moe += l.is_moe;
-  // each MoE layer waits for a dispatch and a combine: 2 latencies per layer ~ its compute
-  const double latency_us = 1e6 * compute_step / static_cast<double>(2 * std::max<int64_t>(1, num_moe));
-  t.link_model = true;
+  // a MoE layer waits for one dispatch and one combine: two latencies per layer ~ its compute
+  const double latency_us = 1e6 * step[0][0] / static_cast<double>(2 * std::max<int64_t>(1, num_moe));
   t.intra_node = t.inter_node = {.latency_us = latency_us, .bandwidth_gb_s = 0.0};
-  std::printf("calibration: decode compute %.2f ms/step over %ld MoE layers -> link latency %.0f us per message\n",
-              1e3 * compute_step, static_cast<long>(num_moe), latency_us);
-  double step[2] = {0, 0}, prefill[2] = {0, 0};
-  for (int mb = 0; mb < 2; ++mb) {
-    t.two_batch_overlap = mb == 1;
-    step[mb] = run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file).mean_tpot_s;
-    prefill[mb] = run_level(*s, weights, t, o.session.reference, prefill_specs,
-                            static_cast<int64_t>(prefill_specs.size()), o.trace_file).mean_ttft_s;
-  }
-  // prefill compute: the same prompts with the link model off
-  t.link_model = false;
-  t.two_batch_overlap = false;
-  const double prefill_compute =
-      run_level(*s, weights, t, o.session.reference, prefill_specs, static_cast<int64_t>(prefill_specs.size()), o.trace_file).mean_ttft_s;
-  auto hidden = [](double one, double two, double compute) {
-    const double comm = std::max(0.0, one - compute);
+  std::printf("link model: %.0f us per message (decode compute %.2f ms/step over %ld MoE layers)\n", latency_us,
+              1e3 * step[0][0], static_cast<long>(num_moe));
+  measure(1);
+  // comm = what the link model adds to one micro-batch; hidden = the part of min(compute, comm)
+  // that two micro-batches take off their own compute + comm
+  auto hidden = [](const double (&x)[2][2]) {
+    const double comm = std::max(0.0, x[1][0] - x[0][0]), compute = x[0][1];
     const double denom = std::min(compute, comm);
-    return denom > 0 ? (one - two) / denom : 0.0;
+    return denom > 0 ? (compute + comm - x[1][1]) / denom : 0.0;
   };
-  std::printf("%8s %14s %14s %14s %10s\n", "phase", "1 micro-batch", "2 micro-batches", "compute only", "hidden");
-  std::printf("%8s %11.2f ms %12.2f ms %11.2f ms %9.1f%%\n", "decode", 1e3 * step[0], 1e3 * step[1], 1e3 * compute_step,
-              100.0 * hidden(step[0], step[1], compute_step));
-  std::printf("%8s %11.2f ms %12.2f ms %11.2f ms %9.1f%%\n", "prefill", 1e3 * prefill[0], 1e3 * prefill[1],
-              1e3 * prefill_compute, 100.0 * hidden(prefill[0], prefill[1], prefill_compute));
+  std::printf("%8s %12s %12s %12s %12s %8s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb", "+link 2mb", "hidden");
+  for (const auto& [name, x] : {std::pair{"decode", &step}, std::pair{"prefill", &prefill}})
+    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %7.1f%%\n", name, 1e3 * (*x)[0][0], 1e3 * (*x)[0][1],
+                1e3 * (*x)[1][0], 1e3 * (*x)[1][1], 100.0 * hidden(*x));
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace moe {
 
 kv_cache::kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim)
     : num_layers_(num_layers), num_blocks_(num_blocks), block_size_(block_size), kv_dim_(kv_dim),
-      storage_(static_cast<size_t>(num_layers * num_blocks * block_size * kv_dim), 0.0f),
+      storage_(new float[static_cast<size_t>(num_layers * num_blocks * block_size * kv_dim)]),
       in_use_(static_cast<size_t>(num_blocks), 0) {
   if (num_blocks <= 0 || block_size <= 0 || num_blocks > INT32_MAX)
     throw std::invalid_argument("kv_cache: num_blocks and block_size must be positive");
@@ -19,7 +19,7 @@ kv_cache::kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, i
 }
 
 kv_layer_view kv_cache::layer(int64_t layer_idx) noexcept {
-  return {.base = storage_.data() + layer_idx * num_blocks_ * block_size_ * kv_dim_,
+  return {.base = storage_.get() + layer_idx * num_blocks_ * block_size_ * kv_dim_,
           .block_size = block_size_,
           .kv_dim = kv_dim_};
 }

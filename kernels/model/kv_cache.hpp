@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -36,7 +37,9 @@ public:
 
 private:
   int64_t num_layers_, num_blocks_, block_size_, kv_dim_;
-  std::vector<float> storage_;
+  // Not zero-filled: every slot is written (store_kv) before it is read, and untouched pages of
+  // a large pool cost nothing until used.
+  std::unique_ptr<float[]> storage_;
   std::vector<int32_t> free_;
   std::vector<uint8_t> in_use_;
 };
