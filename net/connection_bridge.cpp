@@ -7,6 +7,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <exception>
 #include <unordered_map>
 #include <utility>
 
@@ -69,9 +70,14 @@ void send_cancel(bridge_pointer self, uint64_t request_id) {
                  cancel_atom::value, request_id);
 }
 
+// Once closed, only submits still unanswered matter: their ids must be learned to cancel them.
 void maybe_quit(bridge_pointer self) {
-  if (self->state.closed && self->state.by_msgid.empty())
-    self->quit();
+  if (!self->state.closed)
+    return;
+  for (const auto& [msgid, f] : self->state.by_msgid)
+    if (!f.request_id)
+      return;
+  self->quit();
 }
 
 /// Answers `msgid` with an error (it is no longer in flight).
@@ -169,7 +175,13 @@ void start(bridge_pointer self, generate_job& job) {
 caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_config cfg) {
   self->state.cfg = std::move(cfg);
   return {
-    [=](submit_atom, generate_job& job) { start(self, job); },
+    [=](submit_atom, generate_job& job) {
+      try {
+        start(self, job);
+      } catch (const std::exception& e) {                    // a bug must not kill the bridge
+        fail(self, job.msgid, make_error(rpc_errc::internal, std::string("generate: ") + e.what()));
+      }
+    },
     [=](cancel_atom, uint32_t msgid) {
       auto it = self->state.by_msgid.find(msgid);
       if (it == self->state.by_msgid.end())

@@ -2,7 +2,7 @@
 // One connection's actor in the CAF world: it prepares each generate (prompt -> token ids,
 // context check), submits it to the request queue, turns the session's stream_chunks and
 // session_result into wire bytes, cancels on request or disconnect, and quits once the
-// connection has closed and nothing it submitted is still unanswered.
+// connection has closed and every request it submitted has an id (and so was cancelled).
 #pragma once
 
 #include <caf/actor.hpp>

@@ -183,3 +183,20 @@ TEST_CASE_FIXTURE(server_fixture, "stats and ready go through the cluster") {
   CHECK(m.at("ranks").via.array.size == 2);
   CHECK(m.at("queue").as<std::map<std::string, int64_t>>().at("admitted") == 2);   // ready's too
 }
+
+TEST_CASE_FIXTURE(server_fixture, "a reply over the write buffer drops the connection, not the server") {
+  if (!have_tokenizer()) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+    return;
+  }
+  start({.max_write_buffer = 4096});
+  test_client c(server->port());
+  std::string text;
+  for (int i = 0; i < 2000; ++i)
+    text += "word" + std::to_string(i) + " ";               // thousands of ids: over 4 KiB
+  c.send(request_bytes(1, "tokenize", std::vector<std::string>{text}));
+  CHECK(c.closed_by_server());
+  test_client again(server->port());
+  again.send(request_bytes(1, "tokenize", std::vector<std::string>{"short"}));
+  CHECK(error_code(again.next_response()) == 0);
+}
