@@ -118,6 +118,11 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
                          .timings = {seconds(f.admitted - f.arrival), seconds(first - f.arrival),
                                      seconds(now - first)}};
   result.usage.completion_tokens = static_cast<int64_t>(result.output_ids.size());
+  if (result.usage.completion_tokens > 1 && result.timings.decode > 0) {
+    st.cfg.counters->sum_request_tok_per_s +=
+        static_cast<double>(result.usage.completion_tokens - 1) / result.timings.decode;
+    ++st.cfg.counters->num_rated_requests;
+  }
   st.by_msgid.erase(msgid);
   if (!st.closed)
     st.cfg.reply(encode_generate_result(msgid, result), msgid);

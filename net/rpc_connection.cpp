@@ -174,8 +174,8 @@ void rpc_connection::handle_request(rpc_request& request) {
       case rpc_method::ready:
         return spawn_ready_probe(shared_->sys, shared_->target, msgid, reply_to(shared_from_this()));
       case rpc_method::stats:
-        return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters, msgid,
-                                 reply_to(shared_from_this()));
+        return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters,
+                                 shared_->stats_sampler, msgid, reply_to(shared_from_this()));
       default: return;
     }
   } catch (const std::exception& e) {                      // a bug must not take the server down

@@ -24,6 +24,7 @@ struct server_shared {
   std::shared_ptr<const serving_target> target;
   std::shared_ptr<server_counters> counters;
   server_limits limits;
+  caf::actor stats_sampler;
 };
 
 class rpc_connection : public std::enable_shared_from_this<rpc_connection> {

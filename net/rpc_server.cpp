@@ -3,13 +3,34 @@
 // io_context (through server_shared), so it outlives them all.
 #include "net/rpc_server.hpp"
 
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <cstdio>
+#include <exception>
 #include <thread>
 #include <vector>
 
 #include "config/model_config.hpp"
 #include "net/rpc_connection.hpp"
+#include "net/stats_sampler.hpp"
 
 namespace moe::net {
+
+namespace {
+
+/// Runs the io loop until stopped; a handler that throws is reported and the loop goes on.
+void run_io(asio::io_context& io) {
+  for (;;) {
+    try {
+      io.run();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "moeserve: io thread: %s\n", e.what());
+    }
+  }
+}
+
+}  // namespace
 
 struct rpc_server::impl {
   std::shared_ptr<asio::io_context> io = std::make_shared<asio::io_context>();
@@ -54,9 +75,11 @@ struct rpc_server::impl {
 
 rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_config cfg)
     : impl_(std::make_unique<impl>()) {
+  auto served = std::make_shared<const serving_target>(std::move(target));
+  auto counters = std::make_shared<server_counters>();
   impl_->shared = std::make_shared<server_shared>(server_shared{
-      impl_->io, sys, std::make_shared<const serving_target>(std::move(target)),
-      std::make_shared<server_counters>(), cfg.limits});
+      impl_->io, sys, served, counters, cfg.limits,
+      spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window)});
   std::error_code ec;
   const asio::ip::address address = asio::ip::make_address(cfg.host, ec);
   if (ec)
@@ -69,13 +92,15 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
     impl_->acceptor.bind(endpoint, ec);
   if (!ec)
     impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
+  if (ec) {
+    caf::anon_send_exit(impl_->shared->stats_sampler, caf::exit_reason::user_shutdown);
     throw input_error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " +
                       ec.message());
+  }
   impl_->host = cfg.host;
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept();
-  impl_->thread = std::thread([io = impl_->io] { io->run(); });
+  impl_->thread = std::thread([io = impl_->io] { run_io(*io); });
 }
 
 rpc_server::~rpc_server() { stop(); }
@@ -99,6 +124,7 @@ void rpc_server::stop() {
     i->io->stop();
   });
   impl_->thread.join();
+  caf::anon_send_exit(impl_->shared->stats_sampler, caf::exit_reason::user_shutdown);
   impl_->io->restart();                                     // drop what was posted meanwhile
   impl_->io->poll();
 }

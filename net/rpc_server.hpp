@@ -31,6 +31,8 @@ struct server_config {
   std::string host = "127.0.0.1";
   uint16_t port = 0;                                      // 0: an ephemeral port
   server_limits limits;
+  std::chrono::milliseconds stats_interval{1000};         // rank occupancy samples
+  std::chrono::seconds stats_window{60};                  // stats' "window" counters
 };
 
 class rpc_server {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "net/rpc_frame.hpp"
+#include "net/stats_sampler.hpp"
 
 namespace moe::net {
 namespace {
@@ -23,16 +24,42 @@ double seconds_since(clock::time_point t) {
 struct gathered {
   queue_stats queue;
   std::vector<rank_stats> ranks;
+  sampled_stats sampled;
   size_t num_pending = 0;
   bool failed = false;
 };
+
+void pack_window(msgpack::packer<msgpack::sbuffer>& pk, const window_counters& w) {
+  pk.pack_map(5).pack("seconds").pack_double(w.seconds);
+  pk.pack("requests").pack(w.requests).pack("input_tokens").pack(w.input_tokens);
+  pk.pack("output_tokens").pack(w.output_tokens);
+  pk.pack("output_tok_per_s").pack_double(w.seconds > 0 ? w.output_tokens / w.seconds : 0.0);
+}
+
+void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t num_prefill) {
+  pk.pack_array(static_cast<uint32_t>(g.ranks.size()));
+  for (size_t i = 0; i < g.ranks.size(); ++i) {
+    const rank_stats& r = g.ranks[i];
+    const rank_occupancy sampled = i < g.sampled.ranks.size() ? g.sampled.ranks[i] : rank_occupancy{};
+    pk.pack_map(10).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
+    pk.pack("running").pack(r.num_running).pack("blocks").pack(r.num_blocks);
+    pk.pack("free_blocks").pack(r.num_free_blocks);
+    pk.pack("occupancy").pack_double(
+        r.num_blocks > 0 ? 1.0 - static_cast<double>(r.num_free_blocks) / r.num_blocks : 0.0);
+    pk.pack("occupancy_peak").pack_double(sampled.peak);
+    pk.pack("occupancy_avg").pack_double(sampled.average);
+    pk.pack("peak_running").pack(sampled.peak_running);
+    pk.pack("steps").pack(r.num_steps);
+  }
+}
 
 msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target,
                               const server_counters& c, const gathered& g) {
   msgpack::sbuffer out;
   msgpack::packer<msgpack::sbuffer> pk(out);
   const double uptime = seconds_since(c.start);
-  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(11);
+  const int64_t num_rated = c.num_rated_requests.load();
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(13);
   pk.pack("uptime_s").pack_double(uptime);
   pk.pack("requests").pack(c.num_requests.load());
   pk.pack("failed").pack(c.num_failed.load());
@@ -41,21 +68,16 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target,
   pk.pack("prefix_cache_hit_tokens").pack(0);                // no prefix cache yet
   pk.pack("output_tokens").pack(c.output_tokens.load());
   pk.pack("output_tok_per_s").pack_double(uptime > 0 ? c.output_tokens.load() / uptime : 0.0);
+  pk.pack("mean_request_output_tok_per_s")
+      .pack_double(num_rated > 0 ? c.sum_request_tok_per_s.load() / num_rated : 0.0);
   pk.pack("connections").pack(c.num_connections.load());
+  pk.pack("window");
+  pack_window(pk, g.sampled.window);
   pk.pack("queue").pack_map(4);
   pk.pack("queued").pack(g.queue.num_queued).pack("running").pack(g.queue.num_running);
   pk.pack("admitted").pack(g.queue.num_admitted).pack("rejected").pack(g.queue.num_rejected);
-  pk.pack("ranks").pack_array(static_cast<uint32_t>(g.ranks.size()));
-  const size_t num_prefill = target.handles.prefill_ranks.size();
-  for (size_t i = 0; i < g.ranks.size(); ++i) {
-    const rank_stats& r = g.ranks[i];
-    pk.pack_map(7).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
-    pk.pack("running").pack(r.num_running).pack("blocks").pack(r.num_blocks);
-    pk.pack("free_blocks").pack(r.num_free_blocks);
-    pk.pack("occupancy").pack_double(
-        r.num_blocks > 0 ? 1.0 - static_cast<double>(r.num_free_blocks) / r.num_blocks : 0.0);
-    pk.pack("steps").pack(r.num_steps);
-  }
+  pk.pack("ranks");
+  pack_ranks(pk, g, target.handles.prefill_ranks.size());
   return out;
 }
 
@@ -80,12 +102,13 @@ msgpack::sbuffer encode_health(uint32_t msgid, const server_counters& counters) 
 }
 
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       std::shared_ptr<server_counters> counters, uint32_t msgid, reply_fn reply) {
+                       std::shared_ptr<server_counters> counters, caf::actor sampler,
+                       uint32_t msgid, reply_fn reply) {
   sys.spawn([=](caf::event_based_actor* self) {
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
     g->ranks.resize(c.prefill_ranks.size() + c.decode_ranks.size());
-    g->num_pending = 1 + g->ranks.size();
+    g->num_pending = 2 + g->ranks.size();
     auto one_done = [=] {
       if (--g->num_pending > 0)
         return;
@@ -97,6 +120,8 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     auto on_error = [=](caf::error&) { g->failed = true; one_done(); };
     self->request(c.queue, probe_timeout, stats_atom::value)
         .then([=](const queue_stats& q) { g->queue = q; one_done(); }, on_error);
+    self->request(sampler, probe_timeout, sampled_atom::value)
+        .then([=](sampled_stats& s) { g->sampled = std::move(s); one_done(); }, on_error);
     for (size_t i = 0; i < g->ranks.size(); ++i) {
       auto on_rank = [=](const rank_stats& r) { g->ranks[i] = r; one_done(); };
       if (i < c.prefill_ranks.size())

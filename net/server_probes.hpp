@@ -4,6 +4,7 @@
 // real 1-token generation through the whole path).
 #pragma once
 
+#include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 #include <cstdint>
 #include <memory>
@@ -20,10 +21,14 @@ namespace moe::net {
 [[nodiscard]] msgpack::sbuffer encode_health(uint32_t msgid, const server_counters& counters);
 
 /// Replies {uptime_s, requests, failed, cancelled, input_tokens, prefix_cache_hit_tokens,
-/// output_tokens, output_tok_per_s, connections, queue: {...}, ranks: [{rank, role, running,
-/// blocks, free_blocks, occupancy, steps}]}, or a 503 when a part does not answer.
+/// output_tokens, output_tok_per_s, mean_request_output_tok_per_s, connections,
+/// window: {seconds, requests, input_tokens, output_tokens, output_tok_per_s},
+/// queue: {queued, running, admitted, rejected}, ranks: [{rank, role, running, blocks,
+/// free_blocks, occupancy, occupancy_peak, occupancy_avg, peak_running, steps}]}, or a 503 when
+/// a part does not answer. `sampler`: the server's stats_sampler.
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       std::shared_ptr<server_counters> counters, uint32_t msgid, reply_fn reply);
+                       std::shared_ptr<server_counters> counters, caf::actor sampler,
+                       uint32_t msgid, reply_fn reply);
 
 /// Replies {ready: true, latency_s} after a greedy 1-token generation of the BOS prompt, or a
 /// 503 naming what failed.

@@ -29,6 +29,8 @@ struct server_counters {
   std::atomic<int64_t> num_cancelled{0};    // ended with finish_reason abort
   std::atomic<int64_t> input_tokens{0};
   std::atomic<int64_t> output_tokens{0};
+  std::atomic<double> sum_request_tok_per_s{0.0};   // decode tok/s of each request with 2+ tokens
+  std::atomic<int64_t> num_rated_requests{0};
   std::atomic<int64_t> num_connections{0};  // open now
   std::atomic<int64_t> num_accepted{0};     // connections since start
 };

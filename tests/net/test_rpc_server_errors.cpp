@@ -51,7 +51,9 @@ TEST_CASE_FIXTURE(server_fixture, "each bad request is answered with its error c
   CHECK(code_of(c, generate_with(8, 1, [](packer& pk) { pk.pack("temperature").pack(-1); })) == 422);
   CHECK(code_of(c, request_bytes(9, "health", std::vector<int>{1})) == 400);
   CHECK(code_of(c, request_bytes(10, "detokenize", std::vector<std::vector<int64_t>>{{-1}})) == 422);
-  CHECK(code_of(c, request_bytes(11, "cancel", std::vector<std::string>{"x"})) != 0);
+  CHECK(code_of(c, request_bytes(11, "cancel", std::vector<std::string>{"x"})) == 422);
+  c.send(request_bytes(13, "cancel", std::vector<uint32_t>{99}));
+  CHECK_FALSE(c.next_response().result.as<bool>());          // nothing in flight with msgid 99
   c.send(notification_bytes("nope", std::vector<int>{}));
   const net::rpc_message m = c.next();
   const auto* note = std::get_if<net::rpc_notification>(&m);
@@ -181,6 +183,11 @@ TEST_CASE_FIXTURE(server_fixture, "stats and ready go through the cluster") {
   CHECK(m.at("input_tokens").as<int64_t>() == 3);
   CHECK(m.at("output_tokens").as<int64_t>() == 2);
   CHECK(m.at("ranks").via.array.size == 2);
+  for (const auto& rank : m.at("ranks").as<std::vector<std::map<std::string, msgpack::object>>>()) {
+    CHECK(rank.at("occupancy_peak").as<double>() >= rank.at("occupancy_avg").as<double>());
+    CHECK(rank.at("free_blocks").as<int64_t>() <= rank.at("blocks").as<int64_t>());
+  }
+  CHECK(m.at("window").as<std::map<std::string, msgpack::object>>().at("output_tokens").as<int64_t>() == 2);
   CHECK(m.at("queue").as<std::map<std::string, int64_t>>().at("admitted") == 2);   // ready's too
 }
 
