@@ -30,6 +30,17 @@ std::vector<int32_t> tokenize(const tokenize_request& req, const tokenizer& tok)
   return tok.encode(req.prompt, req.add_special_tokens);
 }
 
+/// What parse_generate accepts but this server cannot do (yet), or another model's name.
+std::optional<rpc_error> check_served(const generate_request& req, const serving_target& target) {
+  if (!req.model.empty() && req.model != target.model_name)
+    return make_error(rpc_errc::validation,
+                      "model: unknown \"" + req.model + "\" (this server serves \"" +
+                          target.model_name + "\")");
+  if (req.logprobs && *req.logprobs > 0)
+    return make_error(rpc_errc::validation, "logprobs: not supported by this server yet");
+  return std::nullopt;
+}
+
 }  // namespace
 
 rpc_connection::rpc_connection(asio::ip::tcp::socket socket,
@@ -196,6 +207,8 @@ void rpc_connection::handle_generate(rpc_request& request) {
                                overloaded_retry_ms)));
   auto req = parse_generate(request.params, shared_->limits.requests);
   if (auto* err = std::get_if<rpc_error>(&req))
+    return write(encode_error(msgid, *err));
+  if (auto err = check_served(std::get<generate_request>(req), *shared_->target))
     return write(encode_error(msgid, *err));
   in_flight_.insert(msgid);
   bridge_generate(bridge_, msgid, std::move(std::get<generate_request>(req)),

@@ -54,7 +54,13 @@ msgpack::sbuffer generate_frame(const client_options& o, const sampling_params& 
 /// Prints a "token" notification's text; true when `message` is the final response.
 bool show(const net::rpc_message& message) {
   if (const auto* note = std::get_if<net::rpc_notification>(&message)) {
-    if (note->method == "token" && note->params.via.array.size >= 4) {
+    if (note->method == "error" && note->params.via.array.size >= 1) {
+      const auto error = note->params.via.array.ptr[0].as<std::map<std::string, msgpack::object>>();
+      throw std::runtime_error("server: " + std::to_string(error.at("code").as<int>()) + " " +
+                               error.at("message").as<std::string>());
+    }
+    if (note->method == "token" && note->params.via.array.size >= 4 &&
+        note->params.via.array.ptr[3].type == msgpack::type::STR) {
       const auto& delta = note->params.via.array.ptr[3];
       std::fwrite(delta.via.str.ptr, 1, delta.via.str.size, stdout);
       std::fflush(stdout);

@@ -50,6 +50,12 @@ TEST_CASE_FIXTURE(server_fixture, "each bad request is answered with its error c
         422);                                                // the tokenizer's ids exceed 1000
   CHECK(code_of(c, generate_with(8, 1, [](packer& pk) { pk.pack("temperature").pack(-1); })) == 422);
   CHECK(code_of(c, request_bytes(9, "health", std::vector<int>{1})) == 400);
+  CHECK(code_of(c, generate_with(14, 2, [](packer& pk) {
+          pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("model").pack("other");
+        })) == 422);
+  CHECK(code_of(c, generate_with(15, 2, [](packer& pk) {
+          pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("logprobs").pack(5);
+        })) == 422);                                         // not supported yet
   CHECK(code_of(c, request_bytes(10, "detokenize", std::vector<std::vector<int64_t>>{{-1}})) == 422);
   CHECK(code_of(c, request_bytes(11, "cancel", std::vector<std::string>{"x"})) == 422);
   c.send(request_bytes(13, "cancel", std::vector<uint32_t>{99}));
