@@ -3,6 +3,9 @@
 // connection that broke them.
 #include <doctest/doctest.h>
 
+#include <random>
+#include <system_error>
+
 #include "net/server_fixture.hpp"
 #include "net/wire.hpp"
 
@@ -212,4 +215,31 @@ TEST_CASE_FIXTURE(server_fixture, "a reply over the write buffer drops the conne
   test_client again(server->port());
   again.send(request_bytes(1, "tokenize", std::vector<std::string>{"short"}));
   CHECK(error_code(again.next_response()) == 0);
+}
+
+TEST_CASE_FIXTURE(server_fixture, "random bytes from many clients never take the server down") {
+  if (!have_tokenizer()) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+    return;
+  }
+  start({.idle_timeout = std::chrono::milliseconds(200),
+         .read_timeout = std::chrono::milliseconds(200)});
+  std::mt19937 rng(11);
+  for (int i = 0; i < 60; ++i) {
+    CAPTURE(i);
+    test_client c(server->port());
+    std::string bytes(1 + rng() % 512, '\0');
+    for (char& b : bytes)
+      b = static_cast<char>(rng());
+    if (i % 3 == 0)                                          // a valid request's prefix first
+      bytes = request_bytes(1, "generate", std::vector<int>{}).substr(0, 4) + bytes;
+    try {
+      c.send(bytes);
+    } catch (const std::system_error&) {                     // closed before all of it was sent
+    }
+    CHECK(c.closed_by_server());                             // at the latest by a timeout
+  }
+  test_client after(server->port());
+  after.send(request_bytes(1, "health", std::vector<int>{}));
+  CHECK(error_code(after.next_response()) == 0);
 }
