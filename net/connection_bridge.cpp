@@ -58,6 +58,7 @@ struct bridge_state {
   std::unordered_map<uint64_t, uint32_t> msgid_of;       // request id -> msgid
   std::unordered_map<uint64_t, early_messages> early;    // before the submit reply
   bool closed = false;
+  bool quitting = false;
   static inline const char* name = "connection_bridge";
 };
 
@@ -72,11 +73,12 @@ void send_cancel(bridge_pointer self, uint64_t request_id) {
 
 // Once closed, only submits still unanswered matter: their ids must be learned to cancel them.
 void maybe_quit(bridge_pointer self) {
-  if (!self->state.closed)
+  if (!self->state.closed || self->state.quitting)
     return;
   for (const auto& [msgid, f] : self->state.by_msgid)
     if (!f.request_id)
       return;
+  self->state.quitting = true;
   self->quit();
 }
 
@@ -139,15 +141,15 @@ void on_admitted(bridge_pointer self, uint32_t msgid, uint64_t request_id) {
   st.cfg.counters->input_tokens += f.prompt_tokens;
   if (f.cancel_requested || st.closed)
     send_cancel(self, request_id);
-  auto it = st.early.find(request_id);
-  if (it == st.early.end())
-    return;
-  early_messages early = std::move(it->second);
-  st.early.erase(it);
-  for (const stream_chunk& chunk : early.chunks)
-    on_chunk(self, msgid, chunk);
-  if (early.result)
-    on_result(self, msgid, *early.result);
+  if (auto it = st.early.find(request_id); it != st.early.end()) {
+    early_messages early = std::move(it->second);
+    st.early.erase(it);
+    for (const stream_chunk& chunk : early.chunks)
+      on_chunk(self, msgid, chunk);
+    if (early.result)
+      on_result(self, msgid, *early.result);
+  }
+  maybe_quit(self);                                          // closed while this was unanswered
 }
 
 void on_rejected(bridge_pointer self, uint32_t msgid, const caf::error& e) {

@@ -182,6 +182,28 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
   CHECK(error_code(again.next_response()) == 0);
 }
 
+TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leaves nothing behind") {
+  if (!have_tokenizer()) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+    return;
+  }
+  start();
+  {
+    test_client client(server->port());
+    std::string bytes;
+    for (uint32_t i = 0; i < 5; ++i)
+      bytes += generate_ids(i, {0, static_cast<int32_t>(i)}, 30, true);
+    client.send(bytes);
+    client.close();                                          // before any is admitted, likely
+  }
+  test_client other(server->port());                         // the io thread has seen the close
+  other.send(request_bytes(1, "health", std::vector<int>{}));
+  CHECK(error_code(other.next_response()) == 0);
+  for (const rank_stats& s : idle_rank_stats())
+    CHECK(s.num_free_blocks == s.num_blocks);
+  // the fixture's actor system then shuts down only if the connection's bridge has quit
+}
+
 // NOTE: needs (cancel_atom, request_id) on the request queue (the lead's change in actors/);
 // until it lands the request runs to its max_tokens and this case fails.
 TEST_CASE_FIXTURE(server_fixture, "cancel ends a generate with finish_reason abort" * doctest::may_fail()) {
