@@ -75,11 +75,6 @@ struct rpc_server::impl {
 
 rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_config cfg)
     : impl_(std::make_unique<impl>()) {
-  auto served = std::make_shared<const serving_target>(std::move(target));
-  auto counters = std::make_shared<server_counters>();
-  impl_->shared = std::make_shared<server_shared>(server_shared{
-      impl_->io, sys, served, counters, cfg.limits,
-      spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window)});
   std::error_code ec;
   const asio::ip::address address = asio::ip::make_address(cfg.host, ec);
   if (ec)
@@ -92,11 +87,15 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
     impl_->acceptor.bind(endpoint, ec);
   if (!ec)
     impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    caf::anon_send_exit(impl_->shared->stats_sampler, caf::exit_reason::user_shutdown);
+  if (ec)
     throw input_error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " +
                       ec.message());
-  }
+  // Actors only once nothing can throw: the actor system waits for them at shutdown.
+  auto served = std::make_shared<const serving_target>(std::move(target));
+  auto counters = std::make_shared<server_counters>();
+  impl_->shared = std::make_shared<server_shared>(server_shared{
+      impl_->io, sys, served, counters, cfg.limits,
+      spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window)});
   impl_->host = cfg.host;
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept();

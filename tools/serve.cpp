@@ -56,7 +56,11 @@ void run(serve_options& o) {
   caf::actor_system_config cfg;
   add_serve_error_category(cfg);
   caf::actor_system sys{cfg};
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = o.reference});
+  const cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = o.reference});
+  // NOTE: the actor system's destructor waits for every actor: stop the cluster on every way
+  // out, a failed bind included, or `serve` hangs instead of exiting with the error.
+  const auto stop_cluster = [](const cluster* x) { x->stop(); };
+  const std::unique_ptr<const cluster, decltype(stop_cluster)> stopper(&c, stop_cluster);
   net::serving_target target{
       .handles = c, .tok = tok, .vocab_size = weights->config.vocab_size,
       .max_context = static_cast<size_t>(
@@ -77,7 +81,6 @@ void run(serve_options& o) {
     std::fflush(stdout);
     server.stop();
   }
-  c.stop();
 }
 
 }  // namespace

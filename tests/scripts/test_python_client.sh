@@ -25,6 +25,12 @@ if ! /usr/bin/python3 -c 'import msgpack' 2>/dev/null; then
 fi
 "$moeserve" make-model --preset tiny --seed 3 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 
+out=$(timeout -k 5 60 "$moeserve" serve --model "$tmp/m" --host bogus --prefill-ranks 1 \
+  --decode-ranks 1 2>&1)
+status=$?
+[[ $status -eq 2 && $out == *"--host"* ]] || fail "serve --host bogus: exit $status, output: $out"
+echo "ok: serve --host bogus -> $out"
+
 mkfifo "$tmp/server_out"
 "$moeserve" serve --model "$tmp/m" --port 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 \
   --page-size 16 --max-context 256 --dispatch-dtype fp32 --reference >"$tmp/server_out" 2>&1 &
