@@ -58,7 +58,12 @@ def main():
     else:
         params["prompt"] = args.prompt
 
-    with socket.create_connection((args.host, args.port), timeout=60) as sock:
+    try:
+        sock = socket.create_connection((args.host, args.port), timeout=60)
+    except OSError as e:
+        sys.stderr.write("cannot connect to %s:%d: %s\n" % (args.host, args.port, e))
+        return 2
+    with sock:
         try:
             for kind, value in generate(sock, 1, params):
                 if kind == "token":
@@ -69,8 +74,8 @@ def main():
                     sys.stderr.write("\n[finish: %s | %d prompt tokens | %d generated | ttft %.3f s]\n"
                                      % (value["finish_reason"], usage["prompt_tokens"],
                                         usage["completion_tokens"], value["timings"]["ttft"]))
-        except RuntimeError as e:
-            sys.stderr.write("%s\n" % e)
+        except (RuntimeError, OSError) as e:                  # ConnectionError is an OSError
+            sys.stderr.write("\n%s\n" % e)
             return 1
     return 0
 
