@@ -6,6 +6,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <map>
+#include <set>
 
 #include "actors/policy/rank_picker.hpp"
 #include "actors/session.hpp"
@@ -18,6 +19,10 @@ struct prefill_balancer_state {
   prefill_balancer_graph graph;
   std::vector<prefill_load> loads;
   std::map<uint64_t, std::pair<int64_t, int64_t>> in_flight;   // id -> (rank, prompt tokens)
+  std::map<uint64_t, caf::actor> sessions;  // live sessions (monitored)
+  std::map<caf::actor_addr, uint64_t> session_ids;
+  std::map<uint64_t, caf::actor> picking;   // waiting for the decode balancer: id -> client
+  std::set<uint64_t> cancelled_while_picking;   // answered already; drop when the pick comes
   static inline const char* name = "prefill_balancer";
 };
 
@@ -28,12 +33,15 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
                    int64_t decode_idx) {
   auto& st = self->state;
   const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
-  const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(
-      self->system(), {.request_id = id, .spec = spec, .tok = st.graph.tok, .client = client,
-                       .decode_rank = decode,
-                       .on_done = {st.graph.queue, caf::actor_cast<caf::actor>(st.graph.decode_balancer)}}));
   const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
   const int64_t rank = pick_prefill_rank(st.loads, n);
+  const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(
+      self->system(), {.request_id = id, .spec = spec, .tok = st.graph.tok, .client = client,
+                       .decode_rank = decode, .prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]),
+                       .on_done = {st.graph.queue, caf::actor_cast<caf::actor>(st.graph.decode_balancer)}}));
+  self->monitor(session);
+  st.sessions[id] = session;
+  st.session_ids[session.address()] = id;
   st.loads[rank].attention_cost += static_cast<double>(n) * static_cast<double>(n);
   st.loads[rank].num_tokens += n;
   st.in_flight[id] = {rank, n};
@@ -46,16 +54,36 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
 prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, prefill_balancer_graph graph) {
   self->state.loads.resize(graph.prefill_ranks.size());
   self->state.graph = std::move(graph);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto it = st.session_ids.find(dm.source);
+    if (it != st.session_ids.end()) {
+      st.sessions.erase(it->second);
+      st.session_ids.erase(it);
+    }
+  });
   return {
     [=](submit_atom, uint64_t id, request_spec& spec, caf::actor& client) {
       const auto& st = self->state;
       const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
       const int64_t wanted = n + spec.sampling.max_tokens;   // the worst case, booked until the end
+      self->state.picking[id] = client;
       self->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id,
                     std::min(wanted, st.graph.max_context))
           .then(
-              [=](int64_t decode_idx) mutable { start_request(self, id, std::move(spec), client, decode_idx); },
+              [=](int64_t decode_idx) mutable {
+                auto& st = self->state;
+                st.picking.erase(id);
+                if (st.cancelled_while_picking.erase(id)) {        // give the booking back
+                  caf::anon_send(st.graph.decode_balancer, done_atom::value, id);
+                  return;
+                }
+                start_request(self, id, std::move(spec), client, decode_idx);
+              },
               [=](caf::error& err) mutable {
+                self->state.picking.erase(id);
+                if (self->state.cancelled_while_picking.erase(id))
+                  return;
                 // no decode rank can ever hold it: answer through a session, as every request ends
                 const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(
                     self->system(), {.request_id = id, .spec = spec, .tok = self->state.graph.tok, .client = client,
@@ -74,6 +102,15 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       st.loads[rank].attention_cost -= static_cast<double>(n) * static_cast<double>(n);
       st.loads[rank].num_tokens -= n;
       st.in_flight.erase(it);
+    },
+    [=](cancel_atom, uint64_t id) {
+      auto& st = self->state;
+      if (auto it = st.sessions.find(id); it != st.sessions.end())
+        caf::anon_send(it->second, cancel_atom::value);
+      else if (auto p = st.picking.find(id); p != st.picking.end() && st.cancelled_while_picking.insert(id).second) {
+        caf::anon_send(p->second, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
+        caf::anon_send(st.graph.queue, done_atom::value, id);
+      }
     },
     [=](stats_atom) {
       std::vector<int64_t> per_rank(self->state.loads.size(), 0);

@@ -25,6 +25,8 @@ using prefill_balancer_actor = caf::typed_actor<
     caf::reacts_to<peers_atom, caf::actor>,
     // A prefill rank is done with request `id` (either way).
     caf::reacts_to<done_atom, uint64_t>,
+    // The client cancelled request `id` (via the queue): its session ends it.
+    caf::reacts_to<cancel_atom, uint64_t>,
     // Prompts in flight per prefill rank.
     caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
 

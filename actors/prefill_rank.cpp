@@ -8,6 +8,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <algorithm>
 #include <list>
 #include <set>
 
@@ -23,6 +24,7 @@ struct prefill_task {
   prefill_job job;
   sequence_kv kv;                           // the whole prompt, reserved before its first segment
   int64_t num_planned = 0;                  // prompt tokens given to steps so far
+  bool cancelled = false;                   // dropped when the step holding it ends
 };
 
 }  // namespace
@@ -169,9 +171,17 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
       gone.insert(t);
     }
   }
+  for (prefill_task* t : st.step_tasks)
+    if (t->cancelled && !gone.count(t)) {
+      t->kv.release(st.model->cache);
+      prefill_over(t->job);
+      gone.insert(t);
+    }
   for (auto& o : result.finished) {
     if (!result.error.empty())
       break;
+    if (o.task->cancelled)
+      continue;
     prefill_job& job = o.task->job;
     caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {o.first_token}, o.reason, {}});
     if (o.reason == finish_reason::none)
@@ -208,16 +218,36 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
     [=](submit_atom, prefill_job& job) {
       auto& st = self->state;
       const int64_t n = static_cast<int64_t>(job.spec.prompt_ids.size());
-      if (n == 0 || n >= st.model->max_context()) {
-        caf::anon_send(job.session, token_atom::value,
-                       token_chunk{job.request_id, {}, finish_reason::error,
-                                   "the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
-                                       std::to_string(st.model->max_context() - 1)});
+      std::string error;
+      const int64_t vocab = st.model->weights->config.vocab_size;
+      if (n == 0 || n >= st.model->max_context())
+        error = "the prompt has " + std::to_string(n) + " tokens; this rank takes 1 to " +
+                std::to_string(st.model->max_context() - 1);
+      for (const int32_t id : job.spec.prompt_ids)
+        if (error.empty() && (id < 0 || id >= vocab))
+          error = "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+      if (!error.empty()) {
+        caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {}, finish_reason::error, error});
         prefill_over(job);
         return;
       }
       st.tasks.push_back({.job = std::move(job), .kv = {}, .num_planned = 0});
       st.core->maybe_start(true);
+    },
+    [=](cancel_atom, uint64_t id) {
+      auto& st = self->state;
+      for (auto it = st.tasks.begin(); it != st.tasks.end(); ++it) {
+        if (it->job.request_id != id)
+          continue;
+        if (std::find(st.step_tasks.begin(), st.step_tasks.end(), &*it) != st.step_tasks.end()) {
+          it->cancelled = true;                             // the step in flight still uses its KV
+        } else {
+          it->kv.release(st.model->cache);
+          prefill_over(it->job);
+          st.tasks.erase(it);
+        }
+        return;
+      }
     },
     [=](step_atom, std::shared_ptr<prefill_step_result> result) {
       on_step_result(self, *result);

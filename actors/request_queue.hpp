@@ -16,6 +16,9 @@ using request_queue_actor = caf::typed_actor<
     caf::replies_to<submit_atom, request_spec>::with<uint64_t>,
     // A request handed downstream has finished (any way): frees its running slot.
     caf::reacts_to<done_atom, uint64_t>,
+    // Cancels request `id`: a waiting one is answered at once (done_atom, session_result with
+    // finish_reason::abort) to its client; a running one's cancel goes downstream.
+    caf::reacts_to<cancel_atom, uint64_t>,
     // Current counters.
     caf::replies_to<stats_atom>::with<queue_stats>>;
 

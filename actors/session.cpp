@@ -35,9 +35,9 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   st.result.reason = reason;
   st.result.error = std::move(error);
   st.result.text = st.text->text();
-  caf::anon_send(st.cfg.client, done_atom::value, std::move(st.result));
-  for (const caf::actor& a : st.cfg.on_done)
+  for (const caf::actor& a : st.cfg.on_done)   // first: a client that hears the end sees them updated
     caf::anon_send(a, done_atom::value, st.cfg.request_id);
+  caf::anon_send(st.cfg.client, done_atom::value, std::move(st.result));
   self->quit();
 }
 
@@ -68,6 +68,14 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       send_chunk(self, chunk.token_ids, std::move(delta));
       if (chunk.reason != finish_reason::none)
         answer(self, chunk.reason, std::move(chunk.error));
+    },
+    [=](cancel_atom) {
+      const auto& cfg = self->state.cfg;
+      if (cfg.prefill_rank)
+        caf::anon_send(cfg.prefill_rank, cancel_atom::value, cfg.request_id);
+      if (cfg.decode_rank)
+        caf::anon_send(cfg.decode_rank, cancel_atom::value, cfg.request_id);
+      answer(self, finish_reason::abort, {});
     },
   };
 }

@@ -34,7 +34,7 @@ struct topology_config {
   int64_t max_prefill_tokens = 4096;     // token budget of one prefill batch
   int64_t max_running_requests = 64;     // per decode rank
   int64_t max_queued_requests = 256;     // request queue bound ("overloaded" beyond)
-  int64_t kv_blocks = 1024;              // per rank
+  int64_t kv_blocks = 256;               // per rank
   int64_t page_size = 64;                // tokens per KV block (SGLang: --page-size)
   int64_t max_context = 8192;            // prompt + generated tokens of one request
   std::string dispatch_dtype = "fp8";    // fp8|bf16|fp32; see combine_dtype()

@@ -15,6 +15,7 @@ void add_generate(CLI::App& app);       // tools/generate.cpp
 void add_logits(CLI::App& app);         // tools/logits.cpp
 void add_bench_model(CLI::App& app);    // tools/bench_model.cpp
 void add_bench_tokenizer(CLI::App& app);   // tools/bench_tokenizer.cpp
+void add_bench_cluster(CLI::App& app);     // tools/bench_cluster.cpp
 void add_serve(CLI::App& app);          // tools/serve.cpp
 void add_client(CLI::App& app);         // tools/client.cpp
 

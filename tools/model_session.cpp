@@ -7,7 +7,7 @@
 
 namespace moe::tools {
 
-void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default) {
+void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default, bool kv_flags) {
   cmd.add_option("--model", opts.model_dir, "checkpoint directory (config.json, *.safetensors)")
       ->required();
   opts.reference = reference_by_default;
@@ -19,17 +19,19 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
                  "run the plain-loop CPU reference backend (fp32, slow) instead of the fast path");
   cmd.add_option("--threads", opts.threads, "CPU threads for the fast path (0: all cores)")
       ->check(CLI::Range(0, 1024));
+  cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive")
+      ->check(CLI::IsMember({"absorbed", "naive"}));
+  if (!kv_flags)
+    return;
   cmd.add_option("--kv-blocks", opts.kv_blocks, "KV cache blocks (0: enough for --max-context)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd.add_option("--block-size", opts.block_size, "tokens per KV block")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd.add_option("--max-context", opts.max_context, "tokens one sequence may hold")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 22));
-  cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive")
-      ->check(CLI::IsMember({"absorbed", "naive"}));
 }
 
-std::unique_ptr<model_session> open_session(const session_options& opts, bool need_tokenizer) {
+std::unique_ptr<model_session> load_model(const session_options& opts, bool need_tokenizer) {
   auto s = std::make_unique<model_session>();
   s->ckpt = checkpoint::open(opts.model_dir);
   s->weights = load_model_weights(s->ckpt);
@@ -38,6 +40,11 @@ std::unique_ptr<model_session> open_session(const session_options& opts, bool ne
     s->tok = tokenizer::load(opts.model_dir);
   else if (need_tokenizer)
     throw input_error(tok_file.string() + " not found: this verb needs the model's tokenizer");
+  return s;
+}
+
+std::unique_ptr<model_session> open_session(const session_options& opts, bool need_tokenizer) {
+  auto s = load_model(opts, need_tokenizer);
   s->device = make_cpu_backend(opts.reference, opts.threads);
   const model_config& cfg = s->weights.config;
   const int64_t context = std::min(opts.max_context, cfg.max_position_embeddings);
@@ -47,6 +54,7 @@ std::unique_ptr<model_session> open_session(const session_options& opts, bool ne
                                         cfg.kv_cache_dim());
   forward_options fwd;
   fwd.form = opts.attention == "naive" ? attention_form::naive : attention_form::absorbed;
+  fwd.ep = opts.ep;
   s->runner = std::make_unique<model_runner>(s->weights, *s->device, *s->cache, fwd);
   return s;
 }

@@ -23,11 +23,13 @@ struct session_options {
   int64_t block_size = 64;
   int64_t max_context = 8192;               // tokens one sequence may hold
   std::string attention = "absorbed";       // or "naive"
+  ep_precision ep;                          // routed-expert payload types (as expert parallelism)
 };
 
-/// Adds --model, --threads, --kv-blocks, --block-size, --max-context, --attention to a verb, and
-/// --reference (fast path by default) or, when reference_by_default, --fast.
-void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default = false);
+/// Adds --model, --threads, --attention to a verb, --reference (fast path by default) or, when
+/// reference_by_default, --fast, and unless kv_flags is false --kv-blocks, --block-size, --max-context.
+void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default = false,
+                         bool kv_flags = true);
 
 struct model_session {
   std::shared_ptr<const checkpoint> ckpt;
@@ -37,6 +39,9 @@ struct model_session {
   std::unique_ptr<kv_cache> cache;
   std::unique_ptr<model_runner> runner;
 };
+
+/// Opens the checkpoint, loads the weights and the tokenizer only (no backend, no KV cache).
+[[nodiscard]] std::unique_ptr<model_session> load_model(const session_options& opts, bool need_tokenizer);
 
 /// Opens and loads everything; throws input_error with a clear message on bad input.
 [[nodiscard]] std::unique_ptr<model_session> open_session(const session_options& opts,

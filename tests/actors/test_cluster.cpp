@@ -154,3 +154,68 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
     c.stop();
   }
 }
+
+TEST_CASE_FIXTURE(testing::actor_fixture, "cancelled requests end with abort wherever they are and free their KV") {
+  if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+    return;
+  }
+  auto tok = tokenizer::load(MOE_TOKENIZER_DIR);
+  auto weights = std::make_shared<const model_weights>(
+      testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  topology_config topo;
+  topo.prefill_ranks = 1;
+  topo.decode_ranks = 2;
+  topo.max_running_requests = 1;            // 2 running cluster-wide: the rest wait in the queue
+  topo.kv_blocks = 96;
+  topo.page_size = 4;
+  topo.max_context = 128;
+  topo.chunked_prefill_size = 16;
+  topo.max_prefill_tokens = 16;
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  const sampling_params long_greedy{.temperature = 0.0f, .max_tokens = 60, .ignore_eos = true};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i)
+    self->request(c.queue, 10s, submit_atom::value,
+                  request_spec{.prompt_ids = {0, static_cast<int32_t>(10 + i), 5, 6, 7}, .sampling = long_greedy})
+        .receive([&](uint64_t id) { ids.push_back(id); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  REQUIRE(ids.size() == 4);
+  self->send(c.queue, cancel_atom::value, ids[3]);          // still waiting in the queue
+  std::map<uint64_t, session_result> results;
+  std::map<uint64_t, int> num_results;
+  bool cancelled_running = false, timed_out = false;
+  while (results.size() < ids.size() && !timed_out)
+    self->receive(
+        [&](token_atom, const stream_chunk& chunk) {
+          if (chunk.request_id == ids[0] && chunk.seq == 2 && !cancelled_running) {
+            self->send(c.queue, cancel_atom::value, ids[0]);   // decoding
+            cancelled_running = true;
+          }
+        },
+        [&](done_atom, const session_result& r) {
+          results[r.request_id] = r;
+          ++num_results[r.request_id];
+        },
+        caf::after(60s) >> [&] { timed_out = true; });
+  REQUIRE_FALSE(timed_out);
+  CHECK(results[ids[3]].reason == finish_reason::abort);
+  CHECK(results[ids[3]].output_ids.empty());
+  CHECK(results[ids[0]].reason == finish_reason::abort);
+  CHECK(results[ids[0]].output_ids.size() < 60);
+  CHECK(results[ids[1]].reason == finish_reason::length);
+  CHECK(results[ids[1]].output_ids.size() == 60);
+  CHECK(results[ids[2]].reason == finish_reason::length);
+  for (const auto& [id, n] : num_results)
+    CHECK(n == 1);                                           // exactly one answer each
+  for (const auto& rank : c.decode_ranks) {
+    const rank_stats s = idle_stats(rank);
+    CHECK(s.num_free_blocks == s.num_blocks);
+  }
+  const rank_stats p = idle_stats(c.prefill_ranks[0]);
+  CHECK(p.num_free_blocks == p.num_blocks);
+  queue_stats q{};
+  self->request(c.queue, 5s, stats_atom::value).receive([&](const queue_stats& s) { q = s; }, [](caf::error&) {});
+  CHECK(q.num_running == 0);
+  CHECK(q.num_queued == 0);
+  c.stop();
+}
