@@ -67,8 +67,7 @@ using bridge_pointer = caf::stateful_actor<bridge_state>*;
 double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 void send_cancel(bridge_pointer self, uint64_t request_id) {
-  caf::anon_send(caf::actor_cast<caf::actor>(self->state.cfg.target->handles.queue),
-                 cancel_atom::value, request_id);
+  caf::anon_send(self->state.cfg.target->handles.queue, cancel_atom::value, request_id);
 }
 
 // Once closed, only submits still unanswered matter: their ids must be learned to cancel them.

@@ -204,9 +204,7 @@ TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leav
   // the fixture's actor system then shuts down only if the connection's bridge has quit
 }
 
-// NOTE: needs (cancel_atom, request_id) on the request queue (the lead's change in actors/);
-// until it lands the request runs to its max_tokens and this case fails.
-TEST_CASE_FIXTURE(server_fixture, "cancel ends a generate with finish_reason abort" * doctest::may_fail()) {
+TEST_CASE_FIXTURE(server_fixture, "cancel ends a generate with finish_reason abort") {
   if (!have_tokenizer()) {
     MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
     return;

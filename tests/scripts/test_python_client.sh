@@ -2,7 +2,7 @@
 # tests/scripts/test_python_client.sh
 # `moeserve serve` on an ephemeral loopback port with a tiny model; the Python example client
 # (Debian's python3-msgpack) and `moeserve client` stream the same greedy text, which equals
-# `moeserve generate` on one rank; the server always goes down at the end.
+# `moeserve generate` with the same topology; the server always goes down at the end.
 # Run by CTest as: bash test_python_client.sh <path-to-moeserve> <build-dir>
 set -uo pipefail
 moeserve=${1:?usage: test_python_client.sh <moeserve> [build-dir]}
@@ -50,7 +50,9 @@ grep -q "finish: length | 5 prompt tokens | 8 generated" "$tmp/py.err" ||
   >"$tmp/cpp.out" 2>"$tmp/cpp.err" || fail "moeserve client: $(cat "$tmp/cpp.err")"
 cmp -s "$tmp/py.out" "$tmp/cpp.out" || fail "the two clients streamed different text"
 "$moeserve" generate --model "$tmp/m" --reference --prompt "$prompt" --max-tokens 8 --ignore-eos \
-  --temperature 0 >"$tmp/gen.out" 2>/dev/null || fail "moeserve generate"
+  --temperature 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 \
+  --max-context 256 --dispatch-dtype fp32 >"$tmp/gen.out" 2>"$tmp/gen.err" ||
+  fail "moeserve generate: $(cat "$tmp/gen.err")"
 gen_text=$(head -c "$(stat -c %s "$tmp/py.out")" "$tmp/gen.out")
 [[ $gen_text == "$(cat "$tmp/py.out")" ]] || fail "served text differs from moeserve generate"
 echo "ok: python client and moeserve client streamed: $(cat "$tmp/py.out")"
