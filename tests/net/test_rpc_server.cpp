@@ -168,15 +168,17 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
   start();
   {
     test_client client(server->port());
-    client.send(generate_ids(1, {0, 1, 2, 3}, 100, true));
+    client.send(generate_ids(1, {0, 1, 2, 3}, 120, true));
     const net::rpc_message m = client.next();                // the first token is out
     REQUIRE(std::holds_alternative<net::rpc_notification>(m));
     client.close();
   }
-  for (const rank_stats& s : idle_rank_stats()) {
+  const std::vector<rank_stats> stats = idle_rank_stats();
+  for (const rank_stats& s : stats) {
     CHECK(s.num_running == 0);
     CHECK(s.num_free_blocks == s.num_blocks);
   }
+  CHECK(stats.back().num_steps < 119);                       // aborted, not run to max_tokens
   test_client again(server->port());                        // the server still serves
   again.send(request_bytes(1, "health", std::vector<int>{}));
   CHECK(error_code(again.next_response()) == 0);
