@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   moe::tools::add_bench_model(app);
   moe::tools::add_bench_tokenizer(app);
   moe::tools::add_bench_cluster(app);
+  moe::tools::add_serve(app);
+  moe::tools::add_client(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

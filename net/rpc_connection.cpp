@@ -1,0 +1,264 @@
+// net/rpc_connection.cpp
+// NOTE: everything here runs on the server's one io thread, except deliver(), which posts to it;
+// the bridge actor only ever reaches a connection through deliver().
+#include "net/rpc_connection.hpp"
+
+#include <exception>
+#include <utility>
+
+#include "net/connection_bridge.hpp"
+#include "net/rpc_methods.hpp"
+#include "net/server_probes.hpp"
+
+namespace moe::net {
+namespace {
+
+constexpr uint32_t overloaded_retry_ms = 100;
+
+reply_fn reply_to(const std::shared_ptr<rpc_connection>& connection) {
+  std::weak_ptr<rpc_connection> weak = connection;
+  return [weak](msgpack::sbuffer bytes, std::optional<uint32_t> finished) {
+    if (auto c = weak.lock())
+      c->deliver(std::move(bytes), finished);
+  };
+}
+
+/// tokenize's result: the prompt's token ids.
+std::vector<int32_t> tokenize(const tokenize_request& req, const tokenizer& tok) {
+  if (req.kind == prompt_kind::chat)
+    return tok.encode(apply_chat_template(req.messages, req.add_generation_prompt));
+  return tok.encode(req.prompt, req.add_special_tokens);
+}
+
+/// What parse_generate accepts but this server cannot do (yet), or another model's name.
+std::optional<rpc_error> check_served(const generate_request& req, const serving_target& target) {
+  if (!req.model.empty() && req.model != target.model_name)
+    return make_error(rpc_errc::validation,
+                      "model: unknown \"" + req.model + "\" (this server serves \"" +
+                          target.model_name + "\")");
+  if (req.logprobs && *req.logprobs > 0)
+    return make_error(rpc_errc::validation, "logprobs: not supported by this server yet");
+  return std::nullopt;
+}
+
+}  // namespace
+
+rpc_connection::rpc_connection(asio::ip::tcp::socket socket,
+                               std::shared_ptr<const server_shared> shared)
+    : socket_(std::move(socket)), timer_(socket_.get_executor()), shared_(std::move(shared)),
+      decoder_(shared_->limits.frames) {
+  ++shared_->counters->num_connections;
+  ++shared_->counters->num_accepted;
+}
+
+rpc_connection::~rpc_connection() { --shared_->counters->num_connections; }
+
+void rpc_connection::start() {
+  bridge_ = spawn_connection_bridge(
+      shared_->sys, {.target = shared_->target, .counters = shared_->counters,
+                     .reply = reply_to(shared_from_this())});
+  arm_timer(false);
+  read();
+}
+
+void rpc_connection::close() {
+  if (closed_)
+    return;
+  closed_ = true;
+  std::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  timer_.cancel();
+  write_queue_.clear();
+  queued_bytes_ = 0;
+  if (bridge_)
+    bridge_close(bridge_);
+}
+
+void rpc_connection::deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished) {
+  auto held = std::make_shared<msgpack::sbuffer>(std::move(bytes));
+  asio::post(socket_.get_executor(), [self = shared_from_this(), held, finished] {
+    if (finished)
+      self->in_flight_.erase(*finished);
+    self->write(std::move(*held));
+  });
+}
+
+void rpc_connection::read() {
+  socket_.async_read_some(asio::buffer(read_buffer_),
+                          [self = shared_from_this()](std::error_code ec, size_t n) {
+                            self->on_read(ec, n);
+                          });
+}
+
+void rpc_connection::on_read(std::error_code ec, size_t num_bytes) {
+  if (closed_)
+    return;
+  if (ec)
+    return close();                                        // the client went away
+  const bool was_started = decoder_.partial_bytes() > 0;
+  messages_.clear();
+  decoder_.feed(std::string_view(read_buffer_.data(), num_bytes), messages_);
+  for (rpc_message& message : messages_) {
+    if (closed_ || closing_)
+      break;
+    handle(message);
+  }
+  if (closed_ || closing_)
+    return;
+  const bool started = decoder_.partial_bytes() > 0;
+  if (!started || !was_started)                            // a message's clock starts once
+    arm_timer(started);
+  read();
+}
+
+void rpc_connection::handle(rpc_message& message) {
+  if (auto* request = std::get_if<rpc_request>(&message))
+    return handle_request(*request);
+  if (auto* note = std::get_if<rpc_notification>(&message)) {
+    if (note->method == "cancel") {                        // [2, "cancel", [msgid]] needs no reply
+      auto msgid = parse_cancel(note->params);
+      if (auto* id = std::get_if<uint32_t>(&msgid))
+        return bridge_cancel(bridge_, *id);
+      return write(encode_error_notification(std::get<rpc_error>(msgid)));
+    }
+    const bool known = find_method(note->method).has_value();
+    return write(encode_error_notification(
+        known ? make_error(rpc_errc::invalid_request,
+                           "method: \"" + note->method + "\" must be sent as a request")
+              : unknown_method(note->method)));
+  }
+  if (std::holds_alternative<rpc_response>(message))
+    return write(encode_error_notification(
+        make_error(rpc_errc::invalid_request, "message: the server takes no responses")));
+  auto& error = std::get<rpc_decode_error>(message);
+  if (auto reply = encode_reply(error))
+    write(std::move(*reply));
+  if (error.close_connection) {
+    closing_ = true;
+    if (!writing_)
+      close();
+  }
+}
+
+void rpc_connection::handle_request(rpc_request& request) {
+  const uint32_t msgid = request.msgid;
+  const std::optional<rpc_method> method = find_method(request.method);
+  if (!method)
+    return write(encode_error(msgid, unknown_method(request.method)));
+  const serving_target& target = *shared_->target;
+  try {
+    switch (*method) {
+      case rpc_method::generate:
+        return handle_generate(request);
+      case rpc_method::cancel: {
+        auto id = parse_cancel(request.params);
+        if (auto* err = std::get_if<rpc_error>(&id))
+          return write(encode_error(msgid, *err));
+        const bool found = in_flight_.count(std::get<uint32_t>(id)) > 0;
+        if (found)
+          bridge_cancel(bridge_, std::get<uint32_t>(id));
+        return write(encode_result(msgid, found));
+      }
+      case rpc_method::tokenize: {
+        auto req = parse_tokenize(request.params, shared_->limits.requests);
+        if (auto* err = std::get_if<rpc_error>(&req))
+          return write(encode_error(msgid, *err));
+        return write(encode_result(msgid, tokenize(std::get<tokenize_request>(req), *target.tok)));
+      }
+      case rpc_method::detokenize: {
+        request_limits limits = shared_->limits.requests;
+        limits.max_token_id = target.tok->vocab_size() - 1;
+        auto ids = parse_detokenize(request.params, limits);
+        if (auto* err = std::get_if<rpc_error>(&ids))
+          return write(encode_error(msgid, *err));
+        return write(encode_result(msgid, target.tok->decode(std::get<std::vector<int32_t>>(ids))));
+      }
+      default:
+        break;
+    }
+    if (auto err = check_no_params(request.params))
+      return write(encode_error(msgid, *err));
+    switch (*method) {
+      case rpc_method::models: return write(encode_models(msgid, target));
+      case rpc_method::health: return write(encode_health(msgid, *shared_->counters));
+      case rpc_method::ready:
+        return spawn_ready_probe(shared_->sys, shared_->target, msgid, reply_to(shared_from_this()));
+      case rpc_method::stats:
+        return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters,
+                                 shared_->stats_sampler, msgid, reply_to(shared_from_this()));
+      default: return;
+    }
+  } catch (const std::exception& e) {                      // a bug must not take the server down
+    write(encode_error(msgid, make_error(rpc_errc::internal, request.method + ": " + e.what())));
+  }
+}
+
+void rpc_connection::handle_generate(rpc_request& request) {
+  const uint32_t msgid = request.msgid;
+  if (in_flight_.count(msgid) > 0)
+    return write(encode_error(msgid, make_error(rpc_errc::invalid_request,
+                                                "msgid: " + std::to_string(msgid) +
+                                                    " is already in flight on this connection")));
+  if (in_flight_.size() >= shared_->limits.max_in_flight)
+    return write(encode_error(
+        msgid, make_overloaded("connection: " + std::to_string(in_flight_.size()) +
+                                   " generate requests in flight, the limit",
+                               overloaded_retry_ms)));
+  auto req = parse_generate(request.params, shared_->limits.requests);
+  if (auto* err = std::get_if<rpc_error>(&req))
+    return write(encode_error(msgid, *err));
+  if (auto err = check_served(std::get<generate_request>(req), *shared_->target))
+    return write(encode_error(msgid, *err));
+  in_flight_.insert(msgid);
+  bridge_generate(bridge_, msgid, std::move(std::get<generate_request>(req)),
+                  std::chrono::steady_clock::now());
+}
+
+void rpc_connection::write(msgpack::sbuffer bytes) {
+  if (closed_)
+    return;
+  if (queued_bytes_ + bytes.size() > shared_->limits.max_write_buffer)
+    return close();                                        // a reader too slow: drop it
+  queued_bytes_ += bytes.size();
+  write_queue_.push_back(std::move(bytes));
+  if (!writing_)
+    write_next();
+}
+
+void rpc_connection::write_next() {
+  if (write_queue_.empty()) {
+    writing_ = false;
+    if (closing_)
+      close();
+    return;
+  }
+  writing_ = true;
+  const msgpack::sbuffer& front = write_queue_.front();
+  asio::async_write(socket_, asio::buffer(front.data(), front.size()),
+                    [self = shared_from_this()](std::error_code ec, size_t) {
+                      if (self->closed_)
+                        return;
+                      if (ec)
+                        return self->close();
+                      self->queued_bytes_ -= self->write_queue_.front().size();
+                      self->write_queue_.pop_front();
+                      self->write_next();
+                    });
+}
+
+void rpc_connection::arm_timer(bool message_started) {
+  const server_limits& limits = shared_->limits;
+  timer_.expires_after(message_started ? limits.read_timeout : limits.idle_timeout);
+  timer_.async_wait([self = shared_from_this(), message_started](std::error_code ec) {
+    if (ec || self->closed_ || self->timer_.expiry() > std::chrono::steady_clock::now())
+      return;                                              // cancelled or re-armed
+    if (message_started)
+      return self->close();                                // a message stopped arriving
+    if (!self->in_flight_.empty() || self->writing_)
+      return self->arm_timer(false);                       // busy, not idle
+    self->close();
+  });
+}
+
+}  // namespace moe::net

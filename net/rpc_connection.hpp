@@ -1,0 +1,67 @@
+// net/rpc_connection.hpp
+// One client connection, on the server's io thread: reads into a frame_decoder, answers or
+// forwards each message by method, writes responses in order through a bounded queue, and
+// closes on a timeout, an undecodable stream or a reader too slow for its write buffer.
+#pragma once
+
+#include <array>
+#include <asio.hpp>
+#include <caf/actor.hpp>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_set>
+
+#include "net/rpc_frame.hpp"
+#include "net/rpc_server.hpp"
+
+namespace moe::net {
+
+/// What every connection of one server shares.
+struct server_shared {
+  std::shared_ptr<asio::io_context> io;
+  caf::actor_system& sys;
+  std::shared_ptr<const serving_target> target;
+  std::shared_ptr<server_counters> counters;
+  server_limits limits;
+  caf::actor stats_sampler;
+};
+
+class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
+public:
+  rpc_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared);
+  ~rpc_connection();
+
+  /// Spawns the bridge actor and starts reading (io thread).
+  void start();
+  /// Closes the socket and cancels the connection's requests (io thread).
+  void close();
+  /// From any thread: queues `bytes` for writing; `finished` leaves the in-flight set.
+  void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished);
+
+private:
+  void read();
+  void on_read(std::error_code ec, size_t num_bytes);
+  void handle(rpc_message& message);
+  void handle_request(rpc_request& request);
+  void handle_generate(rpc_request& request);
+  void write(msgpack::sbuffer bytes);
+  void write_next();
+  void arm_timer(bool message_started);
+
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer timer_;
+  std::shared_ptr<const server_shared> shared_;
+  frame_decoder decoder_;
+  std::array<char, 16384> read_buffer_{};
+  std::vector<rpc_message> messages_;
+  std::deque<msgpack::sbuffer> write_queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool closing_ = false;                    // close once the queued replies are written
+  bool closed_ = false;
+  std::unordered_set<uint32_t> in_flight_;  // generate msgids not answered yet
+  caf::actor bridge_;
+};
+
+}  // namespace moe::net

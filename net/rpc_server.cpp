@@ -1,0 +1,131 @@
+// net/rpc_server.cpp
+// NOTE: bridge actors may still post to a connection after stop(); every connection holds the
+// io_context (through server_shared), so it outlives them all.
+#include "net/rpc_server.hpp"
+
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <cstdio>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "config/model_config.hpp"
+#include "net/rpc_connection.hpp"
+#include "net/stats_sampler.hpp"
+
+namespace moe::net {
+
+namespace {
+
+/// Runs the io loop until stopped; a handler that throws is reported and the loop goes on.
+void run_io(asio::io_context& io) {
+  for (;;) {
+    try {
+      io.run();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "moeserve: io thread: %s\n", e.what());
+    }
+  }
+}
+
+}  // namespace
+
+struct rpc_server::impl {
+  std::shared_ptr<asio::io_context> io = std::make_shared<asio::io_context>();
+  asio::ip::tcp::acceptor acceptor{*io};
+  std::shared_ptr<server_shared> shared;
+  std::vector<std::weak_ptr<rpc_connection>> connections;   // io thread only
+  std::thread thread;
+  std::string host;
+  uint16_t port = 0;
+  bool stopped = false;
+
+  void accept() {
+    acceptor.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
+      if (ec)
+        return;                                              // closed by stop()
+      admit(std::move(socket));
+      accept();
+    });
+  }
+
+  void admit(asio::ip::tcp::socket socket) {
+    std::erase_if(connections, [](const auto& c) { return c.expired(); });
+    if (connections.size() >= shared->limits.max_connections)
+      return refuse(std::move(socket));
+    auto connection = std::make_shared<rpc_connection>(std::move(socket), shared);
+    connections.push_back(connection);
+    connection->start();
+  }
+
+  /// Over max_connections: one "error" notification (429), then close.
+  void refuse(asio::ip::tcp::socket socket) {
+    auto held = std::make_shared<asio::ip::tcp::socket>(std::move(socket));
+    auto bytes = std::make_shared<msgpack::sbuffer>(encode_error_notification(make_overloaded(
+        "connections: " + std::to_string(shared->limits.max_connections) + " open, the limit", 1000)));
+    asio::async_write(*held, asio::buffer(bytes->data(), bytes->size()),
+                      [held, bytes](std::error_code, size_t) {
+                        std::error_code ignored;
+                        held->close(ignored);
+                      });
+  }
+};
+
+rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_config cfg)
+    : impl_(std::make_unique<impl>()) {
+  std::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(cfg.host, ec);
+  if (ec)
+    throw input_error("--host: expected an IP address, got \"" + cfg.host + "\"");
+  const asio::ip::tcp::endpoint endpoint(address, cfg.port);
+  impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec)
+    impl_->acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec)
+    impl_->acceptor.bind(endpoint, ec);
+  if (!ec)
+    impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw input_error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " +
+                      ec.message());
+  // Actors only once nothing can throw: the actor system waits for them at shutdown.
+  auto served = std::make_shared<const serving_target>(std::move(target));
+  auto counters = std::make_shared<server_counters>();
+  impl_->shared = std::make_shared<server_shared>(server_shared{
+      impl_->io, sys, served, counters, cfg.limits,
+      spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window)});
+  impl_->host = cfg.host;
+  impl_->port = impl_->acceptor.local_endpoint().port();
+  impl_->accept();
+  impl_->thread = std::thread([io = impl_->io] { run_io(*io); });
+}
+
+rpc_server::~rpc_server() { stop(); }
+
+uint16_t rpc_server::port() const noexcept { return impl_->port; }
+
+std::string rpc_server::address() const { return impl_->host + ":" + std::to_string(impl_->port); }
+
+const server_counters& rpc_server::counters() const noexcept { return *impl_->shared->counters; }
+
+void rpc_server::stop() {
+  if (impl_->stopped)
+    return;
+  impl_->stopped = true;
+  asio::post(*impl_->io, [i = impl_.get()] {
+    std::error_code ignored;
+    i->acceptor.close(ignored);
+    for (auto& weak : i->connections)
+      if (auto c = weak.lock())
+        c->close();
+    i->io->stop();
+  });
+  impl_->thread.join();
+  caf::anon_send_exit(impl_->shared->stats_sampler, caf::exit_reason::user_shutdown);
+  impl_->io->restart();                                     // drop what was posted meanwhile
+  impl_->io->poll();
+}
+
+}  // namespace moe::net

@@ -1,0 +1,170 @@
+// net/server_probes.cpp
+#include "net/server_probes.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/after.hpp>
+#include <caf/event_based_actor.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "net/rpc_frame.hpp"
+#include "net/stats_sampler.hpp"
+
+namespace moe::net {
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr auto probe_timeout = std::chrono::seconds(30);
+
+double seconds_since(clock::time_point t) {
+  return std::chrono::duration<double>(clock::now() - t).count();
+}
+
+struct gathered {
+  queue_stats queue;
+  std::vector<rank_stats> ranks;
+  sampled_stats sampled;
+  size_t num_pending = 0;
+  bool failed = false;
+};
+
+void pack_window(msgpack::packer<msgpack::sbuffer>& pk, const window_counters& w) {
+  pk.pack_map(5).pack("seconds").pack_double(w.seconds);
+  pk.pack("requests").pack(w.requests).pack("input_tokens").pack(w.input_tokens);
+  pk.pack("output_tokens").pack(w.output_tokens);
+  pk.pack("output_tok_per_s").pack_double(w.seconds > 0 ? w.output_tokens / w.seconds : 0.0);
+}
+
+void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t num_prefill) {
+  pk.pack_array(static_cast<uint32_t>(g.ranks.size()));
+  for (size_t i = 0; i < g.ranks.size(); ++i) {
+    const rank_stats& r = g.ranks[i];
+    const rank_occupancy sampled = i < g.sampled.ranks.size() ? g.sampled.ranks[i] : rank_occupancy{};
+    pk.pack_map(10).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
+    pk.pack("running").pack(r.num_running).pack("blocks").pack(r.num_blocks);
+    pk.pack("free_blocks").pack(r.num_free_blocks);
+    pk.pack("occupancy").pack_double(
+        r.num_blocks > 0 ? 1.0 - static_cast<double>(r.num_free_blocks) / r.num_blocks : 0.0);
+    pk.pack("occupancy_peak").pack_double(sampled.peak);
+    pk.pack("occupancy_avg").pack_double(sampled.average);
+    pk.pack("peak_running").pack(sampled.peak_running);
+    pk.pack("steps").pack(r.num_steps);
+  }
+}
+
+msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target,
+                              const server_counters& c, const gathered& g) {
+  msgpack::sbuffer out;
+  msgpack::packer<msgpack::sbuffer> pk(out);
+  const double uptime = seconds_since(c.start);
+  const int64_t num_rated = c.num_rated_requests.load();
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(13);
+  pk.pack("uptime_s").pack_double(uptime);
+  pk.pack("requests").pack(c.num_requests.load());
+  pk.pack("failed").pack(c.num_failed.load());
+  pk.pack("cancelled").pack(c.num_cancelled.load());
+  pk.pack("input_tokens").pack(c.input_tokens.load());
+  pk.pack("prefix_cache_hit_tokens").pack(0);                // no prefix cache yet
+  pk.pack("output_tokens").pack(c.output_tokens.load());
+  pk.pack("output_tok_per_s").pack_double(uptime > 0 ? c.output_tokens.load() / uptime : 0.0);
+  pk.pack("mean_request_output_tok_per_s")
+      .pack_double(num_rated > 0 ? c.sum_request_tok_per_s.load() / num_rated : 0.0);
+  pk.pack("connections").pack(c.num_connections.load());
+  pk.pack("window");
+  pack_window(pk, g.sampled.window);
+  pk.pack("queue").pack_map(4);
+  pk.pack("queued").pack(g.queue.num_queued).pack("running").pack(g.queue.num_running);
+  pk.pack("admitted").pack(g.queue.num_admitted).pack("rejected").pack(g.queue.num_rejected);
+  pk.pack("ranks");
+  pack_ranks(pk, g, target.handles.prefill_ranks.size());
+  return out;
+}
+
+}  // namespace
+
+msgpack::sbuffer encode_models(uint32_t msgid, const serving_target& target) {
+  msgpack::sbuffer out;
+  msgpack::packer<msgpack::sbuffer> pk(out);
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_array(1).pack_map(3);
+  pk.pack("id").pack(target.model_name);
+  pk.pack("max_context").pack(target.max_context);
+  pk.pack("vocab_size").pack(target.vocab_size);
+  return out;
+}
+
+msgpack::sbuffer encode_health(uint32_t msgid, const server_counters& counters) {
+  msgpack::sbuffer out;
+  msgpack::packer<msgpack::sbuffer> pk(out);
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(2);
+  pk.pack("status").pack("ok").pack("uptime_s").pack_double(seconds_since(counters.start));
+  return out;
+}
+
+void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
+                       std::shared_ptr<server_counters> counters, caf::actor sampler,
+                       uint32_t msgid, reply_fn reply) {
+  sys.spawn([=](caf::event_based_actor* self) {
+    const cluster& c = target->handles;
+    auto g = std::make_shared<gathered>();
+    g->ranks.resize(c.prefill_ranks.size() + c.decode_ranks.size());
+    g->num_pending = 2 + g->ranks.size();
+    auto one_done = [=] {
+      if (--g->num_pending > 0)
+        return;
+      reply(g->failed ? encode_error(msgid, make_error(rpc_errc::unavailable,
+                                                       "stats: a rank or the queue did not answer"))
+                      : encode_stats(msgid, *target, *counters, *g),
+            std::nullopt);
+    };
+    auto on_error = [=](caf::error&) { g->failed = true; one_done(); };
+    self->request(c.queue, probe_timeout, stats_atom::value)
+        .then([=](const queue_stats& q) { g->queue = q; one_done(); }, on_error);
+    self->request(sampler, probe_timeout, sampled_atom::value)
+        .then([=](sampled_stats& s) { g->sampled = std::move(s); one_done(); }, on_error);
+    for (size_t i = 0; i < g->ranks.size(); ++i) {
+      auto on_rank = [=](const rank_stats& r) { g->ranks[i] = r; one_done(); };
+      if (i < c.prefill_ranks.size())
+        self->request(c.prefill_ranks[i], probe_timeout, stats_atom::value).then(on_rank, on_error);
+      else
+        self->request(c.decode_ranks[i - c.prefill_ranks.size()], probe_timeout, stats_atom::value)
+            .then(on_rank, on_error);
+    }
+  });
+}
+
+void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
+                       uint32_t msgid, reply_fn reply) {
+  sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    const auto t0 = clock::now();
+    auto not_ready = [=](const std::string& why) {
+      reply(encode_error(msgid, make_error(rpc_errc::unavailable, "ready: " + why)), std::nullopt);
+      self->quit();
+    };
+    request_spec spec;
+    const int32_t bos = target->tok->bos_id();
+    spec.prompt_ids = {bos < target->vocab_size ? bos : 0};
+    spec.sampling.max_tokens = 1;
+    spec.sampling.temperature = 0.0f;
+    spec.sampling.ignore_eos = true;
+    self->request(target->handles.queue, probe_timeout, submit_atom::value, std::move(spec))
+        .then([](uint64_t) {},
+              [=](caf::error& e) { not_ready("not admitted (" + self->system().render(e) + ")"); });
+    return {
+      [](token_atom, const stream_chunk&) {},
+      [=](done_atom, const session_result& r) {
+        if (r.reason == finish_reason::error || r.output_ids.empty())
+          return not_ready("the generation failed: " + r.error);
+        msgpack::sbuffer out;
+        msgpack::packer<msgpack::sbuffer> pk(out);
+        pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(2);
+        pk.pack("ready").pack(true).pack("latency_s").pack_double(seconds_since(t0));
+        reply(std::move(out), std::nullopt);
+        self->quit();
+      },
+      caf::after(probe_timeout) >> [=] { not_ready("no answer in time"); },
+    };
+  });
+}
+
+}  // namespace moe::net

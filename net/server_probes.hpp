@@ -1,0 +1,38 @@
+// net/server_probes.hpp
+// The answers of the methods about the server itself: models and health at once; stats and
+// ready from a one-shot actor that asks the cluster (stats: the queue and every rank; ready: a
+// real 1-token generation through the whole path).
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+#include <cstdint>
+#include <memory>
+
+#include <msgpack.hpp>
+
+#include "net/connection_bridge.hpp"
+
+namespace moe::net {
+
+/// [{id, max_context, vocab_size}]
+[[nodiscard]] msgpack::sbuffer encode_models(uint32_t msgid, const serving_target& target);
+/// {status: "ok", uptime_s}
+[[nodiscard]] msgpack::sbuffer encode_health(uint32_t msgid, const server_counters& counters);
+
+/// Replies {uptime_s, requests, failed, cancelled, input_tokens, prefix_cache_hit_tokens,
+/// output_tokens, output_tok_per_s, mean_request_output_tok_per_s, connections,
+/// window: {seconds, requests, input_tokens, output_tokens, output_tok_per_s},
+/// queue: {queued, running, admitted, rejected}, ranks: [{rank, role, running, blocks,
+/// free_blocks, occupancy, occupancy_peak, occupancy_avg, peak_running, steps}]}, or a 503 when
+/// a part does not answer. `sampler`: the server's stats_sampler.
+void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
+                       std::shared_ptr<server_counters> counters, caf::actor sampler,
+                       uint32_t msgid, reply_fn reply);
+
+/// Replies {ready: true, latency_s} after a greedy 1-token generation of the BOS prompt, or a
+/// 503 naming what failed.
+void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
+                       uint32_t msgid, reply_fn reply);
+
+}  // namespace moe::net

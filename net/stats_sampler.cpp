@@ -1,0 +1,101 @@
+// net/stats_sampler.cpp
+#include "net/stats_sampler.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <deque>
+
+namespace moe::net {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+struct snapshot {
+  clock::time_point time;
+  int64_t requests = 0, input_tokens = 0, output_tokens = 0;
+};
+
+struct sampler_state {
+  std::shared_ptr<const serving_target> target;
+  std::shared_ptr<const server_counters> counters;
+  std::vector<rank_occupancy> ranks;
+  std::vector<int64_t> num_samples;
+  std::deque<snapshot> snapshots;           // oldest first, spanning at most the window
+  static inline const char* name = "stats_sampler";
+};
+
+using sampler_pointer = caf::stateful_actor<sampler_state>*;
+
+void add_sample(sampler_pointer self, size_t rank_idx, const rank_stats& s) {
+  auto& st = self->state;
+  rank_occupancy& r = st.ranks[rank_idx];
+  const double occupancy =
+      s.num_blocks > 0 ? 1.0 - static_cast<double>(s.num_free_blocks) / s.num_blocks : 0.0;
+  const auto n = static_cast<double>(++st.num_samples[rank_idx]);
+  r.average += (occupancy - r.average) / n;
+  r.peak = std::max(r.peak, occupancy);
+  r.peak_running = std::max(r.peak_running, s.num_running);
+}
+
+void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chrono::seconds window) {
+  auto& st = self->state;
+  const cluster& c = st.target->handles;
+  for (size_t i = 0; i < st.ranks.size(); ++i) {
+    auto on_stats = [=](const rank_stats& s) { add_sample(self, i, s); };
+    auto on_error = [](caf::error&) {};                     // a missed sample is skipped
+    if (i < c.prefill_ranks.size())
+      self->request(c.prefill_ranks[i], interval, stats_atom::value).then(on_stats, on_error);
+    else
+      self->request(c.decode_ranks[i - c.prefill_ranks.size()], interval, stats_atom::value)
+          .then(on_stats, on_error);
+  }
+  const auto now = clock::now();
+  st.snapshots.push_back({now, st.counters->num_requests.load(), st.counters->input_tokens.load(),
+                          st.counters->output_tokens.load()});
+  while (st.snapshots.size() > 1 && now - st.snapshots[1].time >= window)
+    st.snapshots.pop_front();
+}
+
+sampled_stats summary(const sampler_state& st) {
+  sampled_stats out{.ranks = st.ranks};
+  if (st.snapshots.empty())
+    return out;
+  const snapshot& first = st.snapshots.front();
+  const server_counters& c = *st.counters;
+  out.window = {std::chrono::duration<double>(clock::now() - first.time).count(),
+                c.num_requests.load() - first.requests, c.input_tokens.load() - first.input_tokens,
+                c.output_tokens.load() - first.output_tokens};
+  return out;
+}
+
+caf::behavior stats_sampler(caf::stateful_actor<sampler_state>* self,
+                            std::shared_ptr<const serving_target> target,
+                            std::shared_ptr<const server_counters> counters,
+                            std::chrono::milliseconds interval, std::chrono::seconds window) {
+  const size_t num_ranks = target->handles.prefill_ranks.size() + target->handles.decode_ranks.size();
+  self->state.ranks.resize(num_ranks);
+  self->state.num_samples.resize(num_ranks);
+  self->state.target = std::move(target);
+  self->state.counters = std::move(counters);
+  self->send(self, tick_atom::value);
+  return {
+    [=](tick_atom) {
+      sample(self, interval, window);
+      self->delayed_send(self, interval, tick_atom::value);
+    },
+    [=](sampled_atom) { return summary(self->state); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_stats_sampler(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
+                               std::shared_ptr<const server_counters> counters,
+                               std::chrono::milliseconds interval, std::chrono::seconds window) {
+  return sys.spawn(stats_sampler, std::move(target), std::move(counters), interval, window);
+}
+
+}  // namespace moe::net

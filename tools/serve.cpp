@@ -1,0 +1,118 @@
+// tools/serve.cpp
+// `moeserve serve`: loads a checkpoint, spawns the serving cluster from the topology flags and
+// answers MessagePack-RPC on host:port until SIGINT or SIGTERM, then stops cleanly.
+#include <CLI/CLI.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "actors/errors.hpp"
+#include "actors/supervisor.hpp"
+#include "kernels/checkpoint/checkpoint.hpp"
+#include "kernels/model/weights.hpp"
+#include "net/rpc_server.hpp"
+#include "tools/commands.hpp"
+#include "tools/topology_options.hpp"
+
+namespace moe::tools {
+
+namespace {
+
+struct serve_options {
+  std::string model_dir;
+  topology_options topology;
+  bool reference = false;
+  net::server_limits limits;
+  double idle_timeout_s = 300.0, read_timeout_s = 30.0;
+};
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+/// Blocks until SIGINT or SIGTERM (blocked in every thread, so only this one sees them).
+void wait_for_signal(const sigset_t& signals) {
+  int signal = 0;
+  sigwait(&signals, &signal);
+}
+
+void run(serve_options& o) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);           // before any thread starts
+
+  const topology_config topo = resolve_topology(o.topology);
+  if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
+    throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
+  auto weights = std::make_shared<const model_weights>(load_model_weights(checkpoint::open(o.model_dir)));
+  auto tok = tokenizer::load(o.model_dir);
+  o.limits.idle_timeout = millis(o.idle_timeout_s);
+  o.limits.read_timeout = millis(o.read_timeout_s);
+
+  caf::actor_system_config cfg;
+  add_serve_error_category(cfg);
+  caf::actor_system sys{cfg};
+  const cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = o.reference});
+  // NOTE: the actor system's destructor waits for every actor: stop the cluster on every way
+  // out, a failed bind included, or `serve` hangs instead of exiting with the error.
+  const auto stop_cluster = [](const cluster* x) { x->stop(); };
+  const std::unique_ptr<const cluster, decltype(stop_cluster)> stopper(&c, stop_cluster);
+  net::serving_target target{
+      .handles = c, .tok = tok, .vocab_size = weights->config.vocab_size,
+      .max_context = static_cast<size_t>(
+          std::min(topo.max_context, weights->config.max_position_embeddings)),
+      .model_name = std::filesystem::path(o.model_dir).lexically_normal().filename().string()};
+  if (target.model_name.empty())
+    target.model_name = std::filesystem::path(o.model_dir).parent_path().filename().string();
+  {
+    net::rpc_server server(sys, target,
+                           {.host = topo.host, .port = static_cast<uint16_t>(topo.port),
+                            .limits = o.limits});
+    std::printf("moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks)\n",
+                server.address().c_str(), target.model_name.c_str(),
+                static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks));
+    std::fflush(stdout);
+    wait_for_signal(signals);
+    std::printf("moeserve: stopping\n");
+    std::fflush(stdout);
+    server.stop();
+  }
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app) {
+  auto o = std::make_shared<serve_options>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve a model over MessagePack-RPC (TCP)");
+  cmd->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
+      ->required();
+  add_topology_options(*cmd, o->topology);
+  cmd->add_flag("--reference", o->reference, "run the plain-loop CPU reference backend on every rank");
+  auto& l = o->limits;
+  cmd->add_option("--max-connections", l.max_connections, "open connections at most (default 256)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_option("--max-in-flight", l.max_in_flight,
+                  "generate requests in flight per connection (default 64)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_option("--idle-timeout", o->idle_timeout_s,
+                  "seconds a connection may sit with nothing in flight (default 300)")
+      ->check(CLI::Range(0.001, 1e7));
+  cmd->add_option("--read-timeout", o->read_timeout_s,
+                  "seconds a started message has to arrive whole (default 30)")
+      ->check(CLI::Range(0.001, 1e7));
+  cmd->add_option("--max-write-buffer", l.max_write_buffer,
+                  "unsent bytes per connection before it is dropped as too slow (default 16 MiB)")
+      ->check(CLI::Range(size_t{1} << 12, size_t{1} << 34));
+  cmd->add_option("--max-frame-bytes", l.frames.max_frame_bytes, "bytes of one message (default 2 MiB)")
+      ->check(CLI::Range(size_t{64}, size_t{1} << 30));
+  cmd->add_option("--max-tokens-limit", l.requests.max_tokens,
+                  "the largest max_tokens a request may ask for (default 32768)")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace moe::tools
