@@ -60,6 +60,7 @@ struct level_result {
   double decode_active_s = 0;               // decode ranks' first-to-last span time, all ranks
   double busiest_compute_s = 0, busiest_active_s = 0;   // the decode rank with the most compute
   std::map<std::string, double> busiest_stage_s;          // its compute by stage name
+  double max_decode_comm_s = 0, max_prefill_comm_s = 0;   // comm lane (link model), busiest rank
 };
 
 level_result run_level(const model_session& s, std::shared_ptr<const model_weights> weights,
@@ -99,6 +100,12 @@ level_result run_level(const model_session& s, std::shared_ptr<const model_weigh
   if (!trace_file.empty())
     c.trace->write_json(trace_file);
   const std::vector<trace_span> spans = c.trace->spans();
+  const auto all = std::chrono::steady_clock::time_point::min(), end = std::chrono::steady_clock::time_point::max();
+  for (int64_t g = 0; g < topo.prefill_ranks + topo.decode_ranks; ++g) {
+    const double comm = summarize(spans, g, all, end).comm_s;
+    double& into = g < topo.prefill_ranks ? r.max_prefill_comm_s : r.max_decode_comm_s;
+    into = std::max(into, comm);
+  }
   for (int64_t d = 0; d < topo.decode_ranks; ++d) {
     const int64_t g = topo.prefill_ranks + d;
     auto first = std::chrono::steady_clock::time_point::max(), last = std::chrono::steady_clock::time_point::min();
@@ -174,25 +181,44 @@ void run(bench_options& o) {
   const auto num_prefill = static_cast<int64_t>(prefill_specs.size());
   topology_config t = topo;
   double step[2][2] = {}, prefill[2][2] = {};           // [link model][micro-batches - 1]
-  auto measure = [&](int link) {
-    t.link_model = link == 1;
-    for (int mb = 0; mb < 2; ++mb) {
-      t.two_batch_overlap = mb == 1;
-      step[link][mb] = run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file).mean_tpot_s;
-      prefill[link][mb] =
-          run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, o.trace_file).mean_ttft_s;
-    }
+  // The link: bandwidth-bound, as DeepEP's normal kernels are (a small fixed latency), so a
+  // micro-batch's messages take half as long as the whole batch's.
+  link_spec link[2] = {{.latency_us = 20.0, .bandwidth_gb_s = 1.0}, {.latency_us = 20.0, .bandwidth_gb_s = 1.0}};
+  auto decode_run = [&](bool on, bool two) {
+    t.link_model = on;
+    t.two_batch_overlap = two;
+    t.intra_node = t.inter_node = link[0];
+    return run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file).mean_tpot_s;
   };
-  measure(0);
-  int64_t num_moe = 0;
-  for (const auto& l : s->weights.layers)
-    num_moe += l.is_moe;
-  // a MoE layer waits for one dispatch and one combine: two latencies per layer ~ its compute
-  const double latency_us = 1e6 * step[0][0] / static_cast<double>(2 * std::max<int64_t>(1, num_moe));
-  t.intra_node = t.inter_node = {.latency_us = latency_us, .bandwidth_gb_s = 0.0};
-  std::printf("link model: %.0f us per message (decode compute %.2f ms/step over %ld MoE layers)\n", latency_us,
-              1e3 * step[0][0], static_cast<long>(num_moe));
-  measure(1);
+  auto prefill_run = [&](bool on, bool two) {
+    t.link_model = on;
+    t.two_batch_overlap = two;
+    t.intra_node = t.inter_node = link[1];
+    return run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, o.trace_file).mean_ttft_s;
+  };
+  for (int mb = 0; mb < 2; ++mb) {
+    step[0][mb] = decode_run(false, mb == 1);
+    prefill[0][mb] = prefill_run(false, mb == 1);
+  }
+  // calibrate: transfer time scales as 1 / bandwidth, so the traced comm time of one probe at
+  // 1 GB/s gives the bandwidth at which a step's communication takes as long as its compute
+  auto probe = [&](const std::vector<request_spec>& specs, int64_t n, bool decode) {
+    t.link_model = true;
+    t.two_batch_overlap = false;
+    t.intra_node = t.inter_node = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
+    const level_result r = run_level(*s, weights, t, o.session.reference, specs, n, o.trace_file);
+    return decode ? r.max_decode_comm_s / static_cast<double>(std::max<int64_t>(1, r.num_decode_steps))
+                  : r.max_prefill_comm_s;
+  };
+  const double comm_decode = probe(decode_specs, conc, true), comm_prefill = probe(prefill_specs, num_prefill, false);
+  link[0].bandwidth_gb_s = std::max(1e-4, comm_decode / step[0][0]);
+  link[1].bandwidth_gb_s = std::max(1e-4, comm_prefill / prefill[0][0]);
+  std::printf("link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ compute)\n",
+              link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
+  for (int mb = 0; mb < 2; ++mb) {
+    step[1][mb] = decode_run(true, mb == 1);
+    prefill[1][mb] = prefill_run(true, mb == 1);
+  }
   // comm = what the link model adds to one micro-batch; hidden = the part of min(compute, comm)
   // that two micro-batches take off their own compute + comm
   auto hidden = [](const double (&x)[2][2]) {
