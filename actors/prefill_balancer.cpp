@@ -35,11 +35,19 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
   const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
   const int64_t rank = pick_prefill_rank(st.loads, n);
-  const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(
-      self->system(), {.request_id = id, .spec = spec, .tok = st.graph.tok, .client = client,
-                       .decode_rank = decode, .prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]),
-                       .on_done = {st.graph.queue, caf::actor_cast<caf::actor>(st.graph.decode_balancer), decode},
-                       .metrics = st.graph.metrics}));
+  // built step by step: a nested braced temporary here tripped AddressSanitizer under GCC 12
+  session_config cfg;
+  cfg.request_id = id;
+  cfg.spec = spec;
+  cfg.tok = st.graph.tok;
+  cfg.client = client;
+  cfg.decode_rank = decode;
+  cfg.prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
+  cfg.on_done.push_back(st.graph.queue);
+  cfg.on_done.push_back(caf::actor_cast<caf::actor>(st.graph.decode_balancer));
+  cfg.on_done.push_back(decode);
+  cfg.metrics = st.graph.metrics;
+  const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(self->system(), std::move(cfg)));
   self->monitor(session);
   st.sessions[id] = session;
   st.session_ids[session.address()] = id;
