@@ -21,6 +21,21 @@ using ep_member_actor = caf::typed_actor<
     // The rank's stream finished a pipeline stage: step, micro-batch, stage_kind, error (internal).
     caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>>;
 
+/// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
+/// ep_rank_core), followed by the rank's own handlers.
+template <class Behavior, class Self, class... Handlers>
+[[nodiscard]] Behavior ep_member_behavior(Self self, Handlers... own) {
+  return {
+    [=](peers_atom, ep_membership& m) { self->state.core->set_membership(std::move(m)); },
+    [=](dispatch_atom, std::shared_ptr<const ep_dispatch>& d) { self->state.core->on_dispatch(std::move(d)); },
+    [=](combine_atom, std::shared_ptr<const ep_combine>& c) { self->state.core->on_combine(std::move(c)); },
+    [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
+      self->state.core->on_stage_done(step, mb, stage, error);
+    },
+    own...,
+  };
+}
+
 /// Placements for every layer with `num_redundant` extra slots on MoE layers, the default before
 /// any expert load is known (default_layer_placement on each MoE layer, empty on dense ones).
 [[nodiscard]] std::shared_ptr<const std::vector<layer_placement>> default_placements(

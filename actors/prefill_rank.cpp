@@ -208,13 +208,8 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
       *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "prefill",
       [self] { return plan_step(self); },
       [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
-  return {
-    [=](peers_atom, ep_membership& m) { self->state.core->set_membership(std::move(m)); },
-    [=](dispatch_atom, std::shared_ptr<const ep_dispatch>& d) { self->state.core->on_dispatch(std::move(d)); },
-    [=](combine_atom, std::shared_ptr<const ep_combine>& c) { self->state.core->on_combine(std::move(c)); },
-    [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
-      self->state.core->on_stage_done(step, mb, stage, error);
-    },
+  return ep_member_behavior<prefill_rank_actor::behavior_type>(
+      self,
     [=](submit_atom, prefill_job& job) {
       auto& st = self->state;
       const int64_t n = static_cast<int64_t>(job.spec.prompt_ids.size());
@@ -257,8 +252,7 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
       const auto& st = self->state;
       return rank_stats{static_cast<int64_t>(st.tasks.size()), st.model->cache.num_blocks(),
                         st.model->cache.num_free_blocks(), st.core->num_steps()};
-    },
-  };
+    });
 }
 
 }  // namespace
