@@ -33,7 +33,8 @@ token_payload encode_rows(const float* x, int64_t num_rows, int64_t dim, payload
   switch (type) {
     case payload_dtype::fp32:
       p.data.resize(static_cast<size_t>(n) * sizeof(float));
-      std::memcpy(p.data.data(), x, p.data.size());
+      if (n > 0)                            // an empty dispatch may come with null pointers
+        std::memcpy(p.data.data(), x, p.data.size());
       break;
     case payload_dtype::bf16: {
       p.data.resize(static_cast<size_t>(n) * sizeof(uint16_t));
@@ -69,7 +70,8 @@ void decode_rows(const token_payload& p, float* out) {
   const int64_t n = p.num_rows * p.dim;
   switch (p.type) {
     case payload_dtype::fp32:
-      std::memcpy(out, p.data.data(), static_cast<size_t>(n) * sizeof(float));
+      if (n > 0)
+        std::memcpy(out, p.data.data(), static_cast<size_t>(n) * sizeof(float));
       break;
     case payload_dtype::bf16: {
       const auto* in = reinterpret_cast<const uint16_t*>(p.data.data());
