@@ -58,16 +58,26 @@ struct cluster_case {
   int64_t num_requests;
 };
 
+// The real tokenizer, or null with a skip message when set-up has not installed it.
+std::shared_ptr<const tokenizer> real_tokenizer() {
+  if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+    return nullptr;
+  }
+  return tokenizer::load(MOE_TOKENIZER_DIR);
+}
+
+std::shared_ptr<const model_weights> tiny_weights() {
+  return std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+}
+
 }  // namespace
 
 TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the single-rank generator") {
-  if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+  auto tok = real_tokenizer();
+  if (!tok)
     return;
-  }
-  auto tok = tokenizer::load(MOE_TOKENIZER_DIR);
-  auto weights = std::make_shared<const model_weights>(
-      testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  auto weights = tiny_weights();
   const std::vector<request_spec> specs = mixed_requests(32, 1000, 5);
 
   const std::vector<cluster_case> cases = {
@@ -172,13 +182,10 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
 }
 
 TEST_CASE_FIXTURE(testing::actor_fixture, "cancelled requests end with abort wherever they are and free their KV") {
-  if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+  auto tok = real_tokenizer();
+  if (!tok)
     return;
-  }
-  auto tok = tokenizer::load(MOE_TOKENIZER_DIR);
-  auto weights = std::make_shared<const model_weights>(
-      testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  auto weights = tiny_weights();
   topology_config topo;
   topo.prefill_ranks = 1;
   topo.decode_ranks = 2;
