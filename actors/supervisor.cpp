@@ -12,7 +12,11 @@ ep_precision ep_precision_of(const topology_config& topology) {
   payload_dtype dispatch = payload_dtype::fp8;
   if (!parse_payload_dtype(topology.dispatch_dtype, dispatch))
     throw input_error("dispatch_dtype: expected fp8, bf16 or fp32, got " + topology.dispatch_dtype);
-  return {.dispatch = dispatch, .combine = dispatch == payload_dtype::fp32 ? payload_dtype::fp32 : payload_dtype::bf16};
+  combine_sum sum = combine_sum::per_pair;
+  if (!parse_combine_sum(topology.combine, sum))
+    throw input_error("combine: expected exact or reduced, got " + topology.combine);
+  return {.dispatch = dispatch, .combine = dispatch == payload_dtype::fp32 ? payload_dtype::fp32 : payload_dtype::bf16,
+          .sum = sum};
 }
 
 void cluster::stop() const { caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown); }

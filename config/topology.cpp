@@ -24,7 +24,7 @@ namespace {
 using field_ref = std::variant<int64_t*, double*, bool*, std::string*>;
 
 // Every TOML key, as "section.key", and the field of `c` it sets.
-std::array<std::pair<std::string_view, field_ref>, 21> fields_of(topology_config& c) {
+std::array<std::pair<std::string_view, field_ref>, 22> fields_of(topology_config& c) {
   return {{
       {"prefill.ranks", &c.prefill_ranks},
       {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
@@ -40,6 +40,7 @@ std::array<std::pair<std::string_view, field_ref>, 21> fields_of(topology_config
       {"expert_parallel.redundant_experts", &c.redundant_experts},
       {"expert_parallel.two_batch_overlap", &c.two_batch_overlap},
       {"expert_parallel.dispatch_dtype", &c.dispatch_dtype},
+      {"expert_parallel.combine", &c.combine},
       {"link_model.enabled", &c.link_model},
       {"link_model.intra_node_latency_us", &c.intra_node.latency_us},
       {"link_model.intra_node_bandwidth_gb_s", &c.intra_node.bandwidth_gb_s},
@@ -196,6 +197,8 @@ void validate(const topology_config& c) {
   if (c.dispatch_dtype != "fp8" && c.dispatch_dtype != "bf16" && c.dispatch_dtype != "fp32")
     invalid("expert_parallel.dispatch_dtype", "--dispatch-dtype",
             "must be fp8, bf16 or fp32, got \"" + c.dispatch_dtype + "\"");
+  if (c.combine != "exact" && c.combine != "reduced")
+    invalid("expert_parallel.combine", "--combine", "must be exact or reduced, got \"" + c.combine + "\"");
   check_link(c.intra_node, "intra");
   check_link(c.inter_node, "inter");
   if (c.host.empty())

@@ -38,6 +38,7 @@ struct topology_config {
   int64_t page_size = 64;                // tokens per KV block (SGLang: --page-size)
   int64_t max_context = 8192;            // prompt + generated tokens of one request
   std::string dispatch_dtype = "fp8";    // fp8|bf16|fp32; see combine_dtype()
+  std::string combine = "exact";         // exact (per pair, topology-invariant) | reduced (DeepEP: per rank)
   int64_t threads_per_rank = 1;
   bool link_model = false;               // off by default (tests); benchmarks turn it on
   link_spec intra_node = default_intra_node_link;

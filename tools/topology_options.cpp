@@ -42,6 +42,10 @@ void add_topology_options(CLI::App& app, topology_options& o) {
   app.add_option("--dispatch-dtype", o.dispatch_dtype, 
                  "EP dispatch payload: fp8|bf16|fp32 (default fp8)")
       ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
+  app.add_option("--combine", o.combine,
+                 "EP combine: exact (per expert output, same numbers on any topology) or reduced "
+                 "(DeepEP: one sum per token and rank, fewer bytes); default exact")
+      ->check(CLI::IsMember({"exact", "reduced"}));
   app.add_option("--threads-per-rank", o.threads_per_rank, "CPU threads per rank (default 1)");
   app.add_option("--link-model", o.link_model,
                  "charge EP messages link latency and bandwidth: on|off (default off)")
@@ -74,6 +78,7 @@ topology_config resolve_topology(const topology_options& o) {
   override_with(c.page_size, o.page_size);
   override_with(c.max_context, o.max_context);
   override_with(c.dispatch_dtype, o.dispatch_dtype);
+  override_with(c.combine, o.combine);
   override_with(c.threads_per_rank, o.threads_per_rank);
   if (o.link_model)
     c.link_model = *o.link_model == "on";

@@ -27,6 +27,17 @@ bool parse_payload_dtype(std::string_view name, payload_dtype& out) noexcept {
   return false;
 }
 
+std::string_view to_string(combine_sum s) noexcept { return s == combine_sum::per_rank ? "reduced" : "exact"; }
+
+bool parse_combine_sum(std::string_view name, combine_sum& out) noexcept {
+  for (combine_sum s : {combine_sum::per_pair, combine_sum::per_rank})
+    if (to_string(s) == name) {
+      out = s;
+      return true;
+    }
+  return false;
+}
+
 token_payload encode_rows(const float* x, int64_t num_rows, int64_t dim, payload_dtype type) {
   token_payload p{.type = type, .num_rows = num_rows, .dim = dim, .data = {}, .scales = {}};
   const int64_t n = num_rows * dim;

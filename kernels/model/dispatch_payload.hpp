@@ -18,10 +18,25 @@ enum class payload_dtype : uint8_t { fp8, bf16, fp32 };
 /// Inverse of to_string; false for anything else.
 [[nodiscard]] bool parse_payload_dtype(std::string_view name, payload_dtype& out) noexcept;
 
-/// The payload types of expert parallelism: DeepSeek dispatches FP8 and combines BF16.
+/// How a combine answers a dispatch.
+///  - per_pair: one weighted output per (token, expert) pair; the source sums a token's pairs in k
+///    order, so the numbers do not depend on the topology (the single-rank path sums the same way).
+///  - per_rank: DeepEP's combine: the expert rank sums its pairs of a token (fp32, k order) and
+///    answers one row per dispatched token, top_k / ranks-touched times fewer bytes; the source
+///    sums the ranks' rows in rank order. Deterministic for a topology, not across topologies
+///    (each row is rounded to the combine type once more, at a topology-dependent point).
+enum class combine_sum : uint8_t { per_pair, per_rank };
+
+/// "exact" (per_pair), "reduced" (per_rank).
+[[nodiscard]] std::string_view to_string(combine_sum s) noexcept;
+/// Inverse of to_string; false for anything else.
+[[nodiscard]] bool parse_combine_sum(std::string_view name, combine_sum& out) noexcept;
+
+/// How expert parallelism moves tokens: DeepSeek dispatches FP8 and combines BF16.
 struct ep_precision {
   payload_dtype dispatch = payload_dtype::fp32;
   payload_dtype combine = payload_dtype::fp32;     // fp32 or bf16
+  combine_sum sum = combine_sum::per_pair;
 };
 
 /// Channels per FP8 scale.

@@ -45,13 +45,14 @@ std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(
   const int64_t R = placement.num_ranks;
   plan = {.num_tokens = num_tokens, .top_k = top_k,
           .pair_dest = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k)),
-          .pair_index = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k))};
+          .pair_index = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k)),
+          .pair_row = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k)), .sum = ep.sum};
   std::vector<std::shared_ptr<ep_dispatch>> out(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(R));     // rows per destination
   for (int64_t r = 0; r < R; ++r)
     out[r] = std::make_shared<ep_dispatch>(ep_dispatch{.key = key, .src_rank = src_rank, .rows = {},
                                                        .pair_row = {}, .pair_expert = {}, .pair_weight = {},
-                                                       .combine_type = ep.combine});
+                                                       .combine_type = ep.combine, .sum = ep.sum});
   for (int64_t t = 0; t < num_tokens; ++t)
     for (int64_t k = 0; k < top_k; ++k) {
       const int32_t e = topk_ids[t * top_k + k];
@@ -64,6 +65,7 @@ std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(
         rows.push_back(static_cast<int32_t>(t));
       plan.pair_dest[t * top_k + k] = static_cast<int32_t>(dest);
       plan.pair_index[t * top_k + k] = static_cast<int32_t>(d.pair_row.size());
+      plan.pair_row[t * top_k + k] = static_cast<int32_t>(rows.size() - 1);
       d.pair_row.push_back(static_cast<int32_t>(rows.size() - 1));
       d.pair_expert.push_back(e);
       d.pair_weight.push_back(topk_weights[t * top_k + k]);
@@ -113,11 +115,25 @@ std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
                         .expert_begin = 0, .expert_end = static_cast<int64_t>(weights.experts.size()),
                         .round_outputs_bf16 = round_bf16});
   std::vector<std::shared_ptr<ep_combine>> answers;
+  std::vector<float> sums;
   p = 0;
   for (const auto& d : received) {
-    answers.push_back(std::make_shared<ep_combine>(ep_combine{
-        .key = d->key, .src_rank = rank,
-        .outputs = encode_rows(y.data() + p * hidden, d->num_pairs(), hidden, d->combine_type)}));
+    const float* pairs = y.data() + p * hidden;
+    token_payload outputs;
+    if (d->sum == combine_sum::per_pair) {
+      outputs = encode_rows(pairs, d->num_pairs(), hidden, d->combine_type);
+    } else {                                // a row's pairs are in k order: sum them in that order
+      sums.assign(static_cast<size_t>(d->rows.num_rows * hidden), 0.0f);
+      for (int64_t i = 0; i < d->num_pairs(); ++i) {
+        float* o = sums.data() + d->pair_row[i] * hidden;
+        const float* yi = pairs + i * hidden;
+        for (int64_t c = 0; c < hidden; ++c)
+          o[c] += yi[c];
+      }
+      outputs = encode_rows(sums.data(), d->rows.num_rows, hidden,
+                            d->src_rank == rank ? payload_dtype::fp32 : d->combine_type);
+    }
+    answers.push_back(std::make_shared<ep_combine>(ep_combine{.key = d->key, .src_rank = rank, .outputs = std::move(outputs)}));
     p += d->num_pairs();
   }
   return answers;
@@ -131,14 +147,24 @@ void combine_outputs(const dispatch_plan& plan, std::span<const std::shared_ptr<
     decode_rows(answers[r]->outputs, decoded[r].data());
   }
   const int64_t K = plan.top_k;
+  auto add = [hidden](float* o, const float* y) {
+    for (int64_t i = 0; i < hidden; ++i)
+      o[i] += y[i];
+  };
   for (int64_t t = 0; t < plan.num_tokens; ++t) {
     float* o = out + t * hidden;
     std::fill_n(o, hidden, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float* y = decoded[plan.pair_dest[t * K + k]].data() + plan.pair_index[t * K + k] * hidden;
-      for (int64_t i = 0; i < hidden; ++i)
-        o[i] += y[i];
+    if (plan.sum == combine_sum::per_pair) {
+      for (int64_t k = 0; k < K; ++k)
+        add(o, decoded[plan.pair_dest[t * K + k]].data() + plan.pair_index[t * K + k] * hidden);
+      continue;
     }
+    for (size_t r = 0; r < answers.size(); ++r)        // each rank t went to once, in rank order
+      for (int64_t k = 0; k < K; ++k)
+        if (plan.pair_dest[t * K + k] == static_cast<int32_t>(r)) {
+          add(o, decoded[r].data() + plan.pair_row[t * K + k] * hidden);
+          break;
+        }
   }
 }
 

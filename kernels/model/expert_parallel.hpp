@@ -5,6 +5,8 @@
 // every dispatch it received and answers with BF16 weighted outputs per pair; the source sums a
 // token's pairs in k order. The sum order is fixed, so the result equals routed_local bit for bit
 // on the reference backend, whatever the number of ranks, placement or arrival order.
+// With combine_sum::per_rank the destination sums its pairs of each token first (DeepEP's
+// combine): fewer bytes, a result fixed per topology (see dispatch_payload.hpp).
 #pragma once
 
 #include <cstdint>
@@ -58,15 +60,17 @@ struct ep_dispatch {
   std::vector<int32_t> pair_expert;         // per pair: logical expert
   std::vector<float> pair_weight;           // per pair: routing weight
   payload_dtype combine_type = payload_dtype::bf16;   // what the answer carries
+  combine_sum sum = combine_sum::per_pair;            // and in which shape
 
   [[nodiscard]] int64_t num_pairs() const noexcept { return static_cast<int64_t>(pair_row.size()); }
 };
 
-/// The answer to one ep_dispatch: weighted expert outputs per pair, in the dispatch's pair order.
+/// The answer to one ep_dispatch: weighted expert outputs per pair, in the dispatch's pair order
+/// (per_pair), or their sum per dispatched row (per_rank).
 struct ep_combine {
   ep_key key;
   int64_t src_rank = 0;                     // the rank that computed them
-  token_payload outputs;                    // [num_pairs, hidden]
+  token_payload outputs;                    // [num_pairs or num_rows, hidden]
 };
 
 /// The source side's record of where each (token, k) pair went.
@@ -75,6 +79,8 @@ struct dispatch_plan {
   int64_t top_k = 0;
   std::vector<int32_t> pair_dest;           // [num_tokens * top_k] destination rank
   std::vector<int32_t> pair_index;          // [num_tokens * top_k] index among that rank's pairs
+  std::vector<int32_t> pair_row;            // [num_tokens * top_k] the token's row in that rank's dispatch
+  combine_sum sum = combine_sum::per_pair;
 };
 
 /// Splits the pairs of x [num_tokens, hidden] by destination (a replicated expert's replica chosen
@@ -86,12 +92,15 @@ struct dispatch_plan {
 
 /// The destination side: runs the routed experts over the pairs of every received dispatch in one
 /// batch and answers each (same order). Every pair's expert must live on `rank` (logic_error if not).
+/// A per_rank answer to this rank's own dispatch stays fp32: it crosses no link, and a group of
+/// one rank then computes what routed_local does.
 [[nodiscard]] std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
     backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
     std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden);
 
-/// The source side: out[t] = sum over k in order of pair (t, k)'s output; `answers` indexed by
-/// destination rank. out: [num_tokens, hidden] (overwritten).
+/// The source side: out[t] = sum over k in order of pair (t, k)'s output (per_pair), or over the
+/// ranks t went to, in rank order, of their row for t (per_rank); `answers` indexed by destination
+/// rank. out: [num_tokens, hidden] (overwritten).
 void combine_outputs(const dispatch_plan& plan, std::span<const std::shared_ptr<const ep_combine>> answers,
                      float* out, int64_t hidden);
 

@@ -3,6 +3,7 @@
 // sessions): greedy and seeded outputs equal the single-rank generator with the same EP payload
 // types, for 1+1, 2+2 and 4+4 ranks (EP4 with redundant experts), overlap on and off, prefill
 // chunks of 16/64/512 tokens, 32 concurrent requests of mixed lengths; every KV pool refills.
+// The reduced (DeepEP) combine: equal to the generator in a group of one, the same on every run.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -56,6 +57,7 @@ struct cluster_case {
   bool overlap;
   int64_t chunk;
   int64_t num_requests;
+  const char* combine = "exact";
 };
 
 // The real tokenizer, or null with a skip message when set-up has not installed it.
@@ -71,6 +73,34 @@ std::shared_ptr<const model_weights> tiny_weights() {
   return std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
 }
 
+// Submits specs[0, n) and collects every stream and result by request id; index_of: id -> i.
+std::map<uint64_t, collected> run_all(testing::actor_fixture& f, const cluster& c, const std::vector<request_spec>& specs,
+                                      int64_t n, std::map<uint64_t, size_t>& index_of) {
+  for (int64_t i = 0; i < n; ++i)
+    f.self->request(c.queue, 10s, submit_atom::value, specs[i])
+        .receive([&](uint64_t id) { index_of[id] = static_cast<size_t>(i); },
+                 [&](caf::error& e) { FAIL("submit failed: " << f.sys.render(e)); });
+  std::map<uint64_t, collected> got;
+  size_t num_done = 0;
+  bool timed_out = false;
+  while (num_done < static_cast<size_t>(n) && !timed_out)
+    f.self->receive(
+        [&](token_atom, const stream_chunk& chunk) {
+          collected& g = got[chunk.request_id];
+          g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
+          g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+          g.text += chunk.text_delta;
+        },
+        [&](done_atom, const session_result& r) {
+          got[r.request_id].result = r;
+          got[r.request_id].done = true;
+          ++num_done;
+        },
+        caf::after(60s) >> [&] { timed_out = true; });
+  REQUIRE_FALSE(timed_out);
+  return got;
+}
+
 }  // namespace
 
 TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the single-rank generator") {
@@ -83,6 +113,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
   const std::vector<cluster_case> cases = {
       {1, 1, 0, true, 512, 8},  {2, 2, 0, true, 64, 32},  {2, 2, 0, false, 16, 12},
       {4, 4, 4, true, 16, 32},  {4, 4, 4, false, 64, 12}, {1, 3, 2, true, 512, 12},
+      {1, 1, 0, true, 64, 8, "reduced"},    // a group of one: the reduced combine rounds nothing more
   };
   for (const cluster_case& cc : cases) {
     CAPTURE(cc.prefill_ranks);
@@ -90,7 +121,9 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
     CAPTURE(cc.redundant);
     CAPTURE(cc.overlap);
     CAPTURE(cc.chunk);
+    CAPTURE(cc.combine);
     topology_config topo;
+    topo.combine = cc.combine;
     topo.prefill_ranks = cc.prefill_ranks;
     topo.decode_ranks = cc.decode_ranks;
     topo.redundant_experts = cc.redundant;
@@ -111,28 +144,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
 
     cluster c = spawn_cluster(sys, weights, tok, cfg);
     std::map<uint64_t, size_t> index_of;
-    std::map<uint64_t, collected> got;
-    for (int64_t i = 0; i < cc.num_requests; ++i)
-      self->request(c.queue, 10s, submit_atom::value, specs[i])
-          .receive([&](uint64_t id) { index_of[id] = static_cast<size_t>(i); },
-                   [&](caf::error& e) { FAIL("submit failed: " << sys.render(e)); });
-    size_t num_done = 0;
-    bool timed_out = false;
-    while (num_done < static_cast<size_t>(cc.num_requests) && !timed_out)
-      self->receive(
-          [&](token_atom, const stream_chunk& chunk) {
-            collected& g = got[chunk.request_id];
-            g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
-            g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
-            g.text += chunk.text_delta;
-          },
-          [&](done_atom, const session_result& r) {
-            got[r.request_id].result = r;
-            got[r.request_id].done = true;
-            ++num_done;
-          },
-          caf::after(60s) >> [&] { timed_out = true; });
-    REQUIRE_FALSE(timed_out);
+    std::map<uint64_t, collected> got = run_all(*this, c, specs, cc.num_requests, index_of);
     for (const auto& [id, i] : index_of) {
       CAPTURE(i);
       const generation_result want = gen.run(specs[i].prompt_ids, specs[i].sampling);
@@ -178,6 +190,41 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
       for (const auto& rank : c.decode_ranks)
         CHECK(idle_stats(rank).num_steps == decode_steps);
     c.stop();
+  }
+}
+
+TEST_CASE_FIXTURE(testing::actor_fixture, "the reduced combine gives the same outputs on every run of a topology") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  const std::vector<request_spec> specs = mixed_requests(12, 1000, 8);
+  topology_config topo;
+  topo.prefill_ranks = topo.decode_ranks = 2;
+  topo.combine = "reduced";
+  topo.kv_blocks = 96;
+  topo.page_size = 4;
+  topo.max_context = 128;
+  std::vector<std::vector<int32_t>> first;
+  for (int run = 0; run < 2; ++run) {
+    cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+    std::map<uint64_t, size_t> index_of;
+    const std::map<uint64_t, collected> got = run_all(*this, c, specs, 12, index_of);
+    std::vector<std::vector<int32_t>> outputs(12);
+    for (const auto& [id, i] : index_of) {
+      CHECK(got.at(id).result.reason == finish_reason::length);
+      CHECK(got.at(id).result.output_ids.size() == static_cast<size_t>(specs[i].sampling.max_tokens));
+      outputs[i] = got.at(id).result.output_ids;
+    }
+    for (const auto& rank : c.decode_ranks) {
+      const rank_stats st = idle_stats(rank);
+      CHECK(st.num_free_blocks == st.num_blocks);
+    }
+    c.stop();
+    if (run == 0)
+      first = outputs;
+    else
+      CHECK(outputs == first);              // seeded sampling included
   }
 }
 

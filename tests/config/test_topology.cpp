@@ -98,6 +98,7 @@ threads_per_rank = 2
 redundant_experts = 32
 two_batch_overlap = false
 dispatch_dtype = "fp32"
+combine = "reduced"
 [link_model]
 enabled = true
 intra_node_latency_us = 1.5
@@ -123,6 +124,7 @@ port = 9000
   want.redundant_experts = 32;
   want.two_batch_overlap = false;
   want.dispatch_dtype = "fp32";
+  want.combine = "reduced";
   want.link_model = true;
   want.intra_node = {1.5, 2.5};
   want.inter_node = {3.0, 0.0};                 // an integer is a fine number
@@ -207,6 +209,7 @@ TEST_CASE("topology validate: each rule names its key and flag") {
       {[](auto& c) { c.kv_blocks = 1, c.page_size = 1; }, "must hold >= 2 tokens, got 1"},
       {[](auto& c) { c.kv_blocks = c.page_size = int64_t{1} << 40; }, "overflows"},
       {[](auto& c) { c.dispatch_dtype = "fp16"; }, "dispatch_dtype (--dispatch-dtype) must be fp8"},
+      {[](auto& c) { c.combine = "pairs"; }, "expert_parallel.combine (--combine) must be exact or reduced"},
       {[](auto& c) { c.intra_node.latency_us = -1.0; }, "link_model.intra_node_latency_us"},
       {[](auto& c) { c.inter_node.bandwidth_gb_s = -5.0; }, "(--inter-node-bandwidth-gbs)"},
       {[](auto& c) { c.inter_node.latency_us = std::numeric_limits<double>::infinity(); },
@@ -248,7 +251,7 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
        "--redundant-experts", "32", "--two-batch-overlap", "off", "--chunked-prefill-size", "256",
        "--max-prefill-tokens", "1024", "--max-running-requests", "16", "--max-queued-requests", "8",
        "--kv-blocks", "100", "--page-size", "16", "--max-context", "2048", "--dispatch-dtype", "bf16",
-       "--threads-per-rank", "2", "--link-model", "on", "--intra-node-latency-us", "1.5",
+       "--combine", "reduced", "--threads-per-rank", "2", "--link-model", "on", "--intra-node-latency-us", "1.5",
        "--intra-node-bandwidth-gbs", "2.5", "--inter-node-latency-us", "3",
        "--inter-node-bandwidth-gbs", "0", "--host", "0.0.0.0", "--port", "9000"});
   topology_config want;
@@ -265,6 +268,7 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
   want.page_size = 16;
   want.max_context = 2048;
   want.dispatch_dtype = "bf16";
+  want.combine = "reduced";
   want.threads_per_rank = 2;
   want.link_model = true;
   want.intra_node = {1.5, 2.5};

@@ -1,7 +1,8 @@
 // tests/model/test_expert_parallel.cpp
 // Dispatch -> experts on their ranks -> combine equals routed_local bit for bit on the reference
 // backend, for any group size, placement (redundant replicas included), payload types, split of
-// tokens between source ranks and order in which dispatches arrive.
+// tokens between source ranks and order in which dispatches arrive. The reduced (per-rank)
+// combine equals an independent per-(token, rank) sum of the same expert outputs.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -88,6 +89,46 @@ std::vector<float> run_group(const model_weights& w, backend& ref, const moe_lay
   return out;
 }
 
+// What the reduced combine must give, computed without expert_parallel.cpp: every (t, k) pair's
+// weighted expert output on its own, then per token a sum per destination rank in k order (rounded
+// to the combine type unless that rank is the token's source), then those sums in rank order.
+std::vector<float> reference_reduced(const model_weights& w, backend& ref, const moe_layer_inputs& in,
+                                     const layer_placement& placement, ep_precision ep) {
+  const int64_t D = w.config.hidden_size, K = w.config.num_experts_per_tok, T = in.num_tokens;
+  const int64_t split = T / 2 + 1;           // run_group's two source ranks
+  std::vector<float> xq = in.x, out(static_cast<size_t>(T * D), 0.0f), part(static_cast<size_t>(D));
+  round_trip_rows(xq.data(), T, D, ep.dispatch);
+  const moe_weights& moe = w.layers[in.layer_idx].moe;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t src = t < split ? 0 : 1;
+    for (int64_t r = 0; r < placement.num_ranks; ++r) {
+      std::fill(part.begin(), part.end(), 0.0f);
+      bool any = false;
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = in.ids[t * K + k];
+        const auto& slots = placement.expert_slots[e];
+        if (placement.rank_of_slot(slots[static_cast<size_t>((t - (src ? split : 0) + src) % static_cast<int64_t>(slots.size()))]) != r)
+          continue;
+        std::vector<float> y(static_cast<size_t>(D));
+        ref.moe_experts({.x = xq.data() + t * D, .topk_ids = &e, .topk_weights = &in.weights[t * K + k],
+                         .out = y.data(), .num_tokens = 1, .hidden = D, .top_k = 1, .experts = &moe.experts,
+                         .expert_begin = 0, .expert_end = static_cast<int64_t>(moe.experts.size()),
+                         .round_outputs_bf16 = ep.combine == payload_dtype::bf16});
+        for (int64_t i = 0; i < D; ++i)
+          part[i] += y[i];
+        any = true;
+      }
+      if (!any)
+        continue;
+      if (r != src)
+        round_trip_rows(part.data(), 1, D, ep.combine);
+      for (int64_t i = 0; i < D; ++i)
+        out[t * D + i] += part[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("expert-parallel dispatch and combine equal routed_local bit for bit") {
@@ -115,6 +156,73 @@ TEST_CASE("expert-parallel dispatch and combine equal routed_local bit for bit")
     }
   }
   CHECK(in.exact_fp8_bf16 != in.exact_fp32);                 // the payload types matter
+}
+
+TEST_CASE("the reduced combine: per-(token, rank) sums in rank order, whatever the arrival order") {
+  const model_weights w = testing::tiny_model_builder(33).build(testing::tiny_config());
+  auto ref = make_cpu_reference_backend();
+  const moe_layer_inputs in = capture(w, *ref);
+  const int64_t E = w.config.n_routed_experts, D = w.config.hidden_size, K = w.config.num_experts_per_tok;
+  std::mt19937 rng(11);
+  const ep_precision fp8 = {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16, .sum = combine_sum::per_rank};
+  const ep_precision fp32 = {.sum = combine_sum::per_rank};
+  // one rank: nothing crosses a link, so nothing is rounded again: routed_local bit for bit
+  for (const auto& [ep, want] : {std::pair{fp8, &in.exact_fp8_bf16}, std::pair{fp32, &in.exact_fp32}}) {
+    const layer_placement one = default_layer_placement(E, 0, 1);
+    dispatch_plan plan;
+    auto d = make_dispatches(one, {}, 0, in.x, in.ids, in.weights, in.num_tokens, D, K, ep, plan);
+    const std::vector<std::shared_ptr<const ep_dispatch>> got(d.begin(), d.end());
+    const auto answers = run_dispatched_experts(*ref, w.layers[in.layer_idx].moe, one, 0, got, D);
+    CHECK(answers[0]->outputs.num_rows == in.num_tokens);  // one row per token, not per pair
+    std::vector<float> out(static_cast<size_t>(in.num_tokens * D));
+    const std::vector<std::shared_ptr<const ep_combine>> back(answers.begin(), answers.end());
+    combine_outputs(plan, back, out.data(), D);
+    CHECK(out == *want);
+  }
+  for (const int64_t num_ranks : {2, 4}) {
+    CAPTURE(num_ranks);
+    layer_placement placement = default_layer_placement(E, num_ranks, num_ranks);
+    std::vector<int32_t> shuffled = placement.slot_expert;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    for (const layer_placement& p : {placement, make_layer_placement(shuffled, num_ranks, E)}) {
+      const std::vector<float> want = reference_reduced(w, *ref, in, p, fp8);
+      CHECK(run_group(w, *ref, in, p, fp8, rng) == want);
+      CHECK(run_group(w, *ref, in, p, fp8, rng) == want);      // another arrival order, same bits
+      CHECK(run_group(w, *ref, in, p, fp32, rng) == reference_reduced(w, *ref, in, p, fp32));
+      // one more bf16 rounding per remote rank: near the exact combine, not equal to it
+      const std::vector<float> got = run_group(w, *ref, in, p, fp8, rng);
+      double max_err = 0.0, max_abs = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        max_err = std::max(max_err, static_cast<double>(std::abs(got[i] - in.exact_fp8_bf16[i])));
+        max_abs = std::max(max_abs, static_cast<double>(std::abs(in.exact_fp8_bf16[i])));
+      }
+      CHECK(max_err <= max_abs * K / 128.0);                   // K values, each off by <= 2^-8 relative
+    }
+  }
+}
+
+TEST_CASE("the reduced combine by hand: rank order, own rank unrounded") {
+  // 4 experts, 2 per rank; token 0 -> experts 3, 0 (ranks 1, 0); token 1 -> experts 1, 0 (rank 0 twice)
+  const layer_placement p = default_layer_placement(4, 0, 2);
+  const std::vector<float> x = {1, 2, 3, 4};
+  const std::vector<int32_t> ids = {3, 0, 1, 0};
+  const std::vector<float> wts = {0.5f, 0.5f, 0.5f, 0.5f};
+  dispatch_plan plan;
+  auto d = make_dispatches(p, {}, 0, x, ids, wts, 2, 2, 2,
+                           {.dispatch = payload_dtype::fp32, .combine = payload_dtype::bf16, .sum = combine_sum::per_rank}, plan);
+  CHECK(d[0]->rows.num_rows == 2);
+  CHECK(d[1]->rows.num_rows == 1);
+  CHECK(plan.pair_row == std::vector<int32_t>{0, 0, 1, 1});
+  // rank 0 answers its own dispatch in fp32 (rows for tokens 0 and 1), rank 1 in bf16 (token 0)
+  const float own[] = {1.0f, 1.0f / 3.0f, 100.0f, 200.0f};
+  const float remote[] = {1.0f / 3.0f, 1.0f};
+  const std::vector<std::shared_ptr<const ep_combine>> answers = {
+      std::make_shared<ep_combine>(ep_combine{.key = {}, .src_rank = 0, .outputs = encode_rows(own, 2, 2, payload_dtype::fp32)}),
+      std::make_shared<ep_combine>(ep_combine{.key = {}, .src_rank = 1, .outputs = encode_rows(remote, 1, 2, payload_dtype::bf16)})};
+  std::vector<float> out(4);
+  combine_outputs(plan, answers, out.data(), 2);
+  // bf16(1/3) = 0x3EAB = 0.333984375; token 0 = own row 0 + remote row 0, token 1 = own row 1
+  CHECK(out == std::vector<float>{1.0f + 0.333984375f, 1.0f / 3.0f + 1.0f, 100.0f, 200.0f});
 }
 
 TEST_CASE("dispatch sends each token once per rank and spreads replicas") {
