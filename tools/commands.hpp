@@ -18,6 +18,7 @@ void add_bench_tokenizer(CLI::App& app);   // tools/bench_tokenizer.cpp
 void add_bench_cluster(CLI::App& app);     // tools/bench_cluster.cpp
 void add_serve(CLI::App& app);          // tools/serve.cpp
 void add_client(CLI::App& app);         // tools/client.cpp
+void add_bench(CLI::App& app);          // tools/bench.cpp: load generator against `serve`
 
 /// Directory of the real DeepSeek-V3 tokenizer files installed by set-up.
 const char* default_tokenizer_dir() noexcept;

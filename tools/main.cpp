@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   moe::tools::add_bench_cluster(app);
   moe::tools::add_serve(app);
   moe::tools::add_client(app);
+  moe::tools::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

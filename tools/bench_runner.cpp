@@ -1,0 +1,408 @@
+// tools/bench_runner.cpp
+// One io thread drives every connection: a read loop per socket, writes coalesced per socket
+// (what one handler queues goes out in one write), a timer for the next Poisson arrival, one
+// for --duration and its grace period, one for progress.
+#include "tools/bench_runner.hpp"
+
+#include <asio.hpp>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <unordered_map>
+
+#include "config/model_config.hpp"
+#include "tools/bench_wire.hpp"
+
+namespace moe::tools {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+constexpr auto models_wait = std::chrono::seconds(10);         // for the first answer
+constexpr auto cancel_wait = std::chrono::seconds(5);          // for generates we cancelled
+constexpr uint64_t arrival_seed_offset = 0x9e3779b97f4a7c15ULL;  // arrivals apart from prompts
+
+double seconds_between(steady::time_point from, steady::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+steady::duration after_seconds(double s) {
+  return std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s));
+}
+
+struct connection {
+  explicit connection(asio::io_context& io)
+      : socket(io), decoder({.max_frame_bytes = size_t{64} << 20, .max_str_bytes = size_t{64} << 20}) {}
+  asio::ip::tcp::socket socket;
+  net::frame_decoder decoder;
+  std::array<char, 65536> read_buffer{};
+  std::string queued;                       // bytes not handed to the socket yet
+  std::string writing;                      // bytes of the write in progress
+  bool write_scheduled = false;             // a flush is posted or a write in progress
+  bool open = true;
+  int64_t num_in_flight = 0;                // generates
+  std::string note_kind, note;              // the server's "error" notification, if it sent one
+};
+
+/// A generate sent and not answered yet.
+struct in_flight_generate {
+  size_t record_idx = 0;
+  connection* conn = nullptr;
+  steady::time_point sent, last_token;
+  bool got_token = false;
+  bool cancelled = false;                   // by us, after --duration and the grace period
+};
+
+/// The lengths must fit the context whatever is drawn (else the server answers 413/422).
+void check_fits(const load_shape& shape, const served_model& model) {
+  const length_range in = length_range_of(shape.input_len, shape.range_ratio);
+  const length_range out = length_range_of(shape.output_len, shape.range_ratio);
+  const int64_t longest = (shape.prompt ? 1 : in.max) + out.max;
+  if (longest > model.max_context)
+    throw input_error("--input-len/--output-len/--range-ratio: requests of up to " + std::to_string(longest) +
+                      " tokens do not fit the model's context of " + std::to_string(model.max_context));
+  if (model.vocab_size < 1)
+    throw input_error("models: vocab_size " + std::to_string(model.vocab_size));
+}
+
+class load_run {
+public:
+  load_run(const bench_config& cfg, const std::function<void(const bench_progress&)>& on_progress)
+      : cfg_(cfg), on_progress_(on_progress) {}
+
+  bench_run run() {
+    connect_all();
+    for (auto& c : conns_)
+      read(*c);
+    models_msgid_ = next_msgid_++;
+    send(*conns_.front(), models_frame(models_msgid_));
+    deadline_timer_.expires_after(models_wait);
+    deadline_timer_.async_wait([this](std::error_code ec) {
+      if (!ec && !started_)
+        throw input_error("no answer to models from " + cfg_.host + ":" + std::to_string(cfg_.port) + " in " +
+                          std::to_string(models_wait.count()) + " s (is it `moeserve serve`?)");
+    });
+    io_.run();
+    return {.model = model_, .records = std::move(records_), .duration_s = seconds_between(start_, end_)};
+  }
+
+private:
+  void connect_all() {
+    const std::string address = cfg_.host + ":" + std::to_string(cfg_.port);
+    asio::ip::tcp::resolver resolver(io_);
+    std::error_code ec;
+    const auto endpoints = resolver.resolve(cfg_.host, std::to_string(cfg_.port), ec);
+    if (ec)
+      throw input_error("cannot resolve " + cfg_.host + ": " + ec.message());
+    for (int64_t i = 0; i < cfg_.num_connections; ++i) {
+      auto c = std::make_unique<connection>(io_);
+      asio::connect(c->socket, endpoints, ec);
+      if (ec)
+        throw input_error("cannot connect to " + address + ": " + ec.message() + " (is `moeserve serve` running?)");
+      c->socket.set_option(asio::ip::tcp::no_delay(true));
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  void start(const served_model& model) {
+    check_fits(cfg_.shape, model);
+    model_ = model;
+    source_.emplace(cfg_.shape, model.vocab_size, cfg_.seed);
+    arrivals_.emplace(cfg_.request_rate, cfg_.seed + arrival_seed_offset);
+    next_arrival_s_ = arrivals_->next_arrival_s();
+    start_ = steady::now();
+    started_ = true;
+    deadline_timer_.cancel();                                // the wait for models
+    if (cfg_.duration_s) {
+      deadline_timer_.expires_at(start_ + after_seconds(*cfg_.duration_s));
+      deadline_timer_.async_wait([this](std::error_code ec) {
+        if (!ec)
+          on_duration_end();
+      });
+    }
+    if (on_progress_)
+      tick();
+    dispatch();
+  }
+
+  // --- issuing -------------------------------------------------------------------------------
+
+  [[nodiscard]] bool more_to_issue() const {
+    return !stop_issuing_ && (!cfg_.num_prompts || issued_ < *cfg_.num_prompts);
+  }
+  [[nodiscard]] bool at_cap() const {
+    return cfg_.max_concurrency && static_cast<int64_t>(generates_.size()) >= *cfg_.max_concurrency;
+  }
+  [[nodiscard]] double elapsed_s() const { return seconds_between(start_, steady::now()); }
+
+  /// The open connection with the fewest generates in flight, or nullptr.
+  connection* least_loaded() {
+    connection* best = nullptr;
+    for (auto& c : conns_)
+      if (c->open && (best == nullptr || c->num_in_flight < best->num_in_flight))
+        best = c.get();
+    return best;
+  }
+
+  /// Issues every request that has arrived while under the cap; else waits for the next arrival.
+  void dispatch() {
+    while (more_to_issue() && !at_cap()) {
+      connection* conn = least_loaded();
+      if (conn == nullptr) {
+        stop_issuing_ = true;                                // every connection is gone
+        break;
+      }
+      if (next_arrival_s_ > elapsed_s()) {
+        arrival_timer_.expires_at(start_ + after_seconds(next_arrival_s_));
+        arrival_timer_.async_wait([this](std::error_code ec) {
+          if (!ec)
+            dispatch();
+        });
+        return;
+      }
+      issue(*conn);
+      next_arrival_s_ = arrivals_->next_arrival_s();
+    }
+    finish_if_done();
+  }
+
+  void issue(connection& conn) {
+    const bench_request req = source_->next();
+    const uint32_t msgid = next_msgid_++;
+    const auto now = steady::now();
+    records_.emplace_back();
+    generates_.emplace(msgid, in_flight_generate{.record_idx = records_.size() - 1, .conn = &conn,
+                                                 .sent = now, .last_token = now});
+    ++conn.num_in_flight;
+    ++issued_;
+    send(conn, generate_frame(msgid, req, cfg_.shape));
+  }
+
+  // --- the wire ------------------------------------------------------------------------------
+
+  void send(connection& conn, const msgpack::sbuffer& bytes) {
+    if (!conn.open)
+      return;
+    conn.queued.append(bytes.data(), bytes.size());
+    if (!conn.write_scheduled) {
+      conn.write_scheduled = true;
+      asio::post(io_, [this, c = &conn] { flush(*c); });
+    }
+  }
+
+  void flush(connection& conn) {
+    if (!conn.open)
+      return;
+    if (conn.queued.empty()) {
+      conn.write_scheduled = false;
+      return;
+    }
+    conn.writing.swap(conn.queued);
+    conn.queued.clear();
+    asio::async_write(conn.socket, asio::buffer(conn.writing), [this, c = &conn](std::error_code ec, size_t) {
+      if (ec)
+        return close_connection(*c, "write: " + ec.message());
+      flush(*c);
+    });
+  }
+
+  void read(connection& conn) {
+    conn.socket.async_read_some(asio::buffer(conn.read_buffer), [this, c = &conn](std::error_code ec, size_t n) {
+      if (!c->open)
+        return;
+      if (ec)
+        return close_connection(*c, ec == asio::error::eof ? "the server closed the connection" : ec.message());
+      for (net::rpc_message& message : c->decoder.feed(std::string_view(c->read_buffer.data(), n))) {
+        handle(*c, message);
+        if (!c->open || done_)
+          return;
+      }
+      read(*c);
+    });
+  }
+
+  void handle(connection& conn, net::rpc_message& message) {
+    if (auto* response = std::get_if<net::rpc_response>(&message))
+      return on_response(*response);
+    if (auto* note = std::get_if<net::rpc_notification>(&message)) {
+      if (note->method == "token")
+        return on_token(*note);
+      if (note->method == "error" && note->params.via.array.size >= 1) {
+        try {
+          std::tie(conn.note_kind, conn.note) = error_of(note->params.via.array.ptr[0]);
+        } catch (const std::exception&) {
+          std::tie(conn.note_kind, conn.note) = std::pair("protocol", "an unreadable error notification");
+        }
+      }
+      return;
+    }
+    if (auto* error = std::get_if<net::rpc_decode_error>(&message))
+      return close_connection(conn, "unreadable reply: " + error->error.message, "protocol");
+  }
+
+  /// [2, "token", [msgid, seq, token_ids, text_delta]]
+  void on_token(const net::rpc_notification& note) {
+    const std::optional<token_note> token = read_token(note);
+    const auto it = token ? generates_.find(token->msgid) : generates_.end();
+    if (it == generates_.end() || token->num_tokens == 0)
+      return;
+    in_flight_generate& g = it->second;
+    bench_record& rec = records_[g.record_idx];
+    const auto now = steady::now();
+    if (g.got_token)
+      rec.itl_s.push_back(seconds_between(g.last_token, now));
+    else
+      rec.ttft_s = seconds_between(g.sent, now);
+    rec.itl_s.insert(rec.itl_s.end(), token->num_tokens - 1, 0.0);   // tokens that came together
+    g.got_token = true;
+    g.last_token = now;
+  }
+
+  void on_response(const net::rpc_response& r) {
+    if (r.msgid == models_msgid_ && !started_)
+      return start(read_models(r));
+    const auto it = generates_.find(r.msgid);
+    if (it == generates_.end())
+      return;                                                // the answer to one of our cancels
+    const in_flight_generate g = it->second;
+    bench_record& rec = records_[g.record_idx];
+    rec.e2e_s = seconds_between(g.sent, steady::now());
+    if (!g.got_token)
+      rec.ttft_s = rec.e2e_s;
+    read_outcome(r, rec);
+    if (g.cancelled && !rec.success) {                       // a cancel that came too late is moot
+      rec.error_kind = "cancelled";
+      char why[96];
+      std::snprintf(why, sizeof why, "still running %g s after --duration", cfg_.grace_s);
+      rec.error = why;
+    }
+    settle(it);
+    dispatch();
+  }
+
+  /// Counts a generate whose record is complete and forgets it.
+  void settle(std::unordered_map<uint32_t, in_flight_generate>::iterator it) {
+    const bench_record& rec = records_[it->second.record_idx];
+    (rec.success ? completed_ : failed_) += 1;
+    rejected_ += rec.error_kind == "429" ? 1 : 0;
+    --it->second.conn->num_in_flight;
+    generates_.erase(it);
+  }
+
+  /// Fails the connection's generates with what the server said before closing, if anything.
+  void close_connection(connection& conn, const std::string& reason, const std::string& kind = "closed") {
+    if (!conn.open)
+      return;
+    conn.open = false;
+    std::error_code ignored;
+    conn.socket.close(ignored);
+    if (!started_ && &conn == conns_.front().get())
+      throw input_error("the server closed the connection before answering models: " +
+                        (conn.note.empty() ? reason : conn.note));
+    for (auto it = generates_.begin(); it != generates_.end();) {
+      auto next = std::next(it);
+      if (it->second.conn == &conn) {
+        bench_record& rec = records_[it->second.record_idx];
+        rec.error_kind = conn.note.empty() ? kind : conn.note_kind;
+        rec.error = conn.note.empty() ? reason : conn.note;
+        settle(it);
+      }
+      it = next;
+    }
+    if (started_)
+      dispatch();
+  }
+
+  // --- ending --------------------------------------------------------------------------------
+
+  void on_duration_end() {
+    stop_issuing_ = true;
+    arrival_timer_.cancel();
+    if (generates_.empty())
+      return finish();
+    deadline_timer_.expires_after(after_seconds(cfg_.grace_s));
+    deadline_timer_.async_wait([this](std::error_code ec) {
+      if (!ec)
+        cancel_in_flight();
+    });
+  }
+
+  /// Sends `cancel` for every generate still running; gives up on their answers after a while.
+  void cancel_in_flight() {
+    for (auto& [msgid, g] : generates_) {
+      g.cancelled = true;
+      send(*g.conn, cancel_frame(next_msgid_++, msgid));
+    }
+    deadline_timer_.expires_after(cancel_wait);
+    deadline_timer_.async_wait([this](std::error_code ec) {
+      if (ec)
+        return;
+      while (!generates_.empty()) {
+        bench_record& rec = records_[generates_.begin()->second.record_idx];
+        rec.error_kind = "cancelled";
+        rec.error = "no answer to cancel";
+        settle(generates_.begin());
+      }
+      finish();
+    });
+  }
+
+  void finish_if_done() {
+    if (started_ && !more_to_issue() && generates_.empty())
+      finish();
+  }
+
+  void finish() {
+    if (done_)
+      return;
+    done_ = true;
+    end_ = steady::now();
+    if (on_progress_) {
+      bench_progress last = progress();
+      last.finished = true;
+      on_progress_(last);
+    }
+    io_.stop();
+  }
+
+  [[nodiscard]] bench_progress progress() const {
+    return {.completed = completed_, .failed = failed_, .rejected = rejected_,
+            .in_flight = static_cast<int64_t>(generates_.size()), .elapsed_s = elapsed_s()};
+  }
+
+  void tick() {
+    progress_timer_.expires_at(start_ + std::chrono::seconds(++num_ticks_));
+    progress_timer_.async_wait([this](std::error_code ec) {
+      if (ec || done_)
+        return;
+      on_progress_(progress());
+      tick();
+    });
+  }
+
+  const bench_config& cfg_;
+  const std::function<void(const bench_progress&)>& on_progress_;
+  asio::io_context io_;                      // first: destroyed after every socket and timer
+  std::vector<std::unique_ptr<connection>> conns_;
+  asio::steady_timer arrival_timer_{io_}, deadline_timer_{io_}, progress_timer_{io_};
+  std::optional<request_source> source_;
+  std::optional<arrival_schedule> arrivals_;
+  served_model model_;
+  uint32_t next_msgid_ = 1, models_msgid_ = 0;
+  bool started_ = false, stop_issuing_ = false, done_ = false;
+  steady::time_point start_, end_;
+  double next_arrival_s_ = 0.0;
+  int64_t issued_ = 0, completed_ = 0, failed_ = 0, rejected_ = 0, num_ticks_ = 0;
+  std::unordered_map<uint32_t, in_flight_generate> generates_;   // by msgid
+  std::vector<bench_record> records_;
+};
+
+}  // namespace
+
+bench_run run_bench(const bench_config& cfg, const std::function<void(const bench_progress&)>& on_progress) {
+  return load_run(cfg, on_progress).run();
+}
+
+}  // namespace moe::tools
