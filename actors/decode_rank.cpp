@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "actors/policy/micro_batch.hpp"
 #include "actors/stream.hpp"
 #include "kernels/model/output_text.hpp"
 
@@ -108,7 +109,7 @@ void admit_and_cancel(decode_pointer self) {
 }
 
 // The next step's micro-batches: every running request's last token, micro-batches filled
-// greedily to even out their context length (the core-attention cost of a decode step).
+// greedily to even out their cost (a token's linear work plus its core attention over its context).
 ep_rank_core::micro_batches plan_step(decode_pointer self) {
   auto& st = self->state;
   admit_and_cancel(self);
@@ -120,11 +121,12 @@ ep_rank_core::micro_batches plan_step(decode_pointer self) {
     finish(self, id, {}, finish_reason::length);           // KV pool exhausted: cannot go on
   const int64_t num_mb = st.core->group().num_micro_batches;
   ep_rank_core::micro_batches mbs(static_cast<size_t>(num_mb));
-  std::vector<int64_t> context(static_cast<size_t>(num_mb), 0);
+  const step_cost cost = step_cost_of(st.model->weights->config);
+  std::vector<double> load(static_cast<size_t>(num_mb), 0.0);
   st.step_rows.assign(static_cast<size_t>(num_mb), {});
   for (auto& [id, r] : st.running) {
-    const auto mb = static_cast<size_t>(std::min_element(context.begin(), context.end()) - context.begin());
-    context[mb] += r.kv.num_cached + 1;
+    const auto mb = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[mb] += cost.per_token + cost.per_key * static_cast<double>(r.kv.num_cached + 1);
     mbs[mb].push_back({.tokens = std::span(&r.last_token, 1), .kv = &r.kv});
     st.step_rows[mb].push_back(&r);
   }

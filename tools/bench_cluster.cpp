@@ -8,7 +8,8 @@
 //    about the compute it can overlap: the MoE layers' stages (LOGITS waits for the last combine
 //    and the dense layers exchange nothing, in any schedule); calibrated from traced runs.
 //    comm = t(link, 1 mb) - t(no link, 1 mb), hidden = (compute_2mb + comm - t(link, 2 mb)) /
-//    min(compute_2mb, comm). Each time is the best of --repeat runs (a busy machine only adds).
+//    min(compute_2mb, comm). Times come from the trace: the median decode step of the busiest
+//    decode rank, the longest prefill step; each the best of --repeat runs (a busy machine only adds).
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -65,7 +66,16 @@ struct level_result {
   std::map<std::string, double> busiest_stage_s;          // its compute by stage name
   double max_decode_comm_s = 0, max_prefill_comm_s = 0;   // comm lane (link model), busiest rank
   double max_decode_moe_s = 0, max_prefill_moe_s = 0;     // compute in MoE layers, busiest rank
+  double decode_step_s = 0;                 // median decode step of the busiest rank (trace)
+  double prefill_step_s = 0;                // longest prefill step (first span to LOGITS, trace)
 };
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 // The layer of a compute span named "<STAGE> mb<m> L<layer>"; -1 for LOGITS and unnamed ones.
 int64_t layer_of(const trace_span& sp) {
@@ -124,6 +134,27 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
         moe_s += std::chrono::duration<double>(sp.end - sp.begin).count();
     double& moe_into = g < topo.prefill_ranks ? r.max_prefill_moe_s : r.max_decode_moe_s;
     moe_into = std::max(moe_into, moe_s);
+    // steps end with LOGITS: a decode step is the time between two LOGITS ends (the wait for
+    // the next step included); a prefill step runs from its first span to its LOGITS end
+    std::vector<trace_span> own;
+    for (const trace_span& sp : spans)
+      if (sp.rank == g && sp.lane == trace_lane::compute)
+        own.push_back(sp);
+    std::sort(own.begin(), own.end(), [](const trace_span& a, const trace_span& b) { return a.begin < b.begin; });
+    std::vector<double> steps;
+    auto step_begin = std::chrono::steady_clock::time_point::min();
+    for (const trace_span& sp : own) {
+      if (step_begin == std::chrono::steady_clock::time_point::min())
+        step_begin = sp.begin;
+      if (!sp.name.starts_with("LOGITS"))
+        continue;
+      steps.push_back(std::chrono::duration<double>(sp.end - step_begin).count());
+      step_begin = g < topo.prefill_ranks ? std::chrono::steady_clock::time_point::min() : sp.end;
+    }
+    if (g < topo.prefill_ranks)
+      r.prefill_step_s = std::max(r.prefill_step_s, steps.empty() ? 0.0 : *std::max_element(steps.begin(), steps.end()));
+    else if (!steps.empty())
+      r.decode_step_s = std::max(r.decode_step_s, median(steps));
   }
   for (int64_t d = 0; d < topo.decode_ranks; ++d) {
     const int64_t g = topo.prefill_ranks + d;
@@ -212,7 +243,7 @@ void run(bench_options& o) {
     for (int64_t i = 0; i < o.repeat; ++i) {
       const level_result x = decode ? run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file)
                                     : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, o.trace_file);
-      const auto time_of = [decode](const level_result& y) { return decode ? y.mean_tpot_s : y.mean_ttft_s; };
+      const auto time_of = [decode](const level_result& y) { return decode ? y.decode_step_s : y.prefill_step_s; };
       if (i == 0 || time_of(x) < time_of(r))
         r = x;
     }
@@ -222,8 +253,8 @@ void run(bench_options& o) {
   level_result alone[2];                                 // decode, prefill: 1 mb, no link
   for (int mb = 0; mb < 2; ++mb) {
     const level_result d = best(true, false, mb == 1), p = best(false, false, mb == 1);
-    step[0][mb] = d.mean_tpot_s;
-    prefill[0][mb] = p.mean_ttft_s;
+    step[0][mb] = d.decode_step_s;
+    prefill[0][mb] = p.prefill_step_s;
     if (mb == 0) {
       alone[0] = d;
       alone[1] = p;
@@ -245,8 +276,8 @@ void run(bench_options& o) {
   std::printf("link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ MoE compute)\n",
               link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
   for (int mb = 0; mb < 2; ++mb) {
-    step[1][mb] = best(true, true, mb == 1).mean_tpot_s;
-    prefill[1][mb] = best(false, true, mb == 1).mean_ttft_s;
+    step[1][mb] = best(true, true, mb == 1).decode_step_s;
+    prefill[1][mb] = best(false, true, mb == 1).prefill_step_s;
   }
   // comm = what the link model adds to one micro-batch; hidden = the part of min(compute, comm)
   // that two micro-batches take off their own compute + comm

@@ -10,17 +10,43 @@ double attention_cost(const prefill_segment& s) noexcept {
   return static_cast<double>(s.num_tokens) * static_cast<double>(2 * s.start + s.num_tokens + 1) / 2.0;
 }
 
-std::array<std::vector<prefill_segment>, 2> split_micro_batches(const std::vector<prefill_segment>& batch) {
+step_cost step_cost_of(const model_config& c) noexcept {
+  const auto d = static_cast<double>(c.hidden_size), heads = static_cast<double>(c.num_attention_heads);
+  const auto qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim), v = static_cast<double>(c.v_head_dim);
+  const auto kv = static_cast<double>(c.kv_lora_rank);
+  const double q = c.q_lora_rank ? d * static_cast<double>(*c.q_lora_rank) + static_cast<double>(*c.q_lora_rank) * heads * qk
+                                 : d * heads * qk;
+  const double attention = q + d * (kv + static_cast<double>(c.qk_rope_head_dim)) +
+                           kv * heads * (static_cast<double>(c.qk_nope_head_dim) + v) + heads * v * d;
+  double per_token = 0.0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const double ffn = c.is_moe_layer(l)
+                           ? 3.0 * d * static_cast<double>(c.moe_intermediate_size) *
+                                     static_cast<double>(c.num_experts_per_tok + c.n_shared_experts) +
+                                 d * static_cast<double>(c.n_routed_experts)
+                           : 3.0 * d * static_cast<double>(c.intermediate_size);
+    per_token += 2.0 * (attention + ffn);
+  }
+  return {.per_token = per_token,
+          .per_key = 2.0 * heads * (qk + v) * static_cast<double>(c.num_hidden_layers)};
+}
+
+double segment_cost(const prefill_segment& s, const step_cost& cost) noexcept {
+  return cost.per_token * static_cast<double>(s.num_tokens) + cost.per_key * attention_cost(s);
+}
+
+std::array<std::vector<prefill_segment>, 2> split_micro_batches(const std::vector<prefill_segment>& batch,
+                                                               const step_cost& cost) {
   double total = 0.0;
   for (const prefill_segment& s : batch)
-    total += attention_cost(s);
+    total += segment_cost(s, cost);
   const double half = total / 2.0;
   std::array<std::vector<prefill_segment>, 2> out;
   double acc = 0.0;
   size_t i = 0;
   for (; i < batch.size(); ++i) {
     const prefill_segment& s = batch[i];
-    const double c = attention_cost(s);
+    const double c = segment_cost(s, cost);
     if (acc + c <= half) {
       out[0].push_back(s);
       acc += c;
@@ -30,7 +56,7 @@ std::array<std::vector<prefill_segment>, 2> split_micro_batches(const std::vecto
     int64_t best_k = 0;
     double best_gap = std::fabs(acc - half);
     for (int64_t k = 1; k <= s.num_tokens; ++k) {
-      const double gap = std::fabs(acc + attention_cost({s.request_idx, s.start, k}) - half);
+      const double gap = std::fabs(acc + segment_cost({s.request_idx, s.start, k}, cost) - half);
       if (gap <= best_gap) {                                 // ties: more tokens in micro-batch 0
         best_gap = gap;
         best_k = k;

@@ -1,5 +1,6 @@
 // tests/policy/test_micro_batch.cpp
-// Two micro-batches of equal attention cost, splitting one prompt when that balances better.
+// Two micro-batches of equal cost (attention alone, or with the linear work per token), splitting
+// one prompt when that balances better.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -42,4 +43,44 @@ TEST_CASE("every token lands in exactly one micro-batch") {
       total += s.num_tokens;
   CHECK(total == 3 + 40 + 7 + 1);
   CHECK(split_micro_batches({{0, 0, 1}})[1].empty());
+}
+
+TEST_CASE("step cost from the model's shapes, by hand for the tiny preset") {
+  model_config c;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 3;
+  c.first_k_dense_replace = 1;
+  c.intermediate_size = 128;
+  c.num_attention_heads = 4;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_nope_head_dim = 16;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 16;
+  c.n_routed_experts = 16;
+  c.num_experts_per_tok = 4;
+  c.n_shared_experts = 1;
+  c.moe_intermediate_size = 32;
+  // attention weights: q_a 64x32 + q_b 32x(4x24) + kv_a 64x(16+8) + kv_b 16x(4x(16+16)) + o (4x16)x64
+  //   = 2048 + 3072 + 1536 + 2048 + 4096 = 12800
+  // dense FFN 3 x 64 x 128 = 24576; MoE: 3 x 64 x 32 x (4 + 1) + router 64 x 16 = 31744
+  // per token: 2 x (12800 + 24576) + 2 x 2 x (12800 + 31744) = 252928
+  // per key: 2 x 4 heads x (24 + 16) x 3 layers = 960
+  const step_cost cost = step_cost_of(c);
+  CHECK(cost.per_token == doctest::Approx(252928.0));
+  CHECK(cost.per_key == doctest::Approx(960.0));
+  CHECK(segment_cost({0, 10, 2}, cost) == doctest::Approx(2 * 252928.0 + 960.0 * (11 + 12)));
+}
+
+TEST_CASE("with linear work in the cost, a prompt splits near its middle") {
+  // per token 100, per key 1: cost(first k of 100) = 100k + k(k+1)/2; total 10000 + 5050 = 15050,
+  // half 7525: k = 58 gives 5800 + 1711 = 7511 (gap 14), k = 59 gives 5900 + 1770 = 7670 (gap 145)
+  // -> 58 tokens in micro-batch 0 (attention alone would put 71 there)
+  const auto mb = split_micro_batches({{0, 0, 100}}, {.per_token = 100.0, .per_key = 1.0});
+  REQUIRE(mb[0].size() == 1);
+  CHECK(mb[0][0].num_tokens == 58);
+  CHECK(mb[1][0].num_tokens == 42);
+  // tokens alone: an even split
+  const auto even = split_micro_batches({{0, 0, 100}}, {.per_token = 1.0, .per_key = 0.0});
+  CHECK(even[0][0].num_tokens == 50);
 }
