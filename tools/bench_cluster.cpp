@@ -249,6 +249,9 @@ void run(bench_options& o) {
     }
     return r;
   };
+  // warm-up: the first touch of mmapped weights is many times slower than the steady state
+  (void)best(true, false, false);
+  (void)best(false, false, false);
   double step[2][2] = {}, prefill[2][2] = {};           // [link model][micro-batches - 1]
   level_result alone[2];                                 // decode, prefill: 1 mb, no link
   for (int mb = 0; mb < 2; ++mb) {
