@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include "actors/policy/micro_batch.hpp"
 #include "actors/stream.hpp"
@@ -94,8 +95,19 @@ void admit_and_cancel(decode_pointer self) {
         still_waiting.push_back(std::move(r.job));
       continue;
     }
-    import_kv(m.cache, r.kv, r.job.pages);
-    r.job.pages = {};                                       // the cache holds it now
+    try {
+      check_import(m.cache, r.kv, r.job.pages);
+    } catch (const std::invalid_argument& e) {
+      r.kv.release(m.cache);
+      caf::anon_send(r.job.session, token_atom::value, token_chunk{r.job.request_id, {}, finish_reason::error, e.what()});
+      continue;
+    }
+    // the copy runs on the stream, before this step's first stage; the bookkeeping stays here
+    r.kv.num_cached = r.job.pages.num_tokens;
+    st.stream->enqueue([cache = &m.cache, table = r.kv.block_table,
+                        pages = std::make_shared<const kv_pages>(std::move(r.job.pages))] { write_kv(*cache, table, *pages); },
+                       [](const std::string&) {});     // write_kv cannot fail
+    r.job.pages = {};
     r.last_token = r.job.first_token;
     const uint64_t id = r.job.request_id;
     st.running.emplace(id, std::move(r));
