@@ -207,7 +207,7 @@ TEST_CASE("one sampler draws from its own distribution across steps") {
   check_distribution(counts, {{0, 0.1}, {1, 0.2}, {2, 0.3}, {3, 0.4}}, n);
 }
 
-TEST_CASE("same seed gives the same sequence; another seed a different one") {
+TEST_CASE("same seed gives the same sequence, another seed a different one") {
   const std::vector<float> logits(50, 0.0f);
   auto run = [&](uint64_t seed) {
     sampling_params p;
