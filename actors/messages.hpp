@@ -11,6 +11,7 @@
 
 #include "kernels/model/kv_handoff.hpp"
 
+#include "kernels/sampling/logprobs.hpp"
 #include "kernels/sampling/sampler.hpp"
 
 namespace moe {
@@ -55,6 +56,7 @@ struct token_chunk {
   std::vector<int32_t> token_ids;
   finish_reason reason = finish_reason::none;
   std::string error;                        // with finish_reason::error
+  std::vector<token_logprobs> logprobs;     // one per token id when the request asked, else empty
 };
 
 /// What a session streams to its client: seq counts from 0 without gaps.
@@ -63,6 +65,7 @@ struct stream_chunk {
   uint64_t seq = 0;
   std::vector<int32_t> token_ids;
   std::string text_delta;
+  std::vector<token_logprobs> logprobs;     // one per token id when the request asked, else empty
 };
 
 /// A session's final answer.
@@ -72,6 +75,7 @@ struct session_result {
   std::string text;
   finish_reason reason = finish_reason::none;
   std::string error;
+  std::vector<token_logprobs> logprobs;     // one per output id when the request asked, else empty
 };
 
 /// A rank's load, as balancers see it.

@@ -40,6 +40,7 @@ namespace {
 
 struct in_flight {
   bool stream = false;
+  bool logprobs = false;                    // the request asked for them
   bool cancel_requested = false;
   std::optional<uint64_t> request_id;
   int64_t prompt_tokens = 0;
@@ -99,7 +100,9 @@ void on_chunk(bridge_pointer self, uint32_t msgid, const stream_chunk& chunk) {
     f.has_first_token = true;
   }
   if (f.stream && !st.closed)
-    st.cfg.reply(encode_token(msgid, chunk.seq, chunk.token_ids, chunk.text_delta), std::nullopt);
+    st.cfg.reply(encode_token(msgid, chunk.seq, chunk.token_ids, chunk.text_delta,
+                              f.logprobs ? &chunk.logprobs : nullptr),
+                 std::nullopt);
 }
 
 void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
@@ -118,6 +121,8 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
                          .usage = {.prompt_tokens = f.prompt_tokens},
                          .timings = {seconds(f.admitted - f.arrival), seconds(first - f.arrival),
                                      seconds(now - first)}};
+  if (f.logprobs)
+    result.logprobs = std::move(r.logprobs);
   result.usage.completion_tokens = static_cast<int64_t>(result.output_ids.size());
   if (result.usage.completion_tokens > 1 && result.timings.decode > 0) {
     st.cfg.counters->sum_request_tok_per_s +=
@@ -170,6 +175,7 @@ void start(bridge_pointer self, generate_job& job) {
     return fail(self, job.msgid, *err);
   const uint32_t msgid = job.msgid;
   st.by_msgid[msgid] = in_flight{.stream = job.req.stream,
+                                 .logprobs = job.req.sampling.logprobs.has_value(),
                                  .prompt_tokens = static_cast<int64_t>(prompt_ids.size()),
                                  .arrival = job.arrival};
   self->request(target.handles.queue, submit_timeout, submit_atom::value,

@@ -30,14 +30,12 @@ std::vector<int32_t> tokenize(const tokenize_request& req, const tokenizer& tok)
   return tok.encode(req.prompt, req.add_special_tokens);
 }
 
-/// What parse_generate accepts but this server cannot do (yet), or another model's name.
+/// Another model's name.
 std::optional<rpc_error> check_served(const generate_request& req, const serving_target& target) {
   if (!req.model.empty() && req.model != target.model_name)
     return make_error(rpc_errc::validation,
                       "model: unknown \"" + req.model + "\" (this server serves \"" +
                           target.model_name + "\")");
-  if (req.logprobs && *req.logprobs > 0)
-    return make_error(rpc_errc::validation, "logprobs: not supported by this server yet");
   return std::nullopt;
 }
 
