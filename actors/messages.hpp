@@ -5,8 +5,10 @@
 #include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/model/kv_handoff.hpp"
@@ -76,6 +78,9 @@ struct session_result {
   finish_reason reason = finish_reason::none;
   std::string error;
   std::vector<token_logprobs> logprobs;     // one per output id when the request asked, else empty
+  /// When its first prompt chunk entered a prefill step; unset if it never did (cancelled
+  /// while waiting, refused).
+  std::optional<std::chrono::steady_clock::time_point> prefill_start;
 };
 
 /// A rank's load, as balancers see it.

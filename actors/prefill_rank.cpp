@@ -9,6 +9,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <algorithm>
+#include <chrono>
 #include <list>
 #include <set>
 #include <span>
@@ -96,6 +97,8 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
       break;                                                // wait for KV in FIFO order
     }
     const int64_t num = std::min({m.config.chunk_size, n - t.num_planned, budget});
+    if (t.num_planned == 0)                                 // its queueing ends here
+      caf::anon_send(t.job.session, start_atom::value, std::chrono::steady_clock::now());
     segments.push_back({.request_idx = static_cast<int64_t>(st.step_tasks.size()), .start = t.num_planned,
                         .num_tokens = num});
     st.step_tasks.push_back(&t);

@@ -62,6 +62,11 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
   self->state.result.request_id = cfg.request_id;
   self->state.cfg = std::move(cfg);
   return {
+    [=](start_atom, std::chrono::steady_clock::time_point at) {
+      auto& prefill_start = self->state.result.prefill_start;
+      if (!prefill_start)
+        prefill_start = at;
+    },
     [=](token_atom, token_chunk& chunk) {
       auto& st = self->state;
       if (st.result.output_ids.empty() && !chunk.token_ids.empty())

@@ -44,7 +44,7 @@ struct in_flight {
   bool cancel_requested = false;
   std::optional<uint64_t> request_id;
   int64_t prompt_tokens = 0;
-  clock::time_point arrival, admitted, first_token;
+  clock::time_point arrival, first_token;
   bool has_first_token = false;
 };
 
@@ -116,10 +116,11 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
     ++st.cfg.counters->num_cancelled;
   const auto now = clock::now();
   const auto first = f.has_first_token ? f.first_token : now;
+  const auto prefill_start = r.prefill_start.value_or(now);   // never started: queued throughout
   generate_result result{.output_ids = std::move(r.output_ids), .text = std::move(r.text),
                          .reason = r.reason,
                          .usage = {.prompt_tokens = f.prompt_tokens},
-                         .timings = {seconds(f.admitted - f.arrival), seconds(first - f.arrival),
+                         .timings = {seconds(prefill_start - f.arrival), seconds(first - f.arrival),
                                      seconds(now - first)}};
   if (f.logprobs)
     result.logprobs = std::move(r.logprobs);
@@ -139,7 +140,6 @@ void on_admitted(bridge_pointer self, uint32_t msgid, uint64_t request_id) {
   auto& st = self->state;
   in_flight& f = st.by_msgid.at(msgid);
   f.request_id = request_id;
-  f.admitted = clock::now();
   st.msgid_of[request_id] = msgid;
   ++st.cfg.counters->num_requests;
   st.cfg.counters->input_tokens += f.prompt_tokens;

@@ -24,7 +24,7 @@ struct generate_usage {
   int64_t completion_tokens = 0;
 };
 
-/// Seconds: queued before prefill, arrival to first token, first token to the last.
+/// Seconds: arrival to the first prefill step, arrival to first token, first token to the last.
 struct generate_timings {
   double queue = 0.0;
   double ttft = 0.0;

@@ -1,8 +1,8 @@
 // tests/actors/test_pd_ranks.cpp
 // Prefill/decode disaggregation in-process: a prefill rank hands each request's latent KV to a
 // decode rank, which batches the running requests; greedy outputs equal single-rank generate,
-// logprobs come with every token of the request that asked (and no other), and both KV pools
-// return to full.
+// each request's start is reported once before its first token, logprobs come with every token
+// of the request that asked (and no other), and both KV pools return to full.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -61,13 +61,16 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "1 prefill + 1 decode rank match singl
                prefill_job{i, specs[i], caf::actor_cast<caf::actor>(decode), caf::actor_cast<caf::actor>(self)});
 
   std::map<uint64_t, collected> got;
-  size_t num_finished = 0;
+  size_t num_finished = 0, num_started = 0, num_first_tokens = 0;
   bool timed_out = false;
   while (num_finished < specs.size() && !timed_out)
     self->receive(
+        [&](start_atom, std::chrono::steady_clock::time_point) { ++num_started; },
         [&](token_atom, const token_chunk& c) {
           auto& g = got[c.request_id];
           CHECK(g.reason == finish_reason::none);            // nothing after the last chunk
+          if (g.ids.empty() && !c.token_ids.empty())
+            CHECK(num_started > num_first_tokens++);         // its start came before
           g.ids.insert(g.ids.end(), c.token_ids.begin(), c.token_ids.end());
           g.logprobs.insert(g.logprobs.end(), c.logprobs.begin(), c.logprobs.end());
           g.reason = c.reason;
@@ -76,6 +79,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "1 prefill + 1 decode rank match singl
         },
         caf::after(30s) >> [&] { timed_out = true; });
   REQUIRE_FALSE(timed_out);
+  CHECK(num_started == specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     CAPTURE(i);
     CHECK(got[i].error == "");
