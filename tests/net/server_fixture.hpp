@@ -53,14 +53,14 @@ struct server_fixture {
   server_fixture() : sys{tune(cfg)}, self{sys} {}
 
   /// Spawns the cluster and the server (call once the tokenizer is known to exist).
-  void start(net::server_limits limits = {}) {
+  void start(net::server_limits limits = {}, net::auth_keys keys = {}) {
     tok = tokenizer::load(MOE_TOKENIZER_DIR);
     weights = std::make_shared<const model_weights>(tiny_model_builder(9).build(tiny_config(1000)));
     handles = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
     server = std::make_unique<net::rpc_server>(
         sys, net::serving_target{.handles = handles, .tok = tok, .vocab_size = 1000,
                                  .max_context = 128, .model_name = "tiny"},
-        net::server_config{.limits = limits});
+        net::server_config{.limits = limits, .keys = std::move(keys)});
   }
   ~server_fixture() {
     if (server)
