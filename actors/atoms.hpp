@@ -11,6 +11,7 @@ using done_atom = caf::atom_constant<caf::atom("done")>;        // a request lef
 using stats_atom = caf::atom_constant<caf::atom("stats")>;      // counters, please
 using step_atom = caf::atom_constant<caf::atom("step")>;        // a rank's stream finished a step
 using token_atom = caf::atom_constant<caf::atom("token")>;      // new output tokens for a session
+using start_atom = caf::atom_constant<caf::atom("start")>;      // a request's prefill began
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // drop a request, free its KV
 using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;  // tokens for a peer's experts
 using combine_atom = caf::atom_constant<caf::atom("combine")>;  // expert outputs back to their source

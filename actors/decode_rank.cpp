@@ -14,17 +14,20 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <span>
 #include <stdexcept>
 
 #include "actors/policy/micro_batch.hpp"
 #include "actors/stream.hpp"
 #include "kernels/model/output_text.hpp"
+#include "kernels/sampling/logprobs.hpp"
 
 namespace moe {
 
 struct decode_step_result {
   std::vector<uint64_t> request_ids;
   std::vector<int32_t> tokens;              // next token of each request, same order
+  std::vector<std::vector<token_logprobs>> logprobs;   // same order; empty unless it asked
   std::string error;
 };
 
@@ -54,13 +57,13 @@ struct decode_rank_state {
 using decode_pointer = decode_rank_actor::stateful_pointer<decode_rank_state>;
 
 void finish(decode_pointer self, uint64_t id, std::vector<int32_t> tokens, finish_reason reason,
-            std::string error = {}) {
+            std::string error = {}, std::vector<token_logprobs> logprobs = {}) {
   auto& st = self->state;
   auto it = st.running.find(id);
   if (it == st.running.end())
     return;
   caf::anon_send(it->second.job.session, token_atom::value,
-                 token_chunk{id, std::move(tokens), reason, std::move(error)});
+                 token_chunk{id, std::move(tokens), reason, std::move(error), std::move(logprobs)});
   it->second.kv.release(st.model->cache);
   st.running.erase(it);
 }
@@ -159,11 +162,16 @@ void sample_step(decode_pointer self, step_pipeline& pipeline, const std::string
             result->request_ids.push_back(r->job.request_id);
             if (!result->error.empty())
               continue;
-            const std::vector<float>& logits = pipeline.logits(static_cast<int64_t>(mb));
-            std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+            const std::span<const float> logits =
+                std::span(pipeline.logits(static_cast<int64_t>(mb)))
+                    .subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+            std::vector<float> row(logits.begin(), logits.end());
             const int32_t token = r->job.pick->sample(row);
             r->job.pick->accept(token);
             result->tokens.push_back(token);
+            auto& logprobs = result->logprobs.emplace_back();
+            if (const auto num_top = r->job.spec.sampling.logprobs)
+              logprobs.push_back(logprobs_of(logits, token, *num_top));
           }
       },
       [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {
@@ -173,7 +181,7 @@ void sample_step(decode_pointer self, step_pipeline& pipeline, const std::string
       });
 }
 
-void on_step_result(decode_pointer self, const decode_step_result& result) {
+void on_step_result(decode_pointer self, decode_step_result& result) {
   auto& st = self->state;
   st.core->finish_step();
   st.step_rows.clear();
@@ -193,11 +201,12 @@ void on_step_result(decode_pointer self, const decode_step_result& result) {
     const finish_reason reason = token_finish(r.job.spec.sampling, cfg.eos_token_id, token, r.num_generated,
                                               r.kv.num_cached + 1, st.model->max_context());
     if (reason != finish_reason::none) {
-      finish(self, id, {token}, reason);
+      finish(self, id, {token}, reason, {}, std::move(result.logprobs[i]));
       continue;
     }
     r.last_token = token;
-    caf::anon_send(r.job.session, token_atom::value, token_chunk{id, {token}, finish_reason::none, {}});
+    caf::anon_send(r.job.session, token_atom::value,
+                   token_chunk{id, {token}, finish_reason::none, {}, std::move(result.logprobs[i])});
   }
 }
 

@@ -5,12 +5,15 @@
 #include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/model/kv_handoff.hpp"
 
+#include "kernels/sampling/logprobs.hpp"
 #include "kernels/sampling/sampler.hpp"
 
 namespace moe {
@@ -55,6 +58,7 @@ struct token_chunk {
   std::vector<int32_t> token_ids;
   finish_reason reason = finish_reason::none;
   std::string error;                        // with finish_reason::error
+  std::vector<token_logprobs> logprobs;     // one per token id when the request asked, else empty
 };
 
 /// What a session streams to its client: seq counts from 0 without gaps.
@@ -63,6 +67,7 @@ struct stream_chunk {
   uint64_t seq = 0;
   std::vector<int32_t> token_ids;
   std::string text_delta;
+  std::vector<token_logprobs> logprobs;     // one per token id when the request asked, else empty
 };
 
 /// A session's final answer.
@@ -72,6 +77,10 @@ struct session_result {
   std::string text;
   finish_reason reason = finish_reason::none;
   std::string error;
+  std::vector<token_logprobs> logprobs;     // one per output id when the request asked, else empty
+  /// When its first prompt chunk entered a prefill step; unset if it never did (cancelled
+  /// while waiting, refused).
+  std::optional<std::chrono::steady_clock::time_point> prefill_start;
 };
 
 /// A rank's load, as balancers see it.

@@ -9,12 +9,15 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <algorithm>
+#include <chrono>
 #include <list>
 #include <set>
+#include <span>
 
 #include "actors/policy/micro_batch.hpp"
 #include "actors/stream.hpp"
 #include "kernels/model/output_text.hpp"
+#include "kernels/sampling/logprobs.hpp"
 
 namespace moe {
 
@@ -33,6 +36,7 @@ struct prefill_step_result {
   struct outcome {
     prefill_task* task = nullptr;
     int32_t first_token = 0;
+    std::vector<token_logprobs> logprobs;   // the first token's, when the request asked
     finish_reason reason = finish_reason::none;
     kv_pages pages;
     std::shared_ptr<sampler> pick;
@@ -93,6 +97,8 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
       break;                                                // wait for KV in FIFO order
     }
     const int64_t num = std::min({m.config.chunk_size, n - t.num_planned, budget});
+    if (t.num_planned == 0)                                 // its queueing ends here
+      caf::anon_send(t.job.session, start_atom::value, std::chrono::steady_clock::now());
     segments.push_back({.request_idx = static_cast<int64_t>(st.step_tasks.size()), .start = t.num_planned,
                         .num_tokens = num});
     st.step_tasks.push_back(&t);
@@ -140,12 +146,17 @@ void sample_step(prefill_pointer self, step_pipeline& pipeline, const std::strin
             prefill_task* t = rows[mb][i];
             const auto& prompt = t->job.spec.prompt_ids;
             const int64_t n = static_cast<int64_t>(prompt.size());
-            const std::vector<float>& logits = pipeline.logits(static_cast<int64_t>(mb));
-            std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+            const std::span<const float> logits =
+                std::span(pipeline.logits(static_cast<int64_t>(mb)))
+                    .subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+            std::vector<float> row(logits.begin(), logits.end());
             auto pick = std::make_shared<sampler>(t->job.spec.sampling, prompt);
             const int32_t first = pick->sample(row);
             pick->accept(first);
-            prefill_step_result::outcome o{.task = t, .first_token = first,
+            std::vector<token_logprobs> logprobs;
+            if (const auto num_top = t->job.spec.sampling.logprobs)
+              logprobs.push_back(logprobs_of(logits, first, *num_top));
+            prefill_step_result::outcome o{.task = t, .first_token = first, .logprobs = std::move(logprobs),
                                            .reason = token_finish(t->job.spec.sampling, m->weights->config.eos_token_id,
                                                                   first, 1, n + 1, m->max_context()),
                                            .pages = {}, .pick = std::move(pick)};
@@ -183,7 +194,8 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
     if (o.task->cancelled)
       continue;
     prefill_job& job = o.task->job;
-    caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {o.first_token}, o.reason, {}});
+    caf::anon_send(job.session, token_atom::value,
+                   token_chunk{job.request_id, {o.first_token}, o.reason, {}, std::move(o.logprobs)});
     if (o.reason == finish_reason::none)
       caf::anon_send(job.decode_rank, submit_atom::value,
                      kv_handoff{job.request_id, std::move(job.spec), std::move(o.pages), o.first_token,

@@ -25,12 +25,13 @@ struct session_state {
 
 using session_pointer = session_actor::stateful_pointer<session_state>;
 
-void send_chunk(session_pointer self, std::vector<int32_t> ids, std::string delta) {
+void send_chunk(session_pointer self, token_chunk& chunk, std::string delta) {
   auto& st = self->state;
-  if (ids.empty() && delta.empty())
+  if (chunk.token_ids.empty() && delta.empty())
     return;
   caf::anon_send(st.cfg.client, token_atom::value,
-                 stream_chunk{st.cfg.request_id, st.next_seq++, std::move(ids), std::move(delta)});
+                 stream_chunk{st.cfg.request_id, st.next_seq++, std::move(chunk.token_ids), std::move(delta),
+                              std::move(chunk.logprobs)});
 }
 
 void answer(session_pointer self, finish_reason reason, std::string error) {
@@ -61,13 +62,21 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
   self->state.result.request_id = cfg.request_id;
   self->state.cfg = std::move(cfg);
   return {
+    [=](start_atom, std::chrono::steady_clock::time_point at) {
+      auto& prefill_start = self->state.result.prefill_start;
+      if (!prefill_start)
+        prefill_start = at;
+    },
     [=](token_atom, token_chunk& chunk) {
       auto& st = self->state;
       if (st.result.output_ids.empty() && !chunk.token_ids.empty())
         st.first_token = std::chrono::steady_clock::now();
       std::string delta;
-      for (int32_t id : chunk.token_ids) {
+      for (size_t i = 0; i < chunk.token_ids.size(); ++i) {
+        const int32_t id = chunk.token_ids[i];
         st.result.output_ids.push_back(id);
+        if (i < chunk.logprobs.size())
+          st.result.logprobs.push_back(chunk.logprobs[i]);
         if (chunk.reason == finish_reason::stop && id == chunk.token_ids.back())
           break;                                             // a stop token's text is not output
         delta += st.text->push(id);
@@ -77,12 +86,12 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       if (st.text->stopped()) {                              // a stop string: the rank may go on
         if (chunk.reason == finish_reason::none && st.cfg.decode_rank)
           caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.cfg.request_id);
-        send_chunk(self, chunk.token_ids, std::move(delta));
+        send_chunk(self, chunk, std::move(delta));
         return answer(self, finish_reason::stop, {});
       }
       if (chunk.reason != finish_reason::none)
         delta += st.text->finish();
-      send_chunk(self, chunk.token_ids, std::move(delta));
+      send_chunk(self, chunk, std::move(delta));
       if (chunk.reason != finish_reason::none)
         answer(self, chunk.reason, std::move(chunk.error));
     },

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <caf/typed_actor.hpp>
+#include <chrono>
 #include <memory>
 
 #include "actors/atoms.hpp"
@@ -13,6 +14,9 @@
 namespace moe {
 
 using session_actor = caf::typed_actor<
+    // The prefill rank put the request's first prompt chunk into a step at this time (the end
+    // of its queueing; session_result::prefill_start).
+    caf::reacts_to<start_atom, std::chrono::steady_clock::time_point>,
     // Output tokens from a rank; the chunk with a finish reason is the last.
     caf::reacts_to<token_atom, token_chunk>,
     // The client cancelled: answer finish_reason::abort now, tell the ranks to free its KV.

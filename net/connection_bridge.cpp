@@ -40,10 +40,11 @@ namespace {
 
 struct in_flight {
   bool stream = false;
+  bool logprobs = false;                    // the request asked for them
   bool cancel_requested = false;
   std::optional<uint64_t> request_id;
   int64_t prompt_tokens = 0;
-  clock::time_point arrival, admitted, first_token;
+  clock::time_point arrival, first_token;
   bool has_first_token = false;
 };
 
@@ -99,7 +100,9 @@ void on_chunk(bridge_pointer self, uint32_t msgid, const stream_chunk& chunk) {
     f.has_first_token = true;
   }
   if (f.stream && !st.closed)
-    st.cfg.reply(encode_token(msgid, chunk.seq, chunk.token_ids, chunk.text_delta), std::nullopt);
+    st.cfg.reply(encode_token(msgid, chunk.seq, chunk.token_ids, chunk.text_delta,
+                              f.logprobs ? &chunk.logprobs : nullptr),
+                 std::nullopt);
 }
 
 void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
@@ -113,11 +116,14 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
     ++st.cfg.counters->num_cancelled;
   const auto now = clock::now();
   const auto first = f.has_first_token ? f.first_token : now;
+  const auto prefill_start = r.prefill_start.value_or(now);   // never started: queued throughout
   generate_result result{.output_ids = std::move(r.output_ids), .text = std::move(r.text),
                          .reason = r.reason,
                          .usage = {.prompt_tokens = f.prompt_tokens},
-                         .timings = {seconds(f.admitted - f.arrival), seconds(first - f.arrival),
+                         .timings = {seconds(prefill_start - f.arrival), seconds(first - f.arrival),
                                      seconds(now - first)}};
+  if (f.logprobs)
+    result.logprobs = std::move(r.logprobs);
   result.usage.completion_tokens = static_cast<int64_t>(result.output_ids.size());
   if (result.usage.completion_tokens > 1 && result.timings.decode > 0) {
     st.cfg.counters->sum_request_tok_per_s +=
@@ -134,7 +140,6 @@ void on_admitted(bridge_pointer self, uint32_t msgid, uint64_t request_id) {
   auto& st = self->state;
   in_flight& f = st.by_msgid.at(msgid);
   f.request_id = request_id;
-  f.admitted = clock::now();
   st.msgid_of[request_id] = msgid;
   ++st.cfg.counters->num_requests;
   st.cfg.counters->input_tokens += f.prompt_tokens;
@@ -170,6 +175,7 @@ void start(bridge_pointer self, generate_job& job) {
     return fail(self, job.msgid, *err);
   const uint32_t msgid = job.msgid;
   st.by_msgid[msgid] = in_flight{.stream = job.req.stream,
+                                 .logprobs = job.req.sampling.logprobs.has_value(),
                                  .prompt_tokens = static_cast<int64_t>(prompt_ids.size()),
                                  .arrival = job.arrival};
   self->request(target.handles.queue, submit_timeout, submit_atom::value,

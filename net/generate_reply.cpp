@@ -6,6 +6,8 @@
 namespace moe::net {
 namespace {
 
+using packer = msgpack::packer<msgpack::sbuffer>;
+
 /// A float64 even when integral (packer::pack_double writes 2.0 as the integer 2).
 void write_float64(msgpack::sbuffer& out, double value) {
   const uint64_t bits = std::bit_cast<uint64_t>(value);
@@ -15,22 +17,49 @@ void write_float64(msgpack::sbuffer& out, double value) {
   out.write(bytes, sizeof bytes);
 }
 
+/// A float32 even when integral (a logprob of exactly 0 or -1).
+void write_float32(msgpack::sbuffer& out, float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  char bytes[5] = {static_cast<char>(0xca)};
+  for (int i = 0; i < 4; ++i)
+    bytes[1 + i] = static_cast<char>(bits >> (24 - 8 * i));
+  out.write(bytes, sizeof bytes);
+}
+
+/// [{token_id, logprob, top_logprobs: [[id, logprob], ...]}, ...]
+void write_logprobs(msgpack::sbuffer& out, const std::vector<token_logprobs>& logprobs) {
+  packer pk(out);
+  pk.pack_array(static_cast<uint32_t>(logprobs.size()));
+  for (const token_logprobs& t : logprobs) {
+    pk.pack_map(3).pack("token_id").pack(t.token_id).pack("logprob");
+    write_float32(out, t.logprob);
+    pk.pack("top_logprobs").pack_array(static_cast<uint32_t>(t.top.size()));
+    for (const logprob_entry& e : t.top) {
+      pk.pack_array(2).pack(e.token_id);
+      write_float32(out, e.logprob);
+    }
+  }
+}
+
 }  // namespace
 
 msgpack::sbuffer encode_token(uint32_t msgid, uint64_t seq, const std::vector<int32_t>& token_ids,
-                              std::string_view text_delta) {
+                              std::string_view text_delta,
+                              const std::vector<token_logprobs>* logprobs) {
   msgpack::sbuffer out;
-  msgpack::packer<msgpack::sbuffer> pk(out);
+  packer pk(out);
   pk.pack_array(3).pack_uint8(2).pack("token");
-  pk.pack_array(4).pack_uint32(msgid).pack_uint64(seq).pack(token_ids).pack(text_delta);
+  pk.pack_array(logprobs ? 5 : 4).pack_uint32(msgid).pack_uint64(seq).pack(token_ids).pack(text_delta);
+  if (logprobs)
+    write_logprobs(out, *logprobs);
   return out;
 }
 
 msgpack::sbuffer encode_generate_result(uint32_t msgid, const generate_result& r) {
   msgpack::sbuffer out;
-  msgpack::packer<msgpack::sbuffer> pk(out);
+  packer pk(out);
   pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil();
-  pk.pack_map(5);
+  pk.pack_map(r.logprobs ? 6 : 5);
   pk.pack("output_ids").pack(r.output_ids);
   pk.pack("text").pack(r.text);
   pk.pack("finish_reason").pack(to_string(r.reason));
@@ -44,6 +73,10 @@ msgpack::sbuffer encode_generate_result(uint32_t msgid, const generate_result& r
   write_float64(out, r.timings.ttft);
   pk.pack("decode");
   write_float64(out, r.timings.decode);
+  if (r.logprobs) {
+    pk.pack("logprobs");
+    write_logprobs(out, *r.logprobs);
+  }
   return out;
 }
 

@@ -102,7 +102,7 @@ maybe_error parse_logprobs(const msgpack::object& v, const request_limits& limit
                            generate_request& req) {
   int64_t n = 0;
   if (maybe_error err = read_int(v, "logprobs", 0, limits.max_logprobs, n)) return err;
-  req.logprobs = static_cast<int32_t>(n);
+  req.sampling.logprobs = static_cast<int32_t>(n);
   return std::nullopt;
 }
 

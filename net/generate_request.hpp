@@ -40,8 +40,7 @@ struct generate_request {
   std::string prompt;                        // kind text
   std::vector<chat_message> messages;        // kind chat: roles system, user, assistant
   std::vector<int32_t> input_ids;            // kind token_ids
-  sampling_params sampling;                  // vLLM names and defaults
-  std::optional<int32_t> logprobs;           // top logprobs per output token (0..20); unset: none
+  sampling_params sampling;                  // vLLM names and defaults, logprobs (0..20) included
   bool stream = false;                       // "token" notifications before the response
   std::string model;                         // "" when not given
 };

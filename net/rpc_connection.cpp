@@ -4,6 +4,8 @@
 #include "net/rpc_connection.hpp"
 
 #include <exception>
+#include <map>
+#include <string_view>
 #include <utility>
 
 #include "net/connection_bridge.hpp"
@@ -30,14 +32,12 @@ std::vector<int32_t> tokenize(const tokenize_request& req, const tokenizer& tok)
   return tok.encode(req.prompt, req.add_special_tokens);
 }
 
-/// What parse_generate accepts but this server cannot do (yet), or another model's name.
+/// Another model's name.
 std::optional<rpc_error> check_served(const generate_request& req, const serving_target& target) {
   if (!req.model.empty() && req.model != target.model_name)
     return make_error(rpc_errc::validation,
                       "model: unknown \"" + req.model + "\" (this server serves \"" +
                           target.model_name + "\")");
-  if (req.logprobs && *req.logprobs > 0)
-    return make_error(rpc_errc::validation, "logprobs: not supported by this server yet");
   return std::nullopt;
 }
 
@@ -46,7 +46,7 @@ std::optional<rpc_error> check_served(const generate_request& req, const serving
 rpc_connection::rpc_connection(asio::ip::tcp::socket socket,
                                std::shared_ptr<const server_shared> shared)
     : socket_(std::move(socket)), timer_(socket_.get_executor()), shared_(std::move(shared)),
-      decoder_(shared_->limits.frames) {
+      decoder_(shared_->limits.frames), role_(initial_role(shared_->keys)) {
   ++shared_->counters->num_connections;
   ++shared_->counters->num_accepted;
 }
@@ -117,6 +117,8 @@ void rpc_connection::handle(rpc_message& message) {
     return handle_request(*request);
   if (auto* note = std::get_if<rpc_notification>(&message)) {
     if (note->method == "cancel") {                        // [2, "cancel", [msgid]] needs no reply
+      if (!may_call(role_, rpc_method::cancel))
+        return write(encode_error_notification(unauthenticated(note->method)));
       auto msgid = parse_cancel(note->params);
       if (auto* id = std::get_if<uint32_t>(&msgid))
         return bridge_cancel(bridge_, *id);
@@ -134,11 +136,8 @@ void rpc_connection::handle(rpc_message& message) {
   auto& error = std::get<rpc_decode_error>(message);
   if (auto reply = encode_reply(error))
     write(std::move(*reply));
-  if (error.close_connection) {
-    closing_ = true;
-    if (!writing_)
-      close();
-  }
+  if (error.close_connection)
+    close_after_writes();
 }
 
 void rpc_connection::handle_request(rpc_request& request) {
@@ -146,11 +145,15 @@ void rpc_connection::handle_request(rpc_request& request) {
   const std::optional<rpc_method> method = find_method(request.method);
   if (!method)
     return write(encode_error(msgid, unknown_method(request.method)));
+  if (!may_call(role_, *method))
+    return write(encode_error(msgid, unauthenticated(request.method)));
   const serving_target& target = *shared_->target;
   try {
     switch (*method) {
       case rpc_method::generate:
         return handle_generate(request);
+      case rpc_method::auth:
+        return handle_auth(request);
       case rpc_method::cancel: {
         auto id = parse_cancel(request.params);
         if (auto* err = std::get_if<rpc_error>(&id))
@@ -215,6 +218,21 @@ void rpc_connection::handle_generate(rpc_request& request) {
                   std::chrono::steady_clock::now());
 }
 
+void rpc_connection::handle_auth(rpc_request& request) {
+  auto token = parse_auth(request.params);
+  if (auto* err = std::get_if<rpc_error>(&token))
+    return write(encode_error(request.msgid, *err));
+  const auth_role granted = role_for(shared_->keys, std::get<std::string>(token));
+  if (granted == auth_role::none) {
+    write(encode_error(request.msgid, wrong_token()));
+    if (++num_auth_failures_ >= shared_->limits.max_auth_failures)
+      close_after_writes();                                // no more guesses on this connection
+    return;
+  }
+  role_ = granted;
+  write(encode_result(request.msgid, std::map<std::string, std::string_view>{{"role", role_name(role_)}}));
+}
+
 void rpc_connection::write(msgpack::sbuffer bytes) {
   if (closed_)
     return;
@@ -245,6 +263,12 @@ void rpc_connection::write_next() {
                       self->write_queue_.pop_front();
                       self->write_next();
                     });
+}
+
+void rpc_connection::close_after_writes() {
+  closing_ = true;
+  if (!writing_)
+    close();
 }
 
 void rpc_connection::arm_timer(bool message_started) {

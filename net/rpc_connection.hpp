@@ -1,7 +1,8 @@
 // net/rpc_connection.hpp
 // One client connection, on the server's io thread: reads into a frame_decoder, answers or
-// forwards each message by method, writes responses in order through a bounded queue, and
-// closes on a timeout, an undecodable stream or a reader too slow for its write buffer.
+// forwards each message by method (once its role allows it, net/auth.hpp), writes responses in
+// order through a bounded queue, and closes on a timeout, an undecodable stream, a reader too
+// slow for its write buffer or too many wrong auth tokens.
 #pragma once
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "net/auth.hpp"
 #include "net/rpc_frame.hpp"
 #include "net/rpc_server.hpp"
 
@@ -24,6 +26,7 @@ struct server_shared {
   std::shared_ptr<const serving_target> target;
   std::shared_ptr<server_counters> counters;
   server_limits limits;
+  auth_keys keys;
   caf::actor stats_sampler;
 };
 
@@ -45,8 +48,10 @@ private:
   void handle(rpc_message& message);
   void handle_request(rpc_request& request);
   void handle_generate(rpc_request& request);
+  void handle_auth(rpc_request& request);
   void write(msgpack::sbuffer bytes);
   void write_next();
+  void close_after_writes();
   void arm_timer(bool message_started);
 
   asio::ip::tcp::socket socket_;
@@ -61,6 +66,8 @@ private:
   bool closing_ = false;                    // close once the queued replies are written
   bool closed_ = false;
   std::unordered_set<uint32_t> in_flight_;  // generate msgids not answered yet
+  auth_role role_;                          // what the last successful auth granted
+  int num_auth_failures_ = 0;
   caf::actor bridge_;
 };
 

@@ -13,11 +13,12 @@
 namespace moe::net {
 namespace {
 
-constexpr std::array<std::pair<rpc_method, std::string_view>, 8> methods = {{
+constexpr std::array<std::pair<rpc_method, std::string_view>, 9> methods = {{
     {rpc_method::generate, "generate"}, {rpc_method::cancel, "cancel"},
     {rpc_method::tokenize, "tokenize"}, {rpc_method::detokenize, "detokenize"},
     {rpc_method::models, "models"},     {rpc_method::health, "health"},
     {rpc_method::ready, "ready"},       {rpc_method::stats, "stats"},
+    {rpc_method::auth, "auth"},
 }};
 
 /// params must be an array of exactly one value; returns it.

@@ -6,6 +6,7 @@
 //   tokenize    ["text"] or [ {prompt | messages, add_special_tokens?, add_generation_prompt?} ]
 //   detokenize  [[token ids]]
 //   models, health, ready, stats   []
+//   auth        [token]                 net/auth.hpp
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@
 namespace moe::net {
 
 enum class rpc_method : uint8_t {
-  generate, cancel, tokenize, detokenize, models, health, ready, stats
+  generate, cancel, tokenize, detokenize, models, health, ready, stats, auth
 };
 
 [[nodiscard]] std::optional<rpc_method> find_method(std::string_view name) noexcept;

@@ -94,7 +94,7 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
   auto served = std::make_shared<const serving_target>(std::move(target));
   auto counters = std::make_shared<server_counters>();
   impl_->shared = std::make_shared<server_shared>(server_shared{
-      impl_->io, sys, served, counters, cfg.limits,
+      impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys),
       spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window)});
   impl_->host = cfg.host;
   impl_->port = impl_->acceptor.local_endpoint().port();

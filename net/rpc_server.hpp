@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "net/auth.hpp"
 #include "net/generate_request.hpp"
 #include "net/rpc_frame.hpp"
 #include "net/serving_target.hpp"
@@ -23,6 +24,7 @@ struct server_limits {
   std::chrono::milliseconds idle_timeout{300'000};        // nothing in flight, nothing read
   std::chrono::milliseconds read_timeout{30'000};         // a started message must complete
   size_t max_write_buffer = size_t{16} << 20;             // unsent bytes; beyond: disconnect
+  int max_auth_failures = 3;                              // wrong auth tokens; at this many: disconnect
   frame_limits frames;
   request_limits requests;
 };
@@ -31,6 +33,7 @@ struct server_config {
   std::string host = "127.0.0.1";
   uint16_t port = 0;                                      // 0: an ephemeral port
   server_limits limits;
+  auth_keys keys;                                         // none set: no auth needed
   std::chrono::milliseconds stats_interval{1000};         // rank occupancy samples
   std::chrono::seconds stats_window{60};                  // stats' "window" counters
 };

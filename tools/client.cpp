@@ -1,9 +1,12 @@
 // tools/client.cpp
-// `moeserve client`: sends one streaming generate to a running `moeserve serve` and prints the
-// text as it arrives; the finish reason and token counts go to stderr.
+// `moeserve client`: sends one streaming generate to a running `moeserve serve` (after `auth`
+// when given a key) and prints the text as it arrives; the finish reason and token counts go to
+// stderr.
 #include <CLI/CLI.hpp>
 #include <asio.hpp>
 #include <cstdio>
+#include <map>
+#include <stdexcept>
 #include <string>
 
 #include "config/model_config.hpp"
@@ -20,10 +23,26 @@ struct client_options {
   int port = 8765;
   std::string prompt, system;
   bool chat = false;
+  std::string api_key;
   sampling_flags sampling;
 };
 
 constexpr uint32_t generate_msgid = 1;
+constexpr uint32_t auth_msgid = 2;
+
+/// [0, 2, "auth", [key]]
+msgpack::sbuffer auth_frame(const std::string& key) {
+  msgpack::sbuffer out;
+  msgpack::packer<msgpack::sbuffer> pk(out);
+  pk.pack_array(4).pack(0).pack(auth_msgid).pack("auth").pack_array(1).pack(key);
+  return out;
+}
+
+[[noreturn]] void throw_server_error(const msgpack::object& error_map) {
+  const auto error = error_map.as<std::map<std::string, msgpack::object>>();
+  throw std::runtime_error("server: " + std::to_string(error.at("code").as<int>()) + " " +
+                           error.at("message").as<std::string>());
+}
 
 /// [0, 1, "generate", [ {prompt | messages, sampling names..., stream: true} ]]
 msgpack::sbuffer generate_frame(const client_options& o, const sampling_params& p) {
@@ -54,11 +73,8 @@ msgpack::sbuffer generate_frame(const client_options& o, const sampling_params& 
 /// Prints a "token" notification's text; true when `message` is the final response.
 bool show(const net::rpc_message& message) {
   if (const auto* note = std::get_if<net::rpc_notification>(&message)) {
-    if (note->method == "error" && note->params.via.array.size >= 1) {
-      const auto error = note->params.via.array.ptr[0].as<std::map<std::string, msgpack::object>>();
-      throw std::runtime_error("server: " + std::to_string(error.at("code").as<int>()) + " " +
-                               error.at("message").as<std::string>());
-    }
+    if (note->method == "error" && note->params.via.array.size >= 1)
+      throw_server_error(note->params.via.array.ptr[0]);
     if (note->method == "token" && note->params.via.array.size >= 4 &&
         note->params.via.array.ptr[3].type == msgpack::type::STR) {
       const auto& delta = note->params.via.array.ptr[3];
@@ -70,13 +86,12 @@ bool show(const net::rpc_message& message) {
   if (const auto* error = std::get_if<net::rpc_decode_error>(&message))
     throw std::runtime_error("unreadable reply from the server: " + error->error.message);
   const auto* response = std::get_if<net::rpc_response>(&message);
-  if (response == nullptr || response->msgid != generate_msgid)
+  if (response == nullptr)
     return false;
-  if (!response->error.is_nil()) {
-    const auto error = response->error.as<std::map<std::string, msgpack::object>>();
-    throw std::runtime_error("server: " + std::to_string(error.at("code").as<int>()) + " " +
-                             error.at("message").as<std::string>());
-  }
+  if (!response->error.is_nil())                           // auth's or generate's
+    throw_server_error(response->error);
+  if (response->msgid != generate_msgid)
+    return false;
   const auto result = response->result.as<std::map<std::string, msgpack::object>>();
   const auto usage = result.at("usage").as<std::map<std::string, int64_t>>();
   std::fprintf(stderr, "\n[finish: %s | %lld prompt tokens | %lld generated]\n",
@@ -95,6 +110,10 @@ void run(const CLI::App& cmd, client_options& o) {
   asio::connect(socket, resolver.resolve(o.host, std::to_string(o.port), ec), ec);
   if (ec)
     throw input_error("cannot connect to " + o.host + ":" + std::to_string(o.port) + ": " + ec.message());
+  if (!o.api_key.empty()) {                                 // answered before the generate
+    const msgpack::sbuffer frame = auth_frame(o.api_key);
+    asio::write(socket, asio::buffer(frame.data(), frame.size()));
+  }
   const msgpack::sbuffer frame = generate_frame(o, params);
   asio::write(socket, asio::buffer(frame.data(), frame.size()));
   net::frame_decoder decoder({.max_frame_bytes = size_t{64} << 20, .max_str_bytes = size_t{64} << 20});
@@ -119,6 +138,8 @@ void add_client(CLI::App& app) {
   cmd->add_option("--port", o->port, "server port (default 8765)")->check(CLI::Range(1, 65535));
   cmd->add_flag("--chat", o->chat, "send the prompt as a user message (chat template)");
   cmd->add_option("--system", o->system, "system prompt (with --chat)");
+  cmd->add_option("--api-key", o->api_key, "authenticate with this key first; env MOESERVE_API_KEY")
+      ->envname("MOESERVE_API_KEY");
   add_sampling_options(*cmd, o->sampling);
   cmd->callback([cmd, o] { run(*cmd, *o); });
 }

@@ -1,22 +1,31 @@
 #!/usr/bin/python3
 """A MessagePack-RPC client for `moeserve serve`, using only Debian's python3-msgpack.
 
-Sends one streaming `generate`, prints the text as "token" notifications arrive, then the
-finish reason and token counts on stderr. Run it with Debian's Python (/usr/bin/python3):
+Sends one streaming `generate` (after `auth` when given a key), prints the text as "token"
+notifications arrive, then the finish reason and token counts on stderr. Run it with Debian's
+Python (/usr/bin/python3):
 
     /usr/bin/python3 tools/example_client.py --port 8765 --max-tokens 32 "Hello"
+    MOESERVE_API_KEY=... /usr/bin/python3 tools/example_client.py "Hello"   # or --api-key KEY
 """
 import argparse
+import os
 import socket
 import sys
 
 import msgpack
 
 REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
+AUTH_MSGID = 0
 
 
-def generate(sock, msgid, params):
-    """Yields ("token", text_delta) for each streamed chunk, then ("result", result_map)."""
+def generate(sock, msgid, params, api_key=None):
+    """Yields ("token", text_delta) for each streamed chunk, then ("result", result_map).
+
+    With api_key, an `auth` request goes first on the connection (pipelined: the server answers
+    it before it reads the generate)."""
+    if api_key:
+        sock.sendall(msgpack.packb([REQUEST, AUTH_MSGID, "auth", [api_key]], use_bin_type=True))
     sock.sendall(msgpack.packb([REQUEST, msgid, "generate", [params]], use_bin_type=True))
     unpacker = msgpack.Unpacker(raw=False)
     while True:
@@ -29,6 +38,8 @@ def generate(sock, msgid, params):
                 yield "token", message[2][3]
             elif message[0] == NOTIFICATION and message[1] == "error":
                 raise RuntimeError("server: %s" % message[2][0])
+            elif message[0] == RESPONSE and message[1] == AUTH_MSGID and message[2] is not None:
+                raise RuntimeError("server: %d %s" % (message[2]["code"], message[2]["message"]))
             elif message[0] == RESPONSE and message[1] == msgid:
                 _, _, error, result = message
                 if error is not None:
@@ -47,6 +58,8 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int)
     ap.add_argument("--ignore-eos", action="store_true")
+    ap.add_argument("--api-key", default=os.environ.get("MOESERVE_API_KEY"),
+                    help="authenticate with this key first (default: $MOESERVE_API_KEY)")
     args = ap.parse_args()
 
     params = {"max_tokens": args.max_tokens, "temperature": args.temperature,
@@ -65,7 +78,7 @@ def main():
         return 2
     with sock:
         try:
-            for kind, value in generate(sock, 1, params):
+            for kind, value in generate(sock, 1, params, args.api_key):
                 if kind == "token":
                     sys.stdout.write(value)
                     sys.stdout.flush()

@@ -1,6 +1,7 @@
 // tools/serve.cpp
 // `moeserve serve`: loads a checkpoint, spawns the serving cluster from the topology flags and
-// answers MessagePack-RPC on host:port until SIGINT or SIGTERM, then stops cleanly.
+// answers MessagePack-RPC on host:port until SIGINT or SIGTERM, then stops cleanly. Keys come
+// from --api-key / --admin-key or, kept out of `ps`, MOESERVE_API_KEY / MOESERVE_ADMIN_KEY.
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -25,8 +26,13 @@ struct serve_options {
   topology_options topology;
   bool reference = false;
   net::server_limits limits;
+  net::auth_keys keys;
   double idle_timeout_s = 300.0, read_timeout_s = 30.0;
 };
+
+const CLI::Validator non_empty_key(
+    [](const std::string& key) { return key.empty() ? std::string("an empty key is no key") : std::string(); },
+    "KEY");
 
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
@@ -46,6 +52,8 @@ void run(serve_options& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);           // before any thread starts
 
   const topology_config topo = resolve_topology(o.topology);
+  if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
+    throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
   auto weights = std::make_shared<const model_weights>(load_model_weights(checkpoint::open(o.model_dir)));
@@ -71,10 +79,11 @@ void run(serve_options& o) {
   {
     net::rpc_server server(sys, target,
                            {.host = topo.host, .port = static_cast<uint16_t>(topo.port),
-                            .limits = o.limits});
-    std::printf("moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks)\n",
+                            .limits = o.limits, .keys = o.keys});
+    std::printf("moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks%s)\n",
                 server.address().c_str(), target.model_name.c_str(),
-                static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks));
+                static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks),
+                o.keys.api_key.empty() ? "" : ", api key required");
     std::fflush(stdout);
     wait_for_signal(signals);
     std::printf("moeserve: stopping\n");
@@ -109,6 +118,17 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(size_t{1} << 12, size_t{1} << 34));
   cmd->add_option("--max-frame-bytes", l.frames.max_frame_bytes, "bytes of one message (default 2 MiB)")
       ->check(CLI::Range(size_t{64}, size_t{1} << 30));
+  cmd->add_option("--api-key", o->keys.api_key,
+                  "clients must send `auth` with this key first (else 401); env MOESERVE_API_KEY")
+      ->envname("MOESERVE_API_KEY")
+      ->check(non_empty_key);
+  cmd->add_option("--admin-key", o->keys.admin_key,
+                  "`auth` with this key makes a connection admin (client access too); env MOESERVE_ADMIN_KEY")
+      ->envname("MOESERVE_ADMIN_KEY")
+      ->check(non_empty_key);
+  cmd->add_option("--max-auth-failures", l.max_auth_failures,
+                  "wrong auth tokens before a connection is closed (default 3)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--max-tokens-limit", l.requests.max_tokens,
                   "the largest max_tokens a request may ask for (default 32768)")
       ->check(CLI::Range(1, 1 << 24));

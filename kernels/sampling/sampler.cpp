@@ -111,6 +111,7 @@ std::string validate(const sampling_params& p) {
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
     return field_error("frequency_penalty", "in [-2, 2]", p.frequency_penalty);
   if (p.max_tokens < 1) return field_error("max_tokens", "at least 1", p.max_tokens);
+  if (p.logprobs && *p.logprobs < 0) return field_error("logprobs", "at least 0", *p.logprobs);
   return "";
 }
 

@@ -25,6 +25,8 @@ struct sampling_params {
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop;             // stop strings, not included in the output text
   bool ignore_eos = false;
+  std::optional<int32_t> logprobs;           // >= 0: each output token's logprob and this many
+                                             // top alternatives (logprobs.hpp); unset: none
 };
 
 /// Checks ranges as vLLM does; returns an error message naming the field, or "" when valid.

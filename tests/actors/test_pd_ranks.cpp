@@ -1,7 +1,8 @@
 // tests/actors/test_pd_ranks.cpp
 // Prefill/decode disaggregation in-process: a prefill rank hands each request's latent KV to a
-// decode rank, which batches the running requests; greedy outputs equal single-rank generate
-// and both KV pools return to full.
+// decode rank, which batches the running requests; greedy outputs equal single-rank generate,
+// each request's start is reported once before its first token, logprobs come with every token
+// of the request that asked (and no other), and both KV pools return to full.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@ namespace {
 
 struct collected {
   std::vector<int32_t> ids;
+  std::vector<token_logprobs> logprobs;
   finish_reason reason = finish_reason::none;
   std::string error;
 };
@@ -44,7 +46,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "1 prefill + 1 decode rank match singl
 
   std::vector<request_spec> specs = {
       {.prompt_ids = {0, 11, 300, 7, 9, 42, 5}, .sampling = {.temperature = 0.0f, .max_tokens = 9, .ignore_eos = true}},
-      {.prompt_ids = {0, 500}, .sampling = {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true}},
+      {.prompt_ids = {0, 500}, .sampling = {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true, .logprobs = 3}},
       {.prompt_ids = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, .sampling = {.temperature = 0.0f, .max_tokens = 1}},
       {.prompt_ids = {0, 77, 78}, .sampling = {.temperature = 0.8f, .seed = 1234, .max_tokens = 7, .ignore_eos = true}},
   };
@@ -59,25 +61,41 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "1 prefill + 1 decode rank match singl
                prefill_job{i, specs[i], caf::actor_cast<caf::actor>(decode), caf::actor_cast<caf::actor>(self)});
 
   std::map<uint64_t, collected> got;
-  size_t num_finished = 0;
+  size_t num_finished = 0, num_started = 0, num_first_tokens = 0;
   bool timed_out = false;
   while (num_finished < specs.size() && !timed_out)
     self->receive(
+        [&](start_atom, std::chrono::steady_clock::time_point) { ++num_started; },
         [&](token_atom, const token_chunk& c) {
           auto& g = got[c.request_id];
           CHECK(g.reason == finish_reason::none);            // nothing after the last chunk
+          if (g.ids.empty() && !c.token_ids.empty())
+            CHECK(num_started > num_first_tokens++);         // its start came before
           g.ids.insert(g.ids.end(), c.token_ids.begin(), c.token_ids.end());
+          g.logprobs.insert(g.logprobs.end(), c.logprobs.begin(), c.logprobs.end());
           g.reason = c.reason;
           g.error = c.error;
           num_finished += c.reason != finish_reason::none;
         },
         caf::after(30s) >> [&] { timed_out = true; });
   REQUIRE_FALSE(timed_out);
+  CHECK(num_started == specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     CAPTURE(i);
     CHECK(got[i].error == "");
     CHECK(got[i].ids == expected[i].output_ids);
     CHECK(got[i].reason == expected[i].reason);
+    if (!specs[i].sampling.logprobs) {
+      CHECK(got[i].logprobs.empty());
+      continue;
+    }
+    REQUIRE(got[i].logprobs.size() == got[i].ids.size());
+    for (size_t k = 0; k < got[i].ids.size(); ++k) {     // greedy: the sampled token tops the list
+      CHECK(got[i].logprobs[k].token_id == got[i].ids[k]);
+      REQUIRE(got[i].logprobs[k].top.size() == 3);
+      CHECK(got[i].logprobs[k].top[0].token_id == got[i].ids[k]);
+      CHECK(got[i].logprobs[k].logprob == got[i].logprobs[k].top[0].logprob);
+    }
   }
 
   // every KV block back in both pools

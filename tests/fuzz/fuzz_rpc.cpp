@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "net/auth.hpp"
 #include "net/generate_request.hpp"
 #include "net/rpc_frame.hpp"
 #include "net/rpc_methods.hpp"
@@ -26,6 +27,7 @@ const frame_limits fuzz_frame_limits{.max_frame_bytes = 64 * 1024, .max_array_si
                                      .max_map_size = 64, .max_str_bytes = 16 * 1024,
                                      .max_bin_bytes = 16 * 1024, .max_ext_bytes = 64,
                                      .max_depth = 8};
+const auth_keys fuzz_keys{.api_key = "k", .admin_key = "admin"};
 const request_limits fuzz_request_limits{.max_prompt_bytes = 4096, .max_messages = 8,
                                          .max_input_ids = 512, .max_tokens = 4096,
                                          .max_stop_strings = 4, .max_stop_string_bytes = 32,
@@ -75,6 +77,13 @@ void validate_params(const rpc_request& req) {
     case rpc_method::detokenize:
       answer(req.msgid, parse_detokenize(req.params, fuzz_request_limits));
       break;
+    case rpc_method::auth: {
+      const auto token = parse_auth(req.params);
+      if (const auto* t = std::get_if<std::string>(&token))
+        check(role_for(fuzz_keys, *t) != auth_role::admin || *t == fuzz_keys.admin_key);
+      answer(req.msgid, token);
+      break;
+    }
     default:
       if (const std::optional<rpc_error> err = check_no_params(req.params))
         check_reply(encode_error(req.msgid, *err));

@@ -45,6 +45,7 @@ SEEDS = {
                                              "retryable": True, "retry_after_ms": 100}, None]),
     "token_notification": notification("token", [2, 0, [17, 18], "he"]),
     "large_msgid": request(0xFFFFFFFF, "health", []),
+    "auth": request(25, "auth", ["k"]) + request(26, "auth", ["admin"]) + generate(27, prompt="w"),
 }
 
 

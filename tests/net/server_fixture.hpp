@@ -1,7 +1,7 @@
 // tests/net/server_fixture.hpp
 // A served tiny model on a loopback ephemeral port (1 prefill + 1 decode rank, CPU reference),
-// the single-rank generator to compare with, and a blocking test client that never waits
-// longer than 30 s for a message.
+// the single-rank generator and logits to compare with, and a blocking test client that never
+// waits longer than 30 s for a message.
 #pragma once
 
 #include <asio.hpp>
@@ -53,14 +53,14 @@ struct server_fixture {
   server_fixture() : sys{tune(cfg)}, self{sys} {}
 
   /// Spawns the cluster and the server (call once the tokenizer is known to exist).
-  void start(net::server_limits limits = {}) {
+  void start(net::server_limits limits = {}, net::auth_keys keys = {}) {
     tok = tokenizer::load(MOE_TOKENIZER_DIR);
     weights = std::make_shared<const model_weights>(tiny_model_builder(9).build(tiny_config(1000)));
     handles = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
     server = std::make_unique<net::rpc_server>(
         sys, net::serving_target{.handles = handles, .tok = tok, .vocab_size = 1000,
                                  .max_context = 128, .model_name = "tiny"},
-        net::server_config{.limits = limits});
+        net::server_config{.limits = limits, .keys = std::move(keys)});
   }
   ~server_fixture() {
     if (server)
@@ -76,6 +76,18 @@ struct server_fixture {
     model_runner runner(*weights, *backend, cache, {.ep = ep_precision_of(topo)});
     generator gen(runner, tok, topo.chunked_prefill_size);
     return gen.run(prompt_ids, p);
+  }
+
+  /// The single-rank path's logits at every position of `ids` ([ids.size(), vocab], as
+  /// `moeserve logits` writes them): row i is the distribution of the token after ids[i].
+  std::vector<float> reference_logits(const std::vector<int32_t>& ids) {
+    auto backend = make_cpu_reference_backend();
+    kv_cache cache(weights->config.num_hidden_layers, 96, 4, weights->config.kv_cache_dim());
+    model_runner runner(*weights, *backend, cache, {.ep = ep_precision_of(topo)});
+    sequence_kv kv;
+    std::vector<float> logits = runner.prefill(ids, kv, topo.chunked_prefill_size, /*all_logits=*/true);
+    kv.release(cache);
+    return logits;
   }
 
   /// Every rank's stats once nothing runs (asks again while the last step is on its way).

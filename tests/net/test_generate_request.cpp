@@ -53,7 +53,7 @@ TEST_CASE("a bare prompt takes vLLM's defaults") {
   CHECK(req.sampling.top_k == -1);
   CHECK_FALSE(req.sampling.seed);
   CHECK_FALSE(req.stream);
-  CHECK_FALSE(req.logprobs);
+  CHECK_FALSE(req.sampling.logprobs);
 }
 
 TEST_CASE("every sampling name is read into sampling_params") {
@@ -76,7 +76,7 @@ TEST_CASE("every sampling name is read into sampling_params") {
   CHECK(s.frequency_penalty == -0.5f);
   CHECK(s.repetition_penalty == 1.25f);
   CHECK(s.ignore_eos);
-  CHECK(req.logprobs == 5);
+  CHECK(req.sampling.logprobs == 5);
   CHECK(req.stream);
   CHECK(req.model == "deepseek-v3");
 }

@@ -31,7 +31,7 @@ rpc_error error_of(const std::variant<T, rpc_error>& result) {
 
 TEST_CASE("every method name maps to its method and back") {
   for (const char* name :
-       {"generate", "cancel", "tokenize", "detokenize", "models", "health", "ready", "stats"}) {
+       {"generate", "cancel", "tokenize", "detokenize", "models", "health", "ready", "stats", "auth"}) {
     const std::optional<rpc_method> method = find_method(name);
     REQUIRE(method);
     CHECK(method_name(*method) == name);
@@ -140,4 +140,34 @@ TEST_CASE("a generate result holds ids, text, finish_reason, usage and float tim
     CHECK(timings.at(key).type == msgpack::type::FLOAT64);   // 0.0 and 2.0 stay floats
   CHECK(timings.at("ttft").as<double>() == 2.0);
   CHECK(timings.at("decode").as<double>() == 0.25);
+}
+
+TEST_CASE("logprobs, when asked, are a 5th token element and a result key, as float32 maps") {
+  const std::vector<token_logprobs> lp = {
+      {.token_id = 17, .logprob = -0.5f, .top = {{17, -0.5f}, {3, -1.0f}}},
+      {.token_id = 18, .logprob = 0.0f, .top = {}}};
+  const msgpack::object_handle note = unpack_one(bytes_of(encode_token(9, 0, {17, 18}, "he", &lp)));
+  const msgpack::object_array& params = note.get().via.array.ptr[2].via.array;
+  REQUIRE(params.size == 5);
+  const auto entries = params.ptr[4].as<std::vector<std::map<std::string, msgpack::object>>>();
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].at("token_id").as<int32_t>() == 17);
+  CHECK(entries[0].at("logprob").type == msgpack::type::FLOAT32);
+  CHECK(entries[0].at("logprob").as<float>() == -0.5f);
+  const auto top = entries[0].at("top_logprobs").as<std::vector<std::tuple<int32_t, float>>>();
+  CHECK(top == std::vector<std::tuple<int32_t, float>>{{17, -0.5f}, {3, -1.0f}});
+  const auto pair = entries[0].at("top_logprobs").via.array.ptr[1].via.array;
+  CHECK(pair.ptr[1].type == msgpack::type::FLOAT32);         // -1.0 stays a float
+  CHECK(entries[1].at("logprob").type == msgpack::type::FLOAT32);   // 0.0 too
+  CHECK(entries[1].at("top_logprobs").via.array.size == 0);
+
+  generate_result r{.output_ids = {17, 18}, .text = "he", .reason = finish_reason::length};
+  r.logprobs = lp;
+  const msgpack::object_handle oh = unpack_one(bytes_of(encode_generate_result(4, r)));
+  const auto m = oh.get().via.array.ptr[3].as<std::map<std::string, msgpack::object>>();
+  CHECK(m.size() == 6);
+  CHECK(m.at("logprobs").as<std::vector<msgpack::object>>().size() == 2);
+  r.logprobs.reset();
+  const msgpack::object_handle without = unpack_one(bytes_of(encode_generate_result(4, r)));
+  CHECK(without.get().via.array.ptr[3].via.map.size == 5);
 }

@@ -1,7 +1,7 @@
 // tests/net/test_rpc_server.cpp
 // The TCP server end to end on loopback: pipelining, a request one byte at a time, out-of-order
-// completion, cancel, client disconnect (KV freed), and streamed outputs of 100 concurrent
-// clients equal to the single-rank generator.
+// completion, queue time spent waiting for a running slot, cancel, client disconnect (KV
+// freed), and streamed outputs of 100 concurrent clients equal to the single-rank generator.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -125,6 +125,34 @@ TEST_CASE_FIXTURE(server_fixture, "a short generate overtakes a long one on the 
   CHECK(first.msgid == 2);
   CHECK(second.msgid == 1);
   CHECK(result_map(second).at("output_ids").as<std::vector<int32_t>>().size() == 60);
+}
+
+TEST_CASE_FIXTURE(server_fixture, "queue time runs until prefill starts: a request behind the only running slot waits") {
+  if (!have_tokenizer()) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+    return;
+  }
+  topo.max_running_requests = 1;
+  start();
+  test_client client(server->port());
+  client.send(generate_ids(1, {0, 3, 4}, 30, false) + generate_ids(2, {0, 9}, 1, false));
+  std::map<uint32_t, std::map<std::string, double>> timings;
+  for (int i = 0; i < 2; ++i) {
+    const net::rpc_response r = client.next_response();
+    REQUIRE(error_code(r) == 0);
+    timings[r.msgid] = result_map(r).at("timings").as<std::map<std::string, double>>();
+  }
+  const auto& first = timings[1];
+  const auto& second = timings[2];
+  // admitted at once, both; but the second is prefilled only after the first has finished
+  // (its 29 decode steps come between the first's first token and the second's start)
+  CHECK(second.at("queue") > first.at("queue"));
+  CHECK(second.at("queue") >= first.at("ttft"));
+  CHECK(second.at("queue") >= 0.9 * (first.at("ttft") + first.at("decode")));
+  for (const auto* t : {&first, &second}) {
+    CHECK(t->at("queue") >= 0.0);
+    CHECK(t->at("ttft") >= t->at("queue"));                  // the first token follows prefill
+  }
 }
 
 TEST_CASE_FIXTURE(server_fixture, "100 concurrent clients stream what the single-rank generator makes") {

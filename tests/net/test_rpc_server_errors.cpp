@@ -57,8 +57,8 @@ TEST_CASE_FIXTURE(server_fixture, "each bad request is answered with its error c
           pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("model").pack("other");
         })) == 422);
   CHECK(code_of(c, generate_with(15, 2, [](packer& pk) {
-          pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("logprobs").pack(5);
-        })) == 422);                                         // not supported yet
+          pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("logprobs").pack(21);
+        })) == 422);                                         // vLLM's maximum is 20
   CHECK(code_of(c, request_bytes(10, "detokenize", std::vector<std::vector<int64_t>>{{-1}})) == 422);
   CHECK(code_of(c, request_bytes(11, "cancel", std::vector<std::string>{"x"})) == 422);
   c.send(request_bytes(13, "cancel", std::vector<uint32_t>{99}));

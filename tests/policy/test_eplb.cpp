@@ -67,7 +67,7 @@ TEST_CASE("replicate_experts gives each extra slot to the highest load per repli
   CHECK(logcnt.data == std::vector<int32_t>{2, 1, 2});
 }
 
-TEST_CASE("global policy when groups do not divide among nodes; every expert placed") {
+TEST_CASE("global policy when groups do not divide among nodes, every expert placed") {
   matrix<double> w(1, 12);
   for (int64_t e = 0; e < 12; ++e)
     w(0, e) = 10.0 + static_cast<double>((e * 7) % 12);

@@ -207,7 +207,7 @@ TEST_CASE("one sampler draws from its own distribution across steps") {
   check_distribution(counts, {{0, 0.1}, {1, 0.2}, {2, 0.3}, {3, 0.4}}, n);
 }
 
-TEST_CASE("same seed gives the same sequence; another seed a different one") {
+TEST_CASE("same seed gives the same sequence, another seed a different one") {
   const std::vector<float> logits(50, 0.0f);
   auto run = [&](uint64_t seed) {
     sampling_params p;
@@ -250,6 +250,8 @@ TEST_CASE("validate names the field") {
   CHECK(msg([](sampling_params& p) { p.frequency_penalty = -3.0f; }) ==
         "frequency_penalty must be in [-2, 2], got -3.");
   CHECK(msg([](sampling_params& p) { p.max_tokens = 0; }) == "max_tokens must be at least 1, got 0.");
+  CHECK(msg([](sampling_params& p) { p.logprobs = -1; }) == "logprobs must be at least 0, got -1.");
+  CHECK(msg([](sampling_params& p) { p.logprobs = 0; }).empty());
   CHECK(msg([](sampling_params& p) { p.temperature = std::nanf(""); }).rfind("temperature", 0) == 0);
 }
 

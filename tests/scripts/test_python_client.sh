@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/scripts/test_python_client.sh
-# `moeserve serve` on an ephemeral loopback port with a tiny model; the Python example client
-# (Debian's python3-msgpack) and `moeserve client` stream the same greedy text, which equals
-# `moeserve generate` with the same topology; the server always goes down at the end.
+# `moeserve serve` on an ephemeral loopback port with a tiny model and an api key (from the
+# environment); the Python example client (Debian's python3-msgpack, --api-key) and `moeserve
+# client` (MOESERVE_API_KEY) stream the same greedy text, which equals `moeserve generate` with
+# the same topology; without the key the client gets a 401; the server always goes down at the end.
 # Run by CTest as: bash test_python_client.sh <path-to-moeserve> <build-dir>
 set -uo pipefail
 moeserve=${1:?usage: test_python_client.sh <moeserve> [build-dir]}
@@ -32,7 +33,8 @@ status=$?
 echo "ok: serve --host bogus -> $out"
 
 mkfifo "$tmp/server_out"
-"$moeserve" serve --model "$tmp/m" --port 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 \
+key="test-key-$$"
+MOESERVE_API_KEY=$key "$moeserve" serve --model "$tmp/m" --port 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 \
   --page-size 16 --max-context 256 --dispatch-dtype fp32 --reference >"$tmp/server_out" 2>&1 &
 server_pid=$!
 exec 3<"$tmp/server_out"
@@ -42,12 +44,14 @@ port=${BASH_REMATCH[1]}
 echo "server: $line"
 
 prompt="The quick brown fox"
-/usr/bin/python3 "$root/tools/example_client.py" --port "$port" --max-tokens 8 --ignore-eos \
-  "$prompt" >"$tmp/py.out" 2>"$tmp/py.err" || fail "python client: $(cat "$tmp/py.err")"
+env -u MOESERVE_API_KEY /usr/bin/python3 "$root/tools/example_client.py" --port "$port" \
+  --api-key "$key" --max-tokens 8 --ignore-eos "$prompt" >"$tmp/py.out" 2>"$tmp/py.err" ||
+  fail "python client: $(cat "$tmp/py.err")"
 grep -q "finish: length | 5 prompt tokens | 8 generated" "$tmp/py.err" ||
   fail "python client summary: $(cat "$tmp/py.err")"
-"$moeserve" client --port "$port" --max-tokens 8 --ignore-eos --temperature 0 "$prompt" \
-  >"$tmp/cpp.out" 2>"$tmp/cpp.err" || fail "moeserve client: $(cat "$tmp/cpp.err")"
+MOESERVE_API_KEY=$key "$moeserve" client --port "$port" --max-tokens 8 --ignore-eos \
+  --temperature 0 "$prompt" >"$tmp/cpp.out" 2>"$tmp/cpp.err" ||
+  fail "moeserve client: $(cat "$tmp/cpp.err")"
 cmp -s "$tmp/py.out" "$tmp/cpp.out" || fail "the two clients streamed different text"
 "$moeserve" generate --model "$tmp/m" --reference --prompt "$prompt" --max-tokens 8 --ignore-eos \
   --temperature 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 \
@@ -56,6 +60,10 @@ cmp -s "$tmp/py.out" "$tmp/cpp.out" || fail "the two clients streamed different 
 gen_text=$(head -c "$(stat -c %s "$tmp/py.out")" "$tmp/gen.out")
 [[ $gen_text == "$(cat "$tmp/py.out")" ]] || fail "served text differs from moeserve generate"
 echo "ok: python client and moeserve client streamed: $(cat "$tmp/py.out")"
+env -u MOESERVE_API_KEY "$moeserve" client --port "$port" --max-tokens 2 "$prompt" \
+  >/dev/null 2>"$tmp/nokey.err" && fail "moeserve client without the key succeeded"
+grep -q "server: 401" "$tmp/nokey.err" || fail "no 401 without the key: $(cat "$tmp/nokey.err")"
+echo "ok: without the key: $(cat "$tmp/nokey.err")"
 
 kill -TERM "$server_pid"
 wait "$server_pid"
