@@ -5,10 +5,12 @@
 //    compute spans of the trace while it decodes (waits for peers included);
 //  - overlap (--overlap): decode step time (TPOT) and prefill time (TTFT) with one and two
 //    micro-batches, with the link model off (compute) and set so one step's communication is
-//    about the compute it can overlap: the MoE layers' stages (LOGITS waits for the last combine
-//    and the dense layers exchange nothing, in any schedule); calibrated from traced runs.
+//    about the compute it can overlap: the MoE layers' stages with two micro-batches (LOGITS
+//    waits for the last combine and the dense layers exchange nothing, in any schedule);
+//    calibrated from traced runs.
 //    comm = t(link, 1 mb) - t(no link, 1 mb), hidden = (compute_2mb + comm - t(link, 2 mb)) /
-//    min(compute_2mb, comm). Times come from the trace: the median decode step of the busiest
+//    min(compute_2mb, comm); in-trace: per rank of the phase, |compute ∩ comm| / min(|compute|,
+//    |comm|) within each +link run (comm = its messages on the link). Times come from the trace: the median decode step of the busiest
 //    decode rank, the longest prefill step; each the best of --repeat runs (a busy machine only adds).
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -66,6 +68,7 @@ struct level_result {
   std::map<std::string, double> busiest_stage_s;          // its compute by stage name
   double max_decode_comm_s = 0, max_prefill_comm_s = 0;   // comm lane (link model), busiest rank
   double max_decode_moe_s = 0, max_prefill_moe_s = 0;     // compute in MoE layers, busiest rank
+  double decode_overlap = 0, prefill_overlap = 0;        // mean over ranks: |compute ∩ comm| / min(|compute|, |comm|)
   double decode_step_s = 0;                 // median decode step of the busiest rank (trace)
   double prefill_step_s = 0;                // longest prefill step (first span to LOGITS, trace)
 };
@@ -125,9 +128,12 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
   const auto all = std::chrono::steady_clock::time_point::min(), end = std::chrono::steady_clock::time_point::max();
   const model_config& mc = s.weights.config;
   for (int64_t g = 0; g < topo.prefill_ranks + topo.decode_ranks; ++g) {
-    const double comm = summarize(spans, g, all, end).comm_s;
+    const lane_summary lanes = summarize(spans, g, all, end);
     double& into = g < topo.prefill_ranks ? r.max_prefill_comm_s : r.max_decode_comm_s;
-    into = std::max(into, comm);
+    into = std::max(into, lanes.comm_s);
+    if (const double m = std::min(lanes.compute_s, lanes.comm_s); m > 0)
+      (g < topo.prefill_ranks ? r.prefill_overlap : r.decode_overlap) +=
+          lanes.overlap_s / m / static_cast<double>(g < topo.prefill_ranks ? topo.prefill_ranks : topo.decode_ranks);
     double moe_s = 0;
     for (const trace_span& sp : spans)
       if (sp.rank == g && sp.lane == trace_lane::compute && layer_of(sp) >= 0 && mc.is_moe_layer(layer_of(sp)))
@@ -253,34 +259,38 @@ void run(bench_options& o) {
   (void)best(true, false, false);
   (void)best(false, false, false);
   double step[2][2] = {}, prefill[2][2] = {};           // [link model][micro-batches - 1]
-  level_result alone[2];                                 // decode, prefill: 1 mb, no link
+  level_result decode_alone[2], prefill_alone[2];      // [micro-batches - 1], no link
   for (int mb = 0; mb < 2; ++mb) {
-    const level_result d = best(true, false, mb == 1), p = best(false, false, mb == 1);
-    step[0][mb] = d.decode_step_s;
-    prefill[0][mb] = p.prefill_step_s;
-    if (mb == 0) {
-      alone[0] = d;
-      alone[1] = p;
-    }
+    decode_alone[mb] = best(true, false, mb == 1);
+    prefill_alone[mb] = best(false, false, mb == 1);
+    step[0][mb] = decode_alone[mb].decode_step_s;
+    prefill[0][mb] = prefill_alone[mb].prefill_step_s;
   }
   // calibrate: transfer time scales as 1 / bandwidth, so the traced comm time of one probe at
-  // 1 GB/s gives the bandwidth at which a step's communication takes as long as its MoE layers'
-  // compute (traced in the run above)
+  // 1 GB/s gives the bandwidth at which a step's communication takes as long as the compute that
+  // is to hide it: the MoE layers' stages with two micro-batches (traced above)
   auto per_step = [](double total, const level_result& r) {
     return total / static_cast<double>(std::max<int64_t>(1, r.num_decode_steps));
   };
   link[0] = link[1] = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
   const level_result probe_d = best(true, true, false), probe_p = best(false, true, false);
-  const double moe_decode = per_step(alone[0].max_decode_moe_s, alone[0]), moe_prefill = alone[1].max_prefill_moe_s;
+  const double moe_decode = per_step(decode_alone[1].max_decode_moe_s, decode_alone[1]);
+  const double moe_prefill = prefill_alone[1].max_prefill_moe_s;
   link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, per_step(probe_d.max_decode_comm_s, probe_d) / moe_decode)};
   link[1] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_p.max_prefill_comm_s / moe_prefill)};
-  std::printf("MoE-layer compute per step: decode %.2f ms, prefill %.2f ms (the rest: dense layers, LOGITS)\n",
-              1e3 * moe_decode, 1e3 * moe_prefill);
+  std::printf("MoE-layer compute per step, two micro-batches (one): decode %.2f ms (%.2f), prefill %.2f ms (%.2f); "
+              "the rest is dense layers and LOGITS\n",
+              1e3 * moe_decode, 1e3 * per_step(decode_alone[0].max_decode_moe_s, decode_alone[0]), 1e3 * moe_prefill,
+              1e3 * prefill_alone[0].max_prefill_moe_s);
   std::printf("link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ MoE compute)\n",
               link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
+  double in_trace[2][2] = {};                            // [decode, prefill][micro-batches - 1]
   for (int mb = 0; mb < 2; ++mb) {
-    step[1][mb] = best(true, true, mb == 1).decode_step_s;
-    prefill[1][mb] = best(false, true, mb == 1).prefill_step_s;
+    const level_result d = best(true, true, mb == 1), p = best(false, true, mb == 1);
+    step[1][mb] = d.decode_step_s;
+    prefill[1][mb] = p.prefill_step_s;
+    in_trace[0][mb] = d.decode_overlap;
+    in_trace[1][mb] = p.prefill_overlap;
   }
   // comm = what the link model adds to one micro-batch; hidden = the part of min(compute, comm)
   // that two micro-batches take off their own compute + comm
@@ -289,10 +299,17 @@ void run(bench_options& o) {
     const double denom = std::min(compute, comm);
     return denom > 0 ? (compute + comm - x[1][1]) / denom : 0.0;
   };
-  std::printf("%8s %12s %12s %12s %12s %8s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb", "+link 2mb", "hidden");
-  for (const auto& [name, x] : {std::pair{"decode", &step}, std::pair{"prefill", &prefill}})
-    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %7.1f%%\n", name, 1e3 * (*x)[0][0], 1e3 * (*x)[0][1],
-                1e3 * (*x)[1][0], 1e3 * (*x)[1][1], 100.0 * hidden(*x));
+  // in the trace: the share of min(compute, comm) during which a rank both computes and has a
+  // message on its link, in the +link runs (one run: no cross-run noise)
+  std::printf("%8s %12s %12s %12s %12s %8s %13s %13s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb",
+              "+link 2mb", "hidden", "in-trace 1mb", "in-trace 2mb");
+  int phase = 0;
+  for (const auto& [name, x] : {std::pair{"decode", &step}, std::pair{"prefill", &prefill}}) {
+    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %7.1f%% %12.1f%% %12.1f%%\n", name, 1e3 * (*x)[0][0],
+                1e3 * (*x)[0][1], 1e3 * (*x)[1][0], 1e3 * (*x)[1][1], 100.0 * hidden(*x), 100.0 * in_trace[phase][0],
+                100.0 * in_trace[phase][1]);
+    ++phase;
+  }
 }
 
 }  // namespace
