@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+# tools/overlap_model.py
+# A discrete-event model of one rank of a symmetric EP group running actors/step_pipeline: per
+# layer and micro-batch ATTN-0, ATTN-1 (-> dispatch), SHARED, MLP (after the dispatch arrives,
+# -> combine), COMBINE (after SHARED and the combine); one FIFO stream; one link port per sender
+# (a message leaves when the port is free and holds it for its transfer time). It prints the
+# share of min(compute, comm) that two micro-batches hide, as bench-cluster --overlap defines it,
+# for comm = compute and several combine : dispatch byte ratios: the ceiling of the design,
+# without framework cost or noise.
+#
+#   /usr/bin/python3 tools/overlap_model.py            # stage times of the small preset (ms)
+#   /usr/bin/python3 tools/overlap_model.py --stages 20 82 22 106 18 --layers 7
+import argparse
+import heapq
+
+
+def step_time(num_mb, layers, stages, dispatch, combine):
+    """Wall time of one step; stages = whole-batch costs (ATTN-0, ATTN-1, SHARED, MLP, COMBINE)."""
+    cost = dict(zip(("A0", "A1", "S", "M", "C"), (x / num_mb for x in stages)))
+    dispatch, combine = dispatch / num_mb, combine / num_mb
+    queue, events, seq = [], [], [0]
+    port = [0.0]
+    shared_done, combined = [False] * num_mb, [False] * num_mb
+
+    def at(t, kind, mb, payload):
+        seq[0] += 1
+        heapq.heappush(events, (t, seq[0], kind, mb, payload))
+
+    def send(now, transfer, kind, mb, layer):
+        port[0] = max(now, port[0]) + transfer
+        at(port[0], kind, mb, layer)
+
+    def begin(mb, layer):
+        queue.extend([(mb, "A0", layer), (mb, "A1", layer)])
+
+    for mb in range(num_mb):
+        begin(mb, 0)
+    now, busy = 0.0, False
+    while True:
+        if not busy and queue:
+            mb, stage, layer = queue.pop(0)
+            busy = True
+            at(now + cost[stage], "done", mb, (stage, layer))
+        if not events:
+            return now
+        now, _, kind, mb, payload = heapq.heappop(events)
+        if kind == "done":
+            busy = False
+            stage, layer = payload
+            if stage == "A1":
+                send(now, dispatch, "dispatch", mb, layer)
+                queue.append((mb, "S", layer))
+            elif stage == "S":
+                shared_done[mb] = True
+                if combined[mb]:
+                    queue.append((mb, "C", layer))
+            elif stage == "M":
+                send(now, combine, "combine", mb, layer)
+            elif stage == "C":
+                shared_done[mb] = combined[mb] = False
+                if layer + 1 < layers:
+                    begin(mb, layer + 1)
+        elif kind == "dispatch":
+            queue.append((mb, "M", payload))
+        elif kind == "combine":
+            combined[mb] = True
+            if shared_done[mb]:
+                queue.append((mb, "C", payload))
+
+
+def hidden(layers, stages, comm, ratio):
+    dispatch = comm / (1 + ratio)
+    combine = comm - dispatch
+    t = {(link, mb): step_time(mb, layers, stages, dispatch if link else 0, combine if link else 0)
+         for link in (False, True) for mb in (1, 2)}
+    added = t[True, 1] - t[False, 1]
+    compute = t[False, 2]
+    return (compute + added - t[True, 2]) / min(compute, added)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--stages", type=float, nargs=5, default=[0.82, 2.3, 1.1, 5.66, 0.16],
+                   metavar=("ATTN0", "ATTN1", "SHARED", "MLP", "COMBINE"),
+                   help="whole-batch stage times of one MoE layer (default: small preset, decode c=64)")
+    p.add_argument("--layers", type=int, default=7, help="MoE layers per step")
+    p.add_argument("--comm", type=float, default=1.0, help="communication / compute")
+    a = p.parse_args()
+    for ratio in (8, 4, 2, 1):
+        share = hidden(a.layers, a.stages, a.comm * sum(a.stages), ratio)
+        print(f"combine bytes = {ratio} x dispatch bytes: two micro-batches hide {100 * share:.1f} %")
+
+
+if __name__ == "__main__":
+    main()
