@@ -5,6 +5,7 @@
 #pragma once
 
 #include <asio.hpp>
+#include <doctest/doctest.h>
 #include <caf/all.hpp>
 #include <poll.h>
 
@@ -22,6 +23,14 @@ namespace moe::testing {
 
 inline bool have_tokenizer() {
   return std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json");
+}
+
+/// True (after saying why) when set-up has not installed the tokenizer: `if (skip_without_tokenizer()) return;`
+inline bool skip_without_tokenizer() {
+  if (have_tokenizer())
+    return false;
+  MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  return true;
 }
 
 inline topology_config small_topology() {

@@ -62,10 +62,8 @@ streamed collect(const std::vector<net::rpc_notification>& notes, uint32_t msgid
 }  // namespace
 
 TEST_CASE_FIXTURE(server_fixture, "pipelined requests on one connection are all answered") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client client(server->port());
   client.send(request_bytes(1, "health", std::vector<int>{}) +
@@ -87,10 +85,8 @@ TEST_CASE_FIXTURE(server_fixture, "pipelined requests on one connection are all 
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a request fed one byte at a time streams like the generator") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client client(server->port());
   client.send_bytewise(generate_ids(7, {0, 11, 12, 13}, 5, true, 42));
@@ -113,10 +109,8 @@ TEST_CASE_FIXTURE(server_fixture, "a request fed one byte at a time streams like
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a short generate overtakes a long one on the same connection") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client client(server->port());
   client.send(generate_ids(1, {0, 3, 4}, 60, false) + generate_ids(2, {0, 9}, 1, false));
@@ -128,10 +122,8 @@ TEST_CASE_FIXTURE(server_fixture, "a short generate overtakes a long one on the 
 }
 
 TEST_CASE_FIXTURE(server_fixture, "queue time runs until prefill starts: a request behind the only running slot waits") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   topo.max_running_requests = 1;
   start();
   test_client client(server->port());
@@ -156,10 +148,8 @@ TEST_CASE_FIXTURE(server_fixture, "queue time runs until prefill starts: a reque
 }
 
 TEST_CASE_FIXTURE(server_fixture, "100 concurrent clients stream what the single-rank generator makes") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   std::mt19937 rng(3);
   std::vector<std::vector<int32_t>> prompts;
@@ -189,10 +179,8 @@ TEST_CASE_FIXTURE(server_fixture, "100 concurrent clients stream what the single
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees its KV") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   {
     test_client client(server->port());
@@ -213,10 +201,8 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leaves nothing behind") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   {
     test_client client(server->port());
@@ -235,10 +221,8 @@ TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leav
 }
 
 TEST_CASE_FIXTURE(server_fixture, "cancel ends a generate with finish_reason abort") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client client(server->port());
   client.send(generate_ids(5, {0, 1, 2}, 120, true));

@@ -37,10 +37,8 @@ const net::auth_keys keys{.api_key = "client-secret", .admin_key = "admin-secret
 }  // namespace
 
 TEST_CASE_FIXTURE(server_fixture, "without keys everything is open and auth answers client") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client c(server->port());
   CHECK(error_code(ask(c, small_generate(1))) == 0);
@@ -50,10 +48,8 @@ TEST_CASE_FIXTURE(server_fixture, "without keys everything is open and auth answ
 }
 
 TEST_CASE_FIXTURE(server_fixture, "with an api key only health answers before auth") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({}, keys);
   test_client c(server->port());
   CHECK(error_code(ask(c, request_bytes(1, "health", std::vector<int>{}))) == 0);
@@ -76,10 +72,8 @@ TEST_CASE_FIXTURE(server_fixture, "with an api key only health answers before au
 }
 
 TEST_CASE_FIXTURE(server_fixture, "the api key and the admin key open the connection, a wrong token does not") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({}, keys);
   test_client client(server->port());
   CHECK(error_code(ask(client, auth_bytes(1, "client-secreT"))) == 401);
@@ -103,10 +97,8 @@ TEST_CASE_FIXTURE(server_fixture, "the api key and the admin key open the connec
 }
 
 TEST_CASE_FIXTURE(server_fixture, "the third wrong token closes the connection after its 401") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({}, keys);
   test_client c(server->port());
   CHECK(error_code(ask(c, auth_bytes(1, "guess-1"))) == 401);

@@ -31,10 +31,8 @@ int code_of(test_client& client, std::string_view request) {
 }  // namespace
 
 TEST_CASE_FIXTURE(server_fixture, "each bad request is answered with its error code") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client c(server->port());
   CHECK(code_of(c, request_bytes(1, "nope", std::vector<int>{})) == 404);
@@ -73,10 +71,8 @@ TEST_CASE_FIXTURE(server_fixture, "each bad request is answered with its error c
 }
 
 TEST_CASE_FIXTURE(server_fixture, "per-connection in-flight limit answers 429 with a retry hint") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({.max_in_flight = 1});
   test_client c(server->port());
   auto gen = [](uint32_t msgid, int32_t max_tokens) {
@@ -96,10 +92,8 @@ TEST_CASE_FIXTURE(server_fixture, "per-connection in-flight limit answers 429 wi
 }
 
 TEST_CASE_FIXTURE(server_fixture, "oversized and deeply nested frames close only their connection") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({.frames = {.max_frame_bytes = 4096}});
   test_client healthy(server->port());
   {
@@ -135,10 +129,8 @@ TEST_CASE_FIXTURE(server_fixture, "oversized and deeply nested frames close only
 }
 
 TEST_CASE_FIXTURE(server_fixture, "idle and read-progress timeouts close the connection") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({.idle_timeout = std::chrono::milliseconds(300),
          .read_timeout = std::chrono::milliseconds(300)});
   test_client idle(server->port());
@@ -149,10 +141,8 @@ TEST_CASE_FIXTURE(server_fixture, "idle and read-progress timeouts close the con
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a connection over the limit gets a 429 notification") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({.max_connections = 2});
   test_client a(server->port()), b(server->port());
   a.send(request_bytes(1, "health", std::vector<int>{}));    // a and b are both admitted
@@ -168,10 +158,8 @@ TEST_CASE_FIXTURE(server_fixture, "a connection over the limit gets a 429 notifi
 }
 
 TEST_CASE_FIXTURE(server_fixture, "stats and ready go through the cluster") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client c(server->port());
   c.send(request_bytes(1, "ready", std::vector<int>{}));
@@ -201,10 +189,8 @@ TEST_CASE_FIXTURE(server_fixture, "stats and ready go through the cluster") {
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a reply over the write buffer drops the connection, not the server") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({.max_write_buffer = 4096});
   test_client c(server->port());
   std::string text;
@@ -218,10 +204,8 @@ TEST_CASE_FIXTURE(server_fixture, "a reply over the write buffer drops the conne
 }
 
 TEST_CASE_FIXTURE(server_fixture, "random bytes from many clients never take the server down") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start({.idle_timeout = std::chrono::milliseconds(200),
          .read_timeout = std::chrono::milliseconds(200)});
   std::mt19937 rng(11);

@@ -79,10 +79,8 @@ constexpr double tolerance = 1e-4;          // float32 on the wire; decode steps
 }  // namespace
 
 TEST_CASE_FIXTURE(server_fixture, "logprobs are the raw log_softmax of the model's logits, streamed and final") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   const std::vector<int32_t> prompt{0, 21, 22, 23, 24};
   const size_t vocab = 1000;
@@ -141,10 +139,8 @@ TEST_CASE_FIXTURE(server_fixture, "logprobs are the raw log_softmax of the model
 }
 
 TEST_CASE_FIXTURE(server_fixture, "logprobs 0 gives the sampled token's only, and none asked means none sent") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   test_client client(server->port());
   client.send(generate_logprobs(1, {0, 40, 41}, 3, 0.0f, 0));

@@ -23,10 +23,8 @@ bench_config config_for(uint16_t port) {
 }  // namespace
 
 TEST_CASE_FIXTURE(server_fixture, "6 prompts at concurrency 3 all come back with the asked lengths") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   bench_config cfg = config_for(server->port());
   cfg.num_prompts = 6;
@@ -55,10 +53,8 @@ TEST_CASE_FIXTURE(server_fixture, "6 prompts at concurrency 3 all come back with
 }
 
 TEST_CASE_FIXTURE(server_fixture, "429 answers are counted as rejected") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   // One generate in flight per connection, three sent together on one connection: the server
   // reads them in one piece (the bench coalesces what one handler queues), so the 2nd and 3rd
   // meet the 1st still running and get 429. Later ones depend on timing: each is either
@@ -80,10 +76,8 @@ TEST_CASE_FIXTURE(server_fixture, "429 answers are counted as rejected") {
 }
 
 TEST_CASE_FIXTURE(server_fixture, "--duration stops issuing, cancels what still runs, and the server frees its KV") {
-  if (!have_tokenizer()) {
-    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR);
+  if (skip_without_tokenizer())
     return;
-  }
   start();
   bench_config cfg = config_for(server->port());
   cfg.num_prompts = std::nullopt;                            // as many as the time allows
