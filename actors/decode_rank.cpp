@@ -17,7 +17,6 @@
 #include <span>
 #include <stdexcept>
 
-#include "actors/policy/micro_batch.hpp"
 #include "actors/stream.hpp"
 #include "kernels/model/output_text.hpp"
 #include "kernels/sampling/logprobs.hpp"
@@ -136,7 +135,7 @@ ep_rank_core::micro_batches plan_step(decode_pointer self) {
     finish(self, id, {}, finish_reason::length);           // KV pool exhausted: cannot go on
   const int64_t num_mb = st.core->group().num_micro_batches;
   ep_rank_core::micro_batches mbs(static_cast<size_t>(num_mb));
-  const step_cost cost = step_cost_of(st.model->weights->config);
+  const step_cost& cost = st.model->cost;
   std::vector<double> load(static_cast<size_t>(num_mb), 0.0);
   st.step_rows.assign(static_cast<size_t>(num_mb), {});
   for (auto& [id, r] : st.running) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "actors/policy/micro_batch.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/model/forward.hpp"
 
@@ -26,7 +27,7 @@ struct rank_model {
       : weights(std::move(w)), config(cfg), device(make_cpu_backend(cfg.reference, cfg.num_threads)),
         cache(weights->config.num_hidden_layers, cfg.num_kv_blocks, cfg.block_size,
               weights->config.kv_cache_dim()),
-        runner(*weights, *device, cache) {}
+        runner(*weights, *device, cache), cost(step_cost_of(weights->config)) {}
 
   /// Longest sequence (prompt + output) this rank accepts.
   [[nodiscard]] int64_t max_context() const noexcept {
@@ -39,6 +40,7 @@ struct rank_model {
   std::unique_ptr<backend> device;
   kv_cache cache;
   model_runner runner;
+  step_cost cost;                           // a token's cost, for balancing micro-batches
 };
 
 }  // namespace moe
