@@ -164,13 +164,9 @@ void sample_step(decode_pointer self, step_pipeline& pipeline, const std::string
             const std::span<const float> logits =
                 std::span(pipeline.logits(static_cast<int64_t>(mb)))
                     .subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
-            std::vector<float> row(logits.begin(), logits.end());
-            const int32_t token = r->job.pick->sample(row);
-            r->job.pick->accept(token);
-            result->tokens.push_back(token);
-            auto& logprobs = result->logprobs.emplace_back();
-            if (const auto num_top = r->job.spec.sampling.logprobs)
-              logprobs.push_back(logprobs_of(logits, token, *num_top));
+            picked_token next = pick_token(*r->job.pick, logits, r->job.spec.sampling.logprobs);
+            result->tokens.push_back(next.token_id);
+            result->logprobs.push_back(std::move(next.logprobs));
           }
       },
       [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {

@@ -149,14 +149,10 @@ void sample_step(prefill_pointer self, step_pipeline& pipeline, const std::strin
             const std::span<const float> logits =
                 std::span(pipeline.logits(static_cast<int64_t>(mb)))
                     .subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
-            std::vector<float> row(logits.begin(), logits.end());
             auto pick = std::make_shared<sampler>(t->job.spec.sampling, prompt);
-            const int32_t first = pick->sample(row);
-            pick->accept(first);
-            std::vector<token_logprobs> logprobs;
-            if (const auto num_top = t->job.spec.sampling.logprobs)
-              logprobs.push_back(logprobs_of(logits, first, *num_top));
-            prefill_step_result::outcome o{.task = t, .first_token = first, .logprobs = std::move(logprobs),
+            picked_token next = pick_token(*pick, logits, t->job.spec.sampling.logprobs);
+            const int32_t first = next.token_id;
+            prefill_step_result::outcome o{.task = t, .first_token = first, .logprobs = std::move(next.logprobs),
                                            .reason = token_finish(t->job.spec.sampling, m->weights->config.eos_token_id,
                                                                   first, 1, n + 1, m->max_context()),
                                            .pages = {}, .pick = std::move(pick)};

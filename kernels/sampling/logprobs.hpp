@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/sampling/sampler.hpp"
+
 namespace moe {
 
 /// A token id and its log-probability.
@@ -30,5 +32,16 @@ struct token_logprobs {
 /// a NaN logit counts as -inf (a row without a finite largest logit gives NaN logprobs).
 [[nodiscard]] token_logprobs logprobs_of(std::span<const float> logits, int32_t token_id,
                                          int32_t num_top);
+
+/// A sampled token and, when its request asked (sampling_params::logprobs), its logprobs.
+struct picked_token {
+  int32_t token_id = 0;
+  std::vector<token_logprobs> logprobs;     // empty, or the one entry for token_id
+};
+
+/// What a rank does with one raw logits row: samples from a copy (the sampler edits it),
+/// accepts the token, and takes its logprobs from the untouched row when asked.
+[[nodiscard]] picked_token pick_token(sampler& pick, std::span<const float> logits,
+                                      std::optional<int32_t> num_top);
 
 }  // namespace moe
