@@ -8,22 +8,22 @@ namespace {
 
 using packer = msgpack::packer<msgpack::sbuffer>;
 
-/// A float64 even when integral (packer::pack_double writes 2.0 as the integer 2).
-void write_float64(msgpack::sbuffer& out, double value) {
-  const uint64_t bits = std::bit_cast<uint64_t>(value);
-  char bytes[9] = {static_cast<char>(0xcb)};
-  for (int i = 0; i < 8; ++i)
-    bytes[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+/// A float64 (0xcb) or float32 (0xca) even when integral: packer::pack_double writes 2.0 as the
+/// integer 2, and a logprob of exactly 0 or -1 must stay a float.
+template <class Float, class Bits>
+void write_float(msgpack::sbuffer& out, Float value, char tag) {
+  const auto bits = std::bit_cast<Bits>(value);
+  char bytes[1 + sizeof(Bits)] = {tag};
+  for (size_t i = 0; i < sizeof(Bits); ++i)
+    bytes[1 + i] = static_cast<char>(bits >> (8 * (sizeof(Bits) - 1 - i)));
   out.write(bytes, sizeof bytes);
 }
 
-/// A float32 even when integral (a logprob of exactly 0 or -1).
+void write_float64(msgpack::sbuffer& out, double value) {
+  write_float<double, uint64_t>(out, value, static_cast<char>(0xcb));
+}
 void write_float32(msgpack::sbuffer& out, float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  char bytes[5] = {static_cast<char>(0xca)};
-  for (int i = 0; i < 4; ++i)
-    bytes[1 + i] = static_cast<char>(bits >> (24 - 8 * i));
-  out.write(bytes, sizeof bytes);
+  write_float<float, uint32_t>(out, value, static_cast<char>(0xca));
 }
 
 /// [{token_id, logprob, top_logprobs: [[id, logprob], ...]}, ...]
