@@ -17,7 +17,8 @@ bool cpu_fast_path_supported() noexcept {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512bf16");
+         __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") &&
+         __builtin_cpu_supports("gfni");
 }
 
 std::unique_ptr<backend> make_cpu_backend(bool reference, int num_threads) {

@@ -3,6 +3,7 @@
 // weight row is loaded once and dotted with every activation row, so the weight streams from
 // memory exactly once per call at its stored width.
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/fast_linear.hpp"
 
@@ -10,9 +11,9 @@ namespace moe::fast {
 namespace {
 
 constexpr int64_t max_pass_rows = 4;        // activation rows per bf16 register tile
-// Software prefetch two row groups ahead (`ahead` bytes on from each row: the same columns of
-// the rows two groups later): a few short row streams per thread do not keep enough loads in
-// flight on their own (measured: BF16 GEMV 22 -> 53 GB/s on 2 threads).
+// Software prefetch some rows ahead (`ahead` bytes on from each row: the same columns of the
+// rows `lead` later, gemv_rows_typed): a few short row streams per thread do not keep enough
+// loads in flight on their own (measured: BF16 GEMV 22 -> 53 GB/s on 2 threads).
 
 [[nodiscard]] inline __mmask32 tail_mask32(int64_t n) noexcept {
   return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
@@ -69,8 +70,16 @@ void dot_group_bf16(const void* const rows[], const uint16_t* const* a, int64_t 
   store_sums<R, NT>(acc, out);
 }
 
-// The same for FP8 weight rows, 64 columns a step: vpermi2b table expansion (fast_simd.hpp) in
-// unpack order, so the activations come pre-permuted to match (fp8_rows below).
+// FP8 GEMV runs on bf16 weights 2^120 too small (fp8x64_to_bf16_scaled: bit permutation, cheap
+// enough that batch 1 stays bandwidth-bound) against activations 2^56 too large, so products stay
+// clear of fp32's subnormals (true products below 2^-62 are dropped) and activations of up to
+// 2^72 x scale fit; the sums come out 2^64 too small.
+constexpr int fp8_act_shift = 56;
+const float fp8_act_factor = std::ldexp(1.0f, fp8_act_shift);
+const float fp8_out_factor = std::ldexp(1.0f, fp8_scaled_shift - fp8_act_shift);
+
+// The same for FP8 weight rows, 64 columns a step, in unpack order, so the activations come
+// pre-permuted to match (fp8_rows below).
 template <int R, int NT>
 void dot_group_fp8(const void* const rows[], const uint16_t* const* a, int64_t k, int64_t ahead,
                    float out[][max_pass_rows]) noexcept {
@@ -78,12 +87,11 @@ void dot_group_fp8(const void* const rows[], const uint16_t* const* a, int64_t k
   for (auto& row : acc)
     for (auto& v : row)
       v = _mm512_setzero_ps();
-  const fp8_tables tables = load_fp8_tables();
   auto step = [&](int64_t i, __mmask64 mask, bool full) {
     __m512i w0[R], w1[R];
     for (int r = 0; r < R; ++r) {
       const auto* p = static_cast<const uint8_t*>(rows[r]) + i;
-      fp8x64_to_bf16(full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(mask, p), tables, w0[r], w1[r]);
+      fp8x64_to_bf16_scaled(full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(mask, p), w0[r], w1[r]);
     }
     for (int t = 0; t < NT; ++t) {
       const __m512bh a0 = (__m512bh)_mm512_loadu_si512(a[t] + i);
@@ -103,6 +111,48 @@ void dot_group_fp8(const void* const rows[], const uint16_t* const* a, int64_t k
   store_sums<R, NT>(acc, out);
 }
 
+// FP8 batch 1: one row after another (the rows of a group are adjacent, so this reads one
+// sequential stream), 256 columns a step into 8 accumulators (independent dpbf16 chains).
+// Measured on 2 threads, [2816, 1024] and [129280, 1024]: 30-36 -> 41-50 GB/s.
+template <int R>
+void dot_rows_fp8_b1(const void* const rows[], const uint16_t* a, int64_t k, int64_t ahead,
+                     float out[][max_pass_rows]) noexcept {
+  __m512 sums[16];
+  for (int r = 0; r < R; ++r) {
+    const auto* p = static_cast<const uint8_t*>(rows[r]);
+    __m512 acc[8];
+    for (auto& v : acc)
+      v = _mm512_setzero_ps();
+    // Columns i .. i + 64 (masked past k) into accumulators 2q, 2q + 1.
+    auto step = [&](int64_t i, int q) {
+      __m512i w0, w1;
+      fp8x64_to_bf16_scaled(_mm512_maskz_loadu_epi8(tail_mask64(k - i), p + i), w0, w1);
+      acc[2 * q] = _mm512_dpbf16_ps(acc[2 * q], (__m512bh)_mm512_loadu_si512(a + i), (__m512bh)w0);
+      acc[2 * q + 1] = _mm512_dpbf16_ps(acc[2 * q + 1], (__m512bh)_mm512_loadu_si512(a + i + 32), (__m512bh)w1);
+    };
+    int64_t i = 0;
+    for (; i + 256 <= k; i += 256) {
+      for (int q = 0; q < 4; ++q)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + i + 64 * q + ahead, _MM_HINT_T0);
+      for (int q = 0; q < 4; ++q)
+        step(i + 64 * q, q);
+    }
+    for (int q = 0; i < k; i += 64, ++q) {
+      _mm_prefetch(reinterpret_cast<const char*>(p) + i + ahead, _MM_HINT_T0);
+      step(i, q);
+    }
+    for (int j = 1; j < 8; ++j)
+      acc[0] = _mm512_add_ps(acc[0], acc[j]);
+    sums[r] = acc[0];
+  }
+  for (int r = R; r < 16; ++r)
+    sums[r] = _mm512_setzero_ps();
+  alignas(64) float total[16];
+  _mm512_store_ps(total, reduce16(sums));
+  for (int r = 0; r < R; ++r)
+    out[r][0] = total[r];
+}
+
 // Register tiles: 8 BF16 weight rows for a single activation row (more streams in flight), else
 // 4 rows x up to 4 activation rows; more activation rows take further passes over the same 4
 // rows, from L1.
@@ -116,6 +166,8 @@ void dot_group(const void* const rows[], const uint16_t* const* a, int64_t k, in
                float out[][max_pass_rows]) noexcept {
   if constexpr (T == dtype::bf16)
     dot_group_bf16<R, NT>(rows, a, k, ahead, out);
+  else if (NT == 1 && k >= 512)      // measured: shorter rows are faster in row groups
+    dot_rows_fp8_b1<R>(rows, *a, k, ahead, out);
   else
     dot_group_fp8<R, NT>(rows, a, k, ahead, out);
 }
@@ -136,8 +188,8 @@ void dot_group_any(int group, int64_t nt, const void* const rows[], const uint16
   }
 }
 
-// FP8 GEMV activations: x times the block scales of weight row block `row_block`, rounded to
-// bf16, zero-padded to round_up(k, 64) and permuted per 64 columns into fp8x64_to_bf16's order.
+// FP8 GEMV activations: x times the block scales of weight row block `row_block` and 2^56,
+// rounded to bf16, zero-padded to round_up(k, 64) and permuted per 64 columns into unpack order.
 const uint16_t* const* fp8_rows(const act_rows& x, const linear_weight& w, int64_t row_block,
                                 thread_scratch& s) {
   const int64_t lda = round_up(x.k, 64);
@@ -146,7 +198,7 @@ const uint16_t* const* fp8_rows(const act_rows& x, const linear_weight& w, int64
   const float* scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols);
   for (int64_t m = 0; m < x.num_rows; ++m) {
     uint16_t* row = buf + m * lda;
-    f32_row_to_bf16(x.f32[m], x.k, row, scales, w.block_cols);
+    f32_row_to_bf16(x.f32[m], x.k, row, scales, w.block_cols, fp8_act_factor);
     if (lda > round_up(x.k, 32))
       std::fill(row + round_up(x.k, 32), row + lda, uint16_t{0});
     for (int64_t i = 0; i < lda; i += 64) {
@@ -168,9 +220,11 @@ void gemv_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
   const int group = rows_per_group<T>(x.num_rows);
   int64_t row_block = -1;
   const uint16_t* const* a = nullptr;
-  // The loop prefetches two groups ahead; start the first two now.
+  // The loop prefetches `lead` rows ahead (two groups, and at least 8 KiB so short rows still
+  // cover the memory latency); start the first `lead` now.
+  const int64_t lead = std::max<int64_t>(2 * group, (8192 + row_bytes - 1) / row_bytes);
   const char* first = reinterpret_cast<const char*>(base + r0 * row_bytes);
-  for (int64_t off = 0; off < std::min<int64_t>(nr, 2 * group) * row_bytes; off += 64)
+  for (int64_t off = 0; off < std::min<int64_t>(nr, lead) * row_bytes; off += 64)
     _mm_prefetch(first + off, _MM_HINT_T0);
   for (int64_t g = r0; g < r0 + nr;) {
     // A group never straddles a scale row block: its rows share the scaled activations.
@@ -182,16 +236,15 @@ void gemv_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
     const void* rows[8];
     for (int r = 0; r < 8; ++r)
       rows[r] = base + (g + std::min<int64_t>(r, n - 1)) * row_bytes;
-    // Prefetch two groups ahead, but not past this call's rows (another task's, or none).
-    const int64_t rest = r0 + nr - g - n;
-    const int64_t ahead = (rest >= 2 * group ? 2 * group : rest >= group ? group : 0) * row_bytes;
+    // Prefetch `lead` rows ahead, but not past this call's rows (another task's, or none).
+    const int64_t ahead = std::min(lead, r0 + nr - g - n) * row_bytes;
     for (int64_t m0 = 0; m0 < x.num_rows; m0 += max_pass_rows) {
       const int64_t nt = std::min(max_pass_rows, x.num_rows - m0);
       float res[8][max_pass_rows] = {};
       dot_group_any<T>(group, nt, rows, a + m0, k, m0 == 0 ? ahead : 0, res);
       for (int64_t t = 0; t < nt; ++t)
         for (int64_t r = 0; r < n; ++r)
-          out[(m0 + t) * ldo + (g - r0 + r)] = res[r][t];
+          out[(m0 + t) * ldo + (g - r0 + r)] = T == dtype::f8_e4m3 ? res[r][t] * fp8_out_factor : res[r][t];
     }
     g += n;
   }

@@ -1,5 +1,6 @@
 // kernels/cpu/fast_simd.hpp
-// AVX-512 building blocks shared by the fast CPU kernels: e4m3 -> bf16 expansion in registers,
+// AVX-512 building blocks shared by the fast CPU kernels: e4m3 -> bf16 expansion in registers
+// (exact by table, or scaled by bit permutation),
 // fp32 -> bf16 rows, a 16x16 32-bit transpose, a horizontal-sum tree, a vector exp, and an
 // aligned scratch buffer.
 #pragma once
@@ -59,6 +60,26 @@ inline void fp8x64_to_bf16(__m512i codes, const fp8_tables& t, __m512i& out0, __
   out1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
+/// The power of two by which fp8x64_to_bf16_scaled's outputs fall short of the e4m3 values.
+inline constexpr int fp8_scaled_shift = 120;
+
+/// 64 e4m3 bytes -> 64 bf16 equal to the e4m3 values x 2^-120, in the same unpack order as
+/// fp8x64_to_bf16: the e4m3 bits copied into place (sign -> bit 15, the 4 exponent bits -> the
+/// low 4 of bf16's exponent field, the 3 mantissa bits -> the top of bf16's mantissa), which is
+/// two GF(2) affine bit permutations (GFNI, one for the high and one for the low byte) and the
+/// two unpacks: 4 single-cycle ops against the table path's 2 three-source permutes, a ternary
+/// op and 2 unpacks, so batch-1 FP8 GEMV stays bandwidth-bound. Exact for zero and all normal
+/// codes; the subnormal codes (|x| < 2^-6) land on bf16 subnormals, which vdpbf16ps reads as zero,
+/// and the NaN code on a finite value. For dot products with the 2^120 folded into the other side.
+inline void fp8x64_to_bf16_scaled(__m512i codes, __m512i& out0, __m512i& out1) noexcept {
+  // Row 7 - i of each matrix (byte 7 - i of the qword) selects the input bit of output bit i.
+  // High byte: s 0 0 0 0 e3 e2 e1 <- bits 7, 6, 5, 4; low byte: e0 m2 m1 m0 0 0 0 0 <- bits 3..0.
+  const __m512i hi = _mm512_gf2p8affine_epi64_epi8(codes, _mm512_set1_epi64(0x1020400000000080ll), 0);
+  const __m512i lo = _mm512_gf2p8affine_epi64_epi8(codes, _mm512_set1_epi64(0x0000000001020408ll), 0);
+  out0 = _mm512_unpacklo_epi8(lo, hi);
+  out1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
 /// Unpack order (above) <-> natural order of 64 bf16 held in two vectors, by 64-bit quarters.
 [[nodiscard]] inline __m512i unpack_to_natural_lo(__m512i u0, __m512i u1) noexcept {
   return _mm512_permutex2var_epi64(u0, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), u1);
@@ -79,21 +100,22 @@ inline void fp8x64_to_bf16(__m512i codes, const fp8_tables& t, __m512i& out0, __
 }
 
 /// dst[0..k) = bf16(src[i] * scale(i)), dst[k..round_up(k, 32)) = 0, where scale(i) is
-/// scales[i / block] (or 1 when scales is null). `block` must be a multiple of 16.
+/// scales[i / block] (or 1 when scales is null) times `factor` (a power of two, so exact).
+/// `block` must be a multiple of 16.
 inline void f32_row_to_bf16(const float* src, int64_t k, uint16_t* dst, const float* scales = nullptr,
-                            int64_t block = 128) noexcept {
+                            int64_t block = 128, float factor = 1.0f) noexcept {
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
     __m512 v = _mm512_loadu_ps(src + i);
-    if (scales)
-      v = _mm512_mul_ps(v, _mm512_set1_ps(scales[i / block]));
+    if (scales || factor != 1.0f)
+      v = _mm512_mul_ps(v, _mm512_set1_ps((scales ? scales[i / block] : 1.0f) * factor));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f32x16_to_bf16(v));
   }
   if (i < k) {
     const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
     __m512 v = _mm512_maskz_loadu_ps(m, src + i);
-    if (scales)
-      v = _mm512_mul_ps(v, _mm512_set1_ps(scales[i / block]));
+    if (scales || factor != 1.0f)
+      v = _mm512_mul_ps(v, _mm512_set1_ps((scales ? scales[i / block] : 1.0f) * factor));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f32x16_to_bf16(v));
     i += 16;
   }

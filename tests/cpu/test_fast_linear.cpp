@@ -1,6 +1,7 @@
 // tests/cpu/test_fast_linear.cpp
 // The fast backend's linear (GEMV and GEMM paths, every weight dtype) against the reference, and
-// the in-register e4m3 expansion against the dtype table for all 256 codes.
+// the in-register e4m3 expansions (exact table, scaled bit permutation) against by-hand values for
+// all 256 codes, and the batch-1 FP8 GEMV against a by-hand sum.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -9,6 +10,17 @@
 #include "test_fast_util.hpp"
 
 using namespace moe;
+
+namespace {
+
+std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vector<float>& x,
+                              int64_t num_tokens) {
+  std::vector<float> out(static_cast<size_t>(num_tokens * w.out_features), -1.0f);
+  b.linear({.x = x.data(), .w = &w, .out = out.data(), .num_tokens = num_tokens});
+  return out;
+}
+
+}  // namespace
 
 TEST_CASE("fast: e4m3 -> bf16 expansion is exact for all 256 codes, NaN stays NaN") {
   MOE_SKIP_WITHOUT_FAST_PATH();
@@ -33,16 +45,69 @@ TEST_CASE("fast: e4m3 -> bf16 expansion is exact for all 256 codes, NaN stays Na
   }
 }
 
-namespace {
-
-std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vector<float>& x,
-                              int64_t num_tokens) {
-  std::vector<float> out(static_cast<size_t>(num_tokens * w.out_features), -1.0f);
-  b.linear({.x = x.data(), .w = &w, .out = out.data(), .num_tokens = num_tokens});
-  return out;
+TEST_CASE("fast: scaled e4m3 -> bf16 bit permutation is the value times 2^-120 for every code but NaN") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  alignas(64) uint8_t codes[256];
+  for (int i = 0; i < 256; ++i)
+    codes[i] = static_cast<uint8_t>(i);
+  for (int base = 0; base < 256; base += 64) {
+    __m512i u0, u1;
+    fast::fp8x64_to_bf16_scaled(_mm512_load_si512(codes + base), u0, u1);
+    alignas(64) uint16_t out[64];
+    _mm512_store_si512(out, fast::unpack_to_natural_lo(u0, u1));
+    _mm512_store_si512(out + 32, fast::unpack_to_natural_hi(u0, u1));
+    for (int i = 0; i < 64; ++i) {
+      const int code = base + i;
+      if ((code & 0x7f) == 0x7f)
+        continue;                                   // NaN: documented as a finite value
+      CAPTURE(code);
+      // By hand: sign, exponent e (bias 7) and mantissa m of the code; subnormal when e == 0.
+      const int e = (code >> 3) & 15, m = code & 7;
+      const double magnitude = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+      const double want = (code & 0x80) ? -magnitude : magnitude;
+      CHECK(std::ldexp(static_cast<double>(bf16_to_f32(out[i])), fast::fp8_scaled_shift) == want);
+      // Subnormal codes land on bf16 subnormals (exponent field 0), which vdpbf16ps reads as 0.
+      CHECK(((out[i] >> 7) & 0xff) == (e == 0 ? 0 : e));
+    }
+  }
 }
 
-}  // namespace
+TEST_CASE("fast: batch-1 FP8 GEMV equals a by-hand sum, with subnormal weights read as zero") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  // Rows of 1024 (the sequential batch-1 kernel) and 320 (the row-group kernel, a partial
+  // 128-block); row 0 holds only subnormal codes, row 1 only normal ones, the rest anything.
+  for (int64_t in : {int64_t{1024}, int64_t{320}}) {
+    CAPTURE(in);
+    const int64_t out = 130;                       // two scale row blocks, the second partial
+    auto w = test::random_weight(dtype::f8_e4m3, out, in, 5u);
+    for (int64_t i = 0; i < in; ++i) {
+      w->bytes[i] = static_cast<uint8_t>(1 + i % 7) | static_cast<uint8_t>(i % 2 ? 0x80 : 0);
+      w->bytes[in + i] = static_cast<uint8_t>(0x08 + i % 0x70) | static_cast<uint8_t>(i % 3 ? 0 : 0x80);
+    }
+    const auto x = test::random_floats(in, 17u, 3.0f);
+    cpu_fast_backend fast(2);
+    const auto got = run_linear(fast, w->w, x, 1);
+    for (int64_t r = 0; r < out; ++r) {
+      CAPTURE(r);
+      // By hand: e4m3 value (0 for subnormal codes) times the activation rounded to bf16 after
+      // the block scale, summed in double; the kernel sums fp32 products of the same values.
+      double want = 0.0, size = 0.0;
+      for (int64_t i = 0; i < in; ++i) {
+        const uint8_t code = w->bytes[r * in + i];
+        const float scale = w->scales[(r / 128) * ((in + 127) / 128) + i / 128];
+        const double weight = (code & 0x78) == 0 ? 0.0 : fp8_e4m3_value(code);
+        const double term = weight * bf16_to_f32(f32_to_bf16(x[i] * scale));
+        want += term;
+        size += std::abs(term);
+      }
+      if (r == 0)
+        CHECK(got[r] == 0.0f);
+      else
+        CHECK(std::abs(got[r] - want) <= 1e-6 * size);
+    }
+  }
+}
+
 
 TEST_CASE("fast: linear matches the reference for every weight dtype, GEMV and GEMM sizes") {
   MOE_SKIP_WITHOUT_FAST_PATH();
