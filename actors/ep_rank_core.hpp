@@ -4,7 +4,8 @@
 // (stage_atom, ...) messages) and to its peers (dispatch/combine messages, delayed by the link
 // model when one is on), records trace spans, and starts step s + 1 when the rank has work or a
 // peer's dispatch for it arrives (an idle rank joins with empty micro-batches, as in DeepEP).
-// Lives in a rank actor's state; every method runs on that actor's thread.
+// Lives in a rank actor's state; every method runs on that actor's thread, except send_dispatch /
+// send_combine, which the step's work calls on the stream (they read only what is fixed per run).
 #pragma once
 
 #include <caf/actor.hpp>

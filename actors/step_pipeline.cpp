@@ -84,6 +84,11 @@ void step_pipeline::begin_layer(int64_t mb, int64_t l) {
     m.outgoing = make_dispatches((*group_.placements)[l], {.step = step_, .layer_idx = l, .micro_batch = mb},
                                  group_.rank, fwd->moe_input(), fwd->topk_ids(), fwd->topk_weights(),
                                  fwd->num_tokens(), cfg.hidden_size, cfg.num_experts_per_tok, group_.ep, m.plan);
+    // The stream puts the payloads on the wire the moment they exist (as DeepEP's kernels do from
+    // the GPU stream), not after a round trip through the owner; this rank's own share waits for it.
+    for (int64_t r = 0; r < group_.num_ranks; ++r)
+      if (r != group_.rank)
+        io_.send_dispatch(r, std::move(m.outgoing[r]));
   });
 }
 
@@ -103,12 +108,11 @@ void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
         return;
       }
       {
+        // The peers' shares left from the stream (begin_layer); empty when ATTN-1 failed first.
         std::vector<std::shared_ptr<ep_dispatch>> outgoing = std::move(m.outgoing);
-        for (int64_t r = 0; r < group_.num_ranks; ++r)
-          if (r != group_.rank)
-            io_.send_dispatch(r, std::move(outgoing[r]));
         io_.enqueue(mb, stage_kind::shared, l, [fwd, l] { fwd->shared(l); });   // while the dispatch flies
-        on_dispatch(std::move(outgoing[group_.rank]));
+        if (static_cast<int64_t>(outgoing.size()) == group_.num_ranks)
+          on_dispatch(std::move(outgoing[group_.rank]));
       }
       return;
     case stage_kind::shared:
@@ -117,17 +121,11 @@ void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
       m.shared_done = true;
       return try_combine(mb);
     case stage_kind::mlp: {
+      // The peers' answers left from the stream (try_mlp); this rank's own is still here.
       std::vector<std::shared_ptr<ep_combine>> mine = std::move(m.my_answers);
-      std::shared_ptr<const ep_combine> own;
-      for (size_t i = 0; i < mine.size(); ++i) {
-        const int64_t dest = m.answer_dest[i];
-        if (dest == group_.rank)
-          own = std::move(mine[i]);
-        else
-          io_.send_combine(dest, std::move(mine[i]));
-      }
-      if (own)
-        on_combine(std::move(own));
+      for (size_t i = 0; i < mine.size(); ++i)
+        if (m.answer_dest[i] == group_.rank && mine[i])
+          on_combine(std::move(mine[i]));
       return;
     }
     case stage_kind::combine:
@@ -163,6 +161,9 @@ void step_pipeline::try_mlp(int64_t mb, int64_t l) {
   io_.enqueue(mb, stage_kind::mlp, l, [this, &m, l, received = std::move(received)] {
     m.my_answers = run_dispatched_experts(*model_.device, model_.weights->layers[l].moe, (*group_.placements)[l],
                                           group_.rank, received, model_.weights->config.hidden_size);
+    for (size_t i = 0; i < m.my_answers.size(); ++i)      // on the wire from the stream, as dispatches
+      if (m.answer_dest[i] != group_.rank)
+        io_.send_combine(m.answer_dest[i], std::move(m.my_answers[i]));
   });
 }
 

@@ -33,6 +33,7 @@ public:
   /// step_pipeline::on_stage_done(micro_batch, stage) (or on_stage_failed).
   virtual void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::function<void()> work) = 0;
   /// Sends to a peer rank of the group (never to this rank: the pipeline keeps those itself).
+  /// Called from inside enqueued work, on the stream, as soon as the payload exists: thread-safe.
   virtual void send_dispatch(int64_t dest_rank, std::shared_ptr<const ep_dispatch> d) = 0;
   virtual void send_combine(int64_t dest_rank, std::shared_ptr<const ep_combine> c) = 0;
 };

@@ -2,7 +2,7 @@
 // Several ranks' step pipelines joined by an in-memory transport that delivers stream work and
 // messages in a random order: every request's logits equal a single rank's forward pass bit for
 // bit (reference backend), with an idle rank, redundant experts, one or two micro-batches and a
-// prompt split between the micro-batches.
+// prompt split between the micro-batches; peers' payloads leave from the sender's stream.
 #include <doctest/doctest.h>
 
 #include <deque>
@@ -33,9 +33,11 @@ struct loop_transport {
       stream.push_back({mb, stage, std::move(work)});
     }
     void send_dispatch(int64_t dest, std::shared_ptr<const ep_dispatch> d) override {
+      loop->count_send(rank);
       loop->in_flight.push_back({dest, std::move(d)});
     }
     void send_combine(int64_t dest, std::shared_ptr<const ep_combine> c) override {
+      loop->count_send(rank);
       loop->in_flight.push_back({dest, std::move(c)});
     }
   };
@@ -44,6 +46,11 @@ struct loop_transport {
   std::vector<step_pipeline*> pipelines;
   std::mt19937 rng{1};
   int64_t max_in_flight = 0;
+  int64_t working_rank = -1;                 // whose stream work is running now, -1 between
+  int64_t sends_from_stream = 0, sends_elsewhere = 0;
+
+  // Payloads go on the wire from the sender's stream, as they are made, not from its owner.
+  void count_send(int64_t rank) { ++(working_rank == rank ? sends_from_stream : sends_elsewhere); }
 
   explicit loop_transport(int64_t num_ranks) : ios(static_cast<size_t>(num_ranks)) {
     for (int64_t r = 0; r < num_ranks; ++r) {
@@ -67,7 +74,9 @@ struct loop_transport {
       if (c < static_cast<int64_t>(ios.size())) {
         stream_item item = std::move(ios[c].stream.front());
         ios[c].stream.pop_front();
+        working_rank = c;
         item.work();
+        working_rank = -1;
         pipelines[c]->on_stage_done(item.micro_batch, item.stage);
       } else {
         auto [dest, msg] = std::move(in_flight[c - ios.size()]);
@@ -167,6 +176,8 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           for (auto& p : pipes)
             CHECK(p->done());
           CHECK(loop.max_in_flight > 0);
+          CHECK(loop.sends_from_stream > 0);
+          CHECK(loop.sends_elsewhere == 0);
           const int64_t V = cfg.vocab_size;
           // rank 0: prompt 0's row is in the last micro-batch, prompt 1's in micro-batch 0
           const std::vector<float>& l0 = pipes[0]->logits(num_mb - 1);
