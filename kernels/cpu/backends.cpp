@@ -26,7 +26,7 @@ std::unique_ptr<backend> make_cpu_backend(bool reference, int num_threads) {
     return make_cpu_reference_backend();
   if (cpu_fast_path_supported())
     return make_cpu_fast_backend(num_threads);
-  std::fprintf(stderr, "warning: this CPU lacks AVX-512 BF16; using the (slow) reference backend\n");
+  std::fprintf(stderr, "warning: this CPU lacks AVX-512 BF16, VBMI or GFNI; using the (slow) reference backend\n");
   return make_cpu_reference_backend();
 }
 

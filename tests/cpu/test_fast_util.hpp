@@ -17,7 +17,7 @@
 /// Ends a test case early, with a message, on a CPU without the fast path's instructions.
 #define MOE_SKIP_WITHOUT_FAST_PATH()                                                        \
   if (!moe::cpu_fast_path_supported()) {                                                   \
-    MESSAGE("skipped: this CPU lacks AVX-512 BF16, which the fast path needs");            \
+    MESSAGE("skipped: this CPU lacks AVX-512 BF16, VBMI or GFNI, which the fast path needs"); \
     return;                                                                                \
   }
 
