@@ -116,8 +116,10 @@ void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
       }
       return;
     case stage_kind::shared:
-      if (!is_moe(l))
-        return after_layer(mb);
+      if (!is_moe(l)) {                     // the dense layer is done
+        begin_next(mb, l);
+        return layer_finished(mb);
+      }
       m.shared_done = true;
       return try_combine(mb);
     case stage_kind::mlp: {
@@ -128,8 +130,8 @@ void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
           on_combine(std::move(mine[i]));
       return;
     }
-    case stage_kind::combine:
-      return after_layer(mb);
+    case stage_kind::combine:               // the next layer is already queued (try_combine)
+      return layer_finished(mb);
     case stage_kind::logits:                // one stage for all micro-batches
       for (micro_batch& each : mbs_)
         each.finished = true;
@@ -192,15 +194,22 @@ void step_pipeline::try_combine(int64_t mb) {
                 combine_outputs(plan, answers, fwd->routed_output().data(), D);
                 fwd->combine(l);
               });
+  // The next layer goes on the stream behind this COMBINE now, not after a round trip through the
+  // owner when it completes: the stream runs them in order, and never waits for the owner between.
+  begin_next(mb, l);
 }
 
-void step_pipeline::after_layer(int64_t mb) {
+void step_pipeline::begin_next(int64_t mb, int64_t layer_idx) {
+  if (layer_idx + 1 >= model_.weights->config.num_hidden_layers)
+    return;
+  waiting_layer_[mb] = layer_idx + 1;
+  try_begin_waiting();
+}
+
+void step_pipeline::layer_finished(int64_t mb) {
   micro_batch& m = mbs_[mb];
-  const int64_t next = m.layer_idx + 1;
-  if (next < model_.weights->config.num_hidden_layers) {
-    waiting_layer_[mb] = next;
-    return try_begin_waiting();
-  }
+  if (++m.layers_finished < model_.weights->config.num_hidden_layers)
+    return;
   m.layers_done = true;
   if (!std::all_of(mbs_.begin(), mbs_.end(), [](const micro_batch& x) { return x.layers_done; }))
     return;

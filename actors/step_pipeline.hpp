@@ -89,6 +89,7 @@ private:
     std::vector<int64_t> answer_dest;       // the rank each of my_answers goes to
     int64_t num_answers = 0;
     bool shared_done = false;
+    int64_t layers_finished = 0;            // layers whose last stage completed
     bool layers_done = false;
     bool finished = false;
     std::vector<float> logits;
@@ -98,7 +99,10 @@ private:
   void try_begin_waiting();
   void try_mlp(int64_t mb, int64_t layer_idx);
   void try_combine(int64_t mb);
-  void after_layer(int64_t mb);
+  /// Queues layer layer_idx + 1 of `mb` (when there is one) as soon as the order allows.
+  void begin_next(int64_t mb, int64_t layer_idx);
+  /// A layer's last stage completed; after the last layer of every micro-batch, LOGITS.
+  void layer_finished(int64_t mb);
   [[nodiscard]] bool is_moe(int64_t layer_idx) const noexcept;
 
   int64_t step_;

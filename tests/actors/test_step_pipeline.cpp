@@ -19,6 +19,7 @@ namespace {
 struct stream_item {
   int64_t micro_batch;
   stage_kind stage;
+  int64_t layer_idx;
   std::function<void()> work;
 };
 using message = std::variant<std::shared_ptr<const ep_dispatch>, std::shared_ptr<const ep_combine>>;
@@ -29,8 +30,8 @@ struct loop_transport {
     loop_transport* loop = nullptr;
     int64_t rank = 0;
     std::deque<stream_item> stream;
-    void enqueue(int64_t mb, stage_kind stage, int64_t, std::function<void()> work) override {
-      stream.push_back({mb, stage, std::move(work)});
+    void enqueue(int64_t mb, stage_kind stage, int64_t layer_idx, std::function<void()> work) override {
+      stream.push_back({mb, stage, layer_idx, std::move(work)});
     }
     void send_dispatch(int64_t dest, std::shared_ptr<const ep_dispatch> d) override {
       loop->count_send(rank);
@@ -46,6 +47,8 @@ struct loop_transport {
   std::vector<step_pipeline*> pipelines;
   std::mt19937 rng{1};
   int64_t max_in_flight = 0;
+  int64_t num_layers = 0;
+  int64_t combines_with_next_queued = 0, combines_alone = 0;   // micro-batch 0, not the last layer
   int64_t working_rank = -1;                 // whose stream work is running now, -1 between
   int64_t sends_from_stream = 0, sends_elsewhere = 0;
 
@@ -74,6 +77,14 @@ struct loop_transport {
       if (c < static_cast<int64_t>(ios.size())) {
         stream_item item = std::move(ios[c].stream.front());
         ios[c].stream.pop_front();
+        // A COMBINE runs with its micro-batch's next layer already queued behind it (micro-batch
+        // 0 waits for no other micro-batch to begin a layer).
+        if (item.stage == stage_kind::combine && item.micro_batch == 0 && item.layer_idx + 1 < num_layers) {
+          const bool queued = std::any_of(ios[c].stream.begin(), ios[c].stream.end(), [&](const stream_item& s) {
+            return s.micro_batch == 0 && s.stage == stage_kind::attn_0 && s.layer_idx == item.layer_idx + 1;
+          });
+          ++(queued ? combines_with_next_queued : combines_alone);
+        }
         working_rank = c;
         item.work();
         working_rank = -1;
@@ -162,6 +173,7 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           mbs[1][0].push_back({.tokens = prompts[2], .kv = &kvs[2]});
 
           loop_transport loop(R);
+          loop.num_layers = cfg.num_hidden_layers;
           loop.rng.seed(seed);
           std::vector<std::unique_ptr<step_pipeline>> pipes;
           for (int64_t r = 0; r < R; ++r) {
@@ -178,6 +190,8 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           CHECK(loop.max_in_flight > 0);
           CHECK(loop.sends_from_stream > 0);
           CHECK(loop.sends_elsewhere == 0);
+          CHECK(loop.combines_with_next_queued > 0);
+          CHECK(loop.combines_alone == 0);
           const int64_t V = cfg.vocab_size;
           // rank 0: prompt 0's row is in the last micro-batch, prompt 1's in micro-batch 0
           const std::vector<float>& l0 = pipes[0]->logits(num_mb - 1);
