@@ -9,7 +9,7 @@
 //    waits for the last combine and the dense layers exchange nothing, in any schedule);
 //    calibrated from traced runs.
 //    comm = t(link, 1 mb) - t(no link, 1 mb), hidden = (compute_2mb + comm - t(link, 2 mb)) /
-//    min(compute_2mb, comm); in-trace: per rank of the phase, |compute ∩ comm| / min(|compute|,
+//    min(compute_2mb, comm) ("n/a" when noise puts it outside [0, 1]); in-trace: per rank of the phase, |compute ∩ comm| / min(|compute|,
 //    |comm|) within each +link run (comm = its messages on the link). Times come from the trace: the median decode step of the busiest
 //    decode rank, the longest prefill step; each the best of --repeat runs (a busy machine only adds).
 #include <CLI/CLI.hpp>
@@ -21,6 +21,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "tools/cluster_client.hpp"
 #include "tools/commands.hpp"
@@ -294,10 +295,16 @@ void run(bench_options& o) {
   }
   // comm = what the link model adds to one micro-batch; hidden = the part of min(compute, comm)
   // that two micro-batches take off their own compute + comm
-  auto hidden = [](const double (&x)[2][2]) {
-    const double comm = std::max(0.0, x[1][0] - x[0][0]), compute = x[0][1];
+  // (empty when run-to-run noise swamps it: the link added nothing, or the share left [0, 1])
+  auto hidden = [](const double (&x)[2][2]) -> std::string {
+    const double comm = x[1][0] - x[0][0], compute = x[0][1];
     const double denom = std::min(compute, comm);
-    return denom > 0 ? (compute + comm - x[1][1]) / denom : 0.0;
+    const double share = denom > 0 ? (compute + comm - x[1][1]) / denom : -1.0;
+    if (share < 0.0 || share > 1.0)
+      return "n/a";
+    char text[16];
+    std::snprintf(text, sizeof text, "%.1f%%", 100.0 * share);
+    return text;
   };
   // in the trace: the share of min(compute, comm) during which a rank both computes and has a
   // message on its link, in the +link runs (one run: no cross-run noise)
@@ -305,8 +312,8 @@ void run(bench_options& o) {
               "+link 2mb", "hidden", "in-trace 1mb", "in-trace 2mb");
   int phase = 0;
   for (const auto& [name, x] : {std::pair{"decode", &step}, std::pair{"prefill", &prefill}}) {
-    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %7.1f%% %12.1f%% %12.1f%%\n", name, 1e3 * (*x)[0][0],
-                1e3 * (*x)[0][1], 1e3 * (*x)[1][0], 1e3 * (*x)[1][1], 100.0 * hidden(*x), 100.0 * in_trace[phase][0],
+    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %8s %12.1f%% %12.1f%%\n", name, 1e3 * (*x)[0][0],
+                1e3 * (*x)[0][1], 1e3 * (*x)[1][0], 1e3 * (*x)[1][1], hidden(*x).c_str(), 100.0 * in_trace[phase][0],
                 100.0 * in_trace[phase][1]);
     ++phase;
   }
