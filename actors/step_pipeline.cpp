@@ -4,11 +4,29 @@
 #include "actors/step_pipeline.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace moe {
+
+namespace {
+
+// Answers of the right shape and no value, one per received dispatch (a failed MLP stage's).
+std::vector<std::shared_ptr<ep_combine>> zero_answers(const std::vector<std::shared_ptr<const ep_dispatch>>& received,
+                                                      int64_t rank, int64_t hidden) {
+  std::vector<std::shared_ptr<ep_combine>> answers;
+  for (const auto& d : received) {
+    const int64_t rows = d->sum == combine_sum::per_pair ? d->num_pairs() : d->rows.num_rows;
+    const std::vector<float> zeros(static_cast<size_t>(rows * hidden), 0.0f);
+    answers.push_back(std::make_shared<ep_combine>(
+        ep_combine{.key = d->key, .src_rank = rank, .outputs = encode_rows(zeros.data(), rows, hidden, d->combine_type)}));
+  }
+  return answers;
+}
+
+}  // namespace
 
 std::string_view to_string(stage_kind s) noexcept {
   switch (s) {
@@ -79,16 +97,27 @@ void step_pipeline::begin_layer(int64_t mb, int64_t l) {
     return;
   }
   io_.enqueue(mb, stage_kind::attn_1, l, [this, &m, fwd, l, mb] {
-    fwd->attn_1(l, model_.form);
     const model_config& cfg = model_.weights->config;
-    m.outgoing = make_dispatches((*group_.placements)[l], {.step = step_, .layer_idx = l, .micro_batch = mb},
-                                 group_.rank, fwd->moe_input(), fwd->topk_ids(), fwd->topk_weights(),
-                                 fwd->num_tokens(), cfg.hidden_size, cfg.num_experts_per_tok, group_.ep, m.plan);
+    const ep_key key{.step = step_, .layer_idx = l, .micro_batch = mb};
+    std::exception_ptr failed;
+    try {
+      fwd->attn_1(l, model_.form);
+      m.outgoing = make_dispatches((*group_.placements)[l], key, group_.rank, fwd->moe_input(), fwd->topk_ids(),
+                                   fwd->topk_weights(), fwd->num_tokens(), cfg.hidden_size, cfg.num_experts_per_tok,
+                                   group_.ep, m.plan);
+    } catch (...) {                         // take part with no tokens, so no peer waits; the owner reports it
+      failed = std::current_exception();
+      m.plan = {};
+      m.outgoing = make_dispatches((*group_.placements)[l], key, group_.rank, {}, {}, {}, 0, cfg.hidden_size,
+                                   cfg.num_experts_per_tok, group_.ep, m.plan);
+    }
     // The stream puts the payloads on the wire the moment they exist (as DeepEP's kernels do from
     // the GPU stream), not after a round trip through the owner; this rank's own share waits for it.
     for (int64_t r = 0; r < group_.num_ranks; ++r)
       if (r != group_.rank)
         io_.send_dispatch(r, std::move(m.outgoing[r]));
+    if (failed)
+      std::rethrow_exception(failed);
   });
 }
 
@@ -108,11 +137,10 @@ void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
         return;
       }
       {
-        // The peers' shares left from the stream (begin_layer); empty when ATTN-1 failed first.
+        // The peers' shares left from the stream (begin_layer), even when ATTN-1 failed.
         std::vector<std::shared_ptr<ep_dispatch>> outgoing = std::move(m.outgoing);
         io_.enqueue(mb, stage_kind::shared, l, [fwd, l] { fwd->shared(l); });   // while the dispatch flies
-        if (static_cast<int64_t>(outgoing.size()) == group_.num_ranks)
-          on_dispatch(std::move(outgoing[group_.rank]));
+        on_dispatch(std::move(outgoing[group_.rank]));
       }
       return;
     case stage_kind::shared:
@@ -161,11 +189,20 @@ void step_pipeline::try_mlp(int64_t mb, int64_t l) {
   for (const auto& d : received)
     m.answer_dest.push_back(d->src_rank);
   io_.enqueue(mb, stage_kind::mlp, l, [this, &m, l, received = std::move(received)] {
-    m.my_answers = run_dispatched_experts(*model_.device, model_.weights->layers[l].moe, (*group_.placements)[l],
-                                          group_.rank, received, model_.weights->config.hidden_size);
+    const int64_t D = model_.weights->config.hidden_size;
+    std::exception_ptr failed;
+    try {
+      m.my_answers = run_dispatched_experts(*model_.device, model_.weights->layers[l].moe, (*group_.placements)[l],
+                                            group_.rank, received, D);
+    } catch (...) {                         // answer zeros, so no peer waits; the owner reports it
+      failed = std::current_exception();
+      m.my_answers = zero_answers(received, group_.rank, D);
+    }
     for (size_t i = 0; i < m.my_answers.size(); ++i)      // on the wire from the stream, as dispatches
       if (m.answer_dest[i] != group_.rank)
         io_.send_combine(m.answer_dest[i], std::move(m.my_answers[i]));
+    if (failed)
+      std::rethrow_exception(failed);
   });
 }
 

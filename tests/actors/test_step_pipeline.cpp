@@ -2,14 +2,17 @@
 // Several ranks' step pipelines joined by an in-memory transport that delivers stream work and
 // messages in a random order: every request's logits equal a single rank's forward pass bit for
 // bit (reference backend), with an idle rank, redundant experts, one or two micro-batches and a
-// prompt split between the micro-batches; peers' payloads leave from the sender's stream.
+// prompt split between the micro-batches; peers' payloads leave from the sender's stream; a
+// stage that throws still takes part in the exchange, so the group's step completes.
 #include <doctest/doctest.h>
 
 #include <deque>
+#include <stdexcept>
 #include <random>
 #include <variant>
 
 #include "actors/step_pipeline.hpp"
+#include "kernels/cpu/reference_backend.hpp"
 #include "model/tiny_model.hpp"
 
 using namespace moe;
@@ -48,6 +51,7 @@ struct loop_transport {
   std::mt19937 rng{1};
   int64_t max_in_flight = 0;
   int64_t num_layers = 0;
+  std::vector<int64_t> failed_ranks;         // one entry per stage that threw
   int64_t combines_with_next_queued = 0, combines_alone = 0;   // micro-batch 0, not the last layer
   int64_t working_rank = -1;                 // whose stream work is running now, -1 between
   int64_t sends_from_stream = 0, sends_elsewhere = 0;
@@ -86,7 +90,11 @@ struct loop_transport {
           ++(queued ? combines_with_next_queued : combines_alone);
         }
         working_rank = c;
-        item.work();
+        try {
+          item.work();
+        } catch (const std::exception&) {    // as cpu_stream: reported, and the owner goes on
+          failed_ranks.push_back(c);
+        }
         working_rank = -1;
         pipelines[c]->on_stage_done(item.micro_batch, item.stage);
       } else {
@@ -98,6 +106,25 @@ struct loop_transport {
           pipelines[dest]->on_combine(std::move(std::get<1>(msg)));
       }
     }
+  }
+};
+
+// The reference backend, except that the n-th call of one op throws.
+struct failing_backend final : cpu_reference_backend {
+  op_kind op;
+  int64_t calls_left;
+  failing_backend(op_kind o, int64_t nth) : op(o), calls_left(nth) {}
+  void fail_if(op_kind called) {
+    if (called == op && --calls_left == 0)
+      throw std::runtime_error("injected failure");
+  }
+  void moe_gate(const moe_gate_params& p) override {
+    fail_if(op_kind::moe_gate);
+    cpu_reference_backend::moe_gate(p);
+  }
+  void moe_experts(const moe_experts_params& p) override {
+    fail_if(op_kind::moe_experts);
+    cpu_reference_backend::moe_experts(p);
   }
 };
 
@@ -207,6 +234,52 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("a stage that throws still takes part in the exchange: the group's step completes") {
+  const model_weights w = testing::tiny_model_builder(43).build(testing::tiny_config());
+  const model_config& cfg = w.config;
+  const rope_tables rope = make_rope_tables(cfg);
+  const int64_t R = 2, E = cfg.n_routed_experts;
+  auto placements = std::make_shared<std::vector<layer_placement>>(cfg.num_hidden_layers);
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    if (w.layers[l].is_moe)
+      (*placements)[l] = default_layer_placement(E, 0, R);
+  const std::vector<std::vector<int32_t>> prompts = {{0, 5, 9, 14}, {0, 1, 2}};
+  // rank 1's gate (ATTN-1) or its experts (MLP, over both ranks' tokens) throw once, early or late
+  for (const op_kind op : {op_kind::moe_gate, op_kind::moe_experts}) {
+    for (const int64_t nth : {int64_t{1}, int64_t{2}}) {   // the first or the second MoE layer
+      CAPTURE(static_cast<int>(op));
+      CAPTURE(nth);
+      std::vector<std::unique_ptr<rank_state>> ranks;
+      std::vector<sequence_kv> kvs(prompts.size());
+      for (int64_t r = 0; r < R; ++r) {
+        ranks.push_back(std::make_unique<rank_state>(cfg));
+        REQUIRE(kvs[r].reserve(ranks[r]->cache, static_cast<int64_t>(prompts[r].size())));
+      }
+      ranks[1]->device = std::make_unique<failing_backend>(op, nth);
+      loop_transport loop(R);
+      loop.num_layers = cfg.num_hidden_layers;
+      std::vector<std::unique_ptr<step_pipeline>> pipes;
+      for (int64_t r = 0; r < R; ++r) {
+        std::vector<std::vector<batch_entry>> mbs(2);
+        mbs[0].push_back({.tokens = prompts[r], .kv = &kvs[r]});
+        const ep_group group{.rank = r, .num_ranks = R, .placements = placements,
+                             .ep = {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16}};
+        const step_model model{.weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
+        pipes.push_back(std::make_unique<step_pipeline>(0, group, model, std::move(mbs), loop.ios[r]));
+        loop.pipelines.push_back(pipes.back().get());
+      }
+      for (auto& p : pipes)
+        p->start();
+      loop.run();
+      for (auto& p : pipes)
+        CHECK(p->done());                   // nobody waits for the failed rank's messages
+      CHECK(loop.failed_ranks == std::vector<int64_t>{1});
+      for (int64_t r = 0; r < R; ++r)
+        kvs[r].release(ranks[r]->cache);
     }
   }
 }
