@@ -117,7 +117,7 @@ void dot_group_fp8(const void* const rows[], const uint16_t* const* a, int64_t k
 template <int R>
 void dot_rows_fp8_b1(const void* const rows[], const uint16_t* a, int64_t k, int64_t ahead,
                      float out[][max_pass_rows]) noexcept {
-  __m512 sums[16];
+  __m512 sums[R][1];
   for (int r = 0; r < R; ++r) {
     const auto* p = static_cast<const uint8_t*>(rows[r]);
     __m512 acc[8];
@@ -143,14 +143,9 @@ void dot_rows_fp8_b1(const void* const rows[], const uint16_t* a, int64_t k, int
     }
     for (int j = 1; j < 8; ++j)
       acc[0] = _mm512_add_ps(acc[0], acc[j]);
-    sums[r] = acc[0];
+    sums[r][0] = acc[0];
   }
-  for (int r = R; r < 16; ++r)
-    sums[r] = _mm512_setzero_ps();
-  alignas(64) float total[16];
-  _mm512_store_ps(total, reduce16(sums));
-  for (int r = 0; r < R; ++r)
-    out[r][0] = total[r];
+  store_sums<R, 1>(sums, out);
 }
 
 // Register tiles: 8 BF16 weight rows for a single activation row (more streams in flight), else

@@ -4,6 +4,7 @@
 // all 256 codes, and the batch-1 FP8 GEMV against a by-hand sum.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cstring>
 
 #include "kernels/cpu/fast_backend.hpp"
@@ -12,6 +13,23 @@
 using namespace moe;
 
 namespace {
+
+// The 256 e4m3 codes through an expansion `expand(codes, u0, u1)` (64 at a time, unpack order),
+// as bf16 bits in code order.
+template <class Expand>
+std::array<uint16_t, 256> expand_all_codes(Expand expand) {
+  alignas(64) uint8_t codes[256];
+  for (int i = 0; i < 256; ++i)
+    codes[i] = static_cast<uint8_t>(i);
+  alignas(64) std::array<uint16_t, 256> out;
+  for (int base = 0; base < 256; base += 64) {
+    __m512i u0, u1;
+    expand(_mm512_load_si512(codes + base), u0, u1);
+    _mm512_store_si512(out.data() + base, fast::unpack_to_natural_lo(u0, u1));
+    _mm512_store_si512(out.data() + base + 32, fast::unpack_to_natural_hi(u0, u1));
+  }
+  return out;
+}
 
 std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vector<float>& x,
                               int64_t num_tokens) {
@@ -24,51 +42,34 @@ std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vec
 
 TEST_CASE("fast: e4m3 -> bf16 expansion is exact for all 256 codes, NaN stays NaN") {
   MOE_SKIP_WITHOUT_FAST_PATH();
-  alignas(64) uint8_t codes[256];
-  for (int i = 0; i < 256; ++i)
-    codes[i] = static_cast<uint8_t>(i);
   const fast::fp8_tables tables = fast::load_fp8_tables();
-  for (int base = 0; base < 256; base += 64) {
-    __m512i u0, u1;
-    fast::fp8x64_to_bf16(_mm512_load_si512(codes + base), tables, u0, u1);
-    alignas(64) uint16_t out[64];
-    _mm512_store_si512(out, fast::unpack_to_natural_lo(u0, u1));
-    _mm512_store_si512(out + 32, fast::unpack_to_natural_hi(u0, u1));
-    for (int i = 0; i < 64; ++i) {
-      const float want = fp8_e4m3_value(static_cast<uint8_t>(base + i));
-      const float got = bf16_to_f32(out[i]);
-      if (std::isnan(want))
-        CHECK(std::isnan(got));
-      else
-        CHECK(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want));
-    }
+  const auto out = expand_all_codes(
+      [&](__m512i c, __m512i& u0, __m512i& u1) { fast::fp8x64_to_bf16(c, tables, u0, u1); });
+  for (int code = 0; code < 256; ++code) {
+    const float want = fp8_e4m3_value(static_cast<uint8_t>(code));
+    const float got = bf16_to_f32(out[code]);
+    if (std::isnan(want))
+      CHECK(std::isnan(got));
+    else
+      CHECK(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want));
   }
 }
 
 TEST_CASE("fast: scaled e4m3 -> bf16 bit permutation is the value times 2^-120 for every code but NaN") {
   MOE_SKIP_WITHOUT_FAST_PATH();
-  alignas(64) uint8_t codes[256];
-  for (int i = 0; i < 256; ++i)
-    codes[i] = static_cast<uint8_t>(i);
-  for (int base = 0; base < 256; base += 64) {
-    __m512i u0, u1;
-    fast::fp8x64_to_bf16_scaled(_mm512_load_si512(codes + base), u0, u1);
-    alignas(64) uint16_t out[64];
-    _mm512_store_si512(out, fast::unpack_to_natural_lo(u0, u1));
-    _mm512_store_si512(out + 32, fast::unpack_to_natural_hi(u0, u1));
-    for (int i = 0; i < 64; ++i) {
-      const int code = base + i;
-      if ((code & 0x7f) == 0x7f)
-        continue;                                   // NaN: documented as a finite value
-      CAPTURE(code);
-      // By hand: sign, exponent e (bias 7) and mantissa m of the code; subnormal when e == 0.
-      const int e = (code >> 3) & 15, m = code & 7;
-      const double magnitude = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
-      const double want = (code & 0x80) ? -magnitude : magnitude;
-      CHECK(std::ldexp(static_cast<double>(bf16_to_f32(out[i])), fast::fp8_scaled_shift) == want);
-      // Subnormal codes land on bf16 subnormals (exponent field 0), which vdpbf16ps reads as 0.
-      CHECK(((out[i] >> 7) & 0xff) == (e == 0 ? 0 : e));
-    }
+  const auto out = expand_all_codes(
+      [](__m512i c, __m512i& u0, __m512i& u1) { fast::fp8x64_to_bf16_scaled(c, u0, u1); });
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f)
+      continue;                                     // NaN: documented as a finite value
+    CAPTURE(code);
+    // By hand: sign, exponent e (bias 7) and mantissa m of the code; subnormal when e == 0.
+    const int e = (code >> 3) & 15, m = code & 7;
+    const double magnitude = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+    const double want = (code & 0x80) ? -magnitude : magnitude;
+    CHECK(std::ldexp(static_cast<double>(bf16_to_f32(out[code])), fast::fp8_scaled_shift) == want);
+    // Subnormal codes land on bf16 subnormals (exponent field 0), which vdpbf16ps reads as 0.
+    CHECK(((out[code] >> 7) & 0xff) == (e == 0 ? 0 : e));
   }
 }
 
