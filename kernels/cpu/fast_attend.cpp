@@ -137,6 +137,14 @@ void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_
     const int64_t nk = std::min(key_block, max_pos + 1 - k0);
     for (int64_t j = 0; j < nk; ++j)
       keys[j] = cache.slot(table, k0 + j);
+    // The next block's rows, now: the cache is read from memory once per step and the hardware
+    // prefetcher cannot be relied on (see fast_gemv.cpp). Measured at batch 1 with a 1024-token
+    // context, three alternating pairs: +0.2 to +8 % tok/s (the machine swings more than that).
+    for (int64_t j = k0 + key_block; j <= std::min(max_pos, k0 + 2 * key_block - 1); ++j) {
+      const auto* row = reinterpret_cast<const char*>(cache.slot(table, j));
+      for (int64_t off = 0; off < kv_dim * 4; off += 64)
+        _mm_prefetch(row + off, _MM_HINT_T0);
+    }
     transpose_keys(keys, nk, kv_dim, kt);
     for (int64_t r0 = 0; r0 < R; r0 += 8)
       score_rows(rows, r0, kt, kv_dim, scale, probs);
