@@ -90,10 +90,12 @@ void step_pipeline::try_begin_waiting() {
 void step_pipeline::begin_layer(int64_t mb, int64_t l) {
   micro_batch& m = mbs_[mb];
   m.layer_idx = l;
+  m.shared_queued = false;
   forward_step* fwd = m.fwd.get();
   io_.enqueue(mb, stage_kind::attn_0, l, [fwd, l] { fwd->attn_0(l); });
   if (!is_moe(l)) {
     io_.enqueue(mb, stage_kind::attn_1, l, [fwd, l, form = model_.form] { fwd->attn_1(l, form); });
+    enqueue_shared(mb, l);                  // no exchange to wait for: straight behind
     return;
   }
   io_.enqueue(mb, stage_kind::attn_1, l, [this, &m, fwd, l, mb] {
@@ -119,27 +121,42 @@ void step_pipeline::begin_layer(int64_t mb, int64_t l) {
     if (failed)
       std::rethrow_exception(failed);
   });
+  // SHARED runs while the dispatch flies. With later micro-batches to compute it waits for this
+  // ATTN-1's completion (theirs come first: they put their dispatches on the wire sooner); with
+  // none (small batches: one micro-batch holds every token) it goes straight behind, so the
+  // stream does not idle for a round trip through the owner.
+  if (std::all_of(mbs_.begin() + mb + 1, mbs_.end(), [](const micro_batch& x) { return x.fwd->num_tokens() == 0; }))
+    enqueue_shared(mb, l);
+}
+
+void step_pipeline::enqueue_shared(int64_t mb, int64_t l) {
+  micro_batch& m = mbs_[mb];
+  if (m.shared_queued)
+    return;
+  m.shared_queued = true;
+  forward_step* fwd = m.fwd.get();
+  if (!is_moe(l))                           // a dense layer: its MLP, then the residual add
+    io_.enqueue(mb, stage_kind::shared, l, [fwd, l] {
+      fwd->shared(l);
+      fwd->combine(l);
+    });
+  else
+    io_.enqueue(mb, stage_kind::shared, l, [fwd, l] { fwd->shared(l); });
 }
 
 void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
   micro_batch& m = mbs_[mb];
   const int64_t l = m.layer_idx;
-  forward_step* fwd = m.fwd.get();
   switch (stage) {
     case stage_kind::attn_0:
       return;
     case stage_kind::attn_1:
-      if (!is_moe(l)) {                     // a dense layer: its MLP, then the residual add
-        io_.enqueue(mb, stage_kind::shared, l, [fwd, l] {
-          fwd->shared(l);
-          fwd->combine(l);
-        });
+      if (!is_moe(l))                       // SHARED is queued (begin_layer)
         return;
-      }
       {
         // The peers' shares left from the stream (begin_layer), even when ATTN-1 failed.
         std::vector<std::shared_ptr<ep_dispatch>> outgoing = std::move(m.outgoing);
-        io_.enqueue(mb, stage_kind::shared, l, [fwd, l] { fwd->shared(l); });   // while the dispatch flies
+        enqueue_shared(mb, l);              // while the dispatch flies, unless queued already
         on_dispatch(std::move(outgoing[group_.rank]));
       }
       return;

@@ -88,6 +88,7 @@ private:
     std::vector<std::shared_ptr<ep_combine>> my_answers;        // to send after MLP
     std::vector<int64_t> answer_dest;       // the rank each of my_answers goes to
     int64_t num_answers = 0;
+    bool shared_queued = false;             // this layer's SHARED is on the stream
     bool shared_done = false;
     int64_t layers_finished = 0;            // layers whose last stage completed
     bool layers_done = false;
@@ -96,6 +97,8 @@ private:
   };
 
   void begin_layer(int64_t mb, int64_t layer_idx);
+  /// SHARED (a dense layer: its MLP and residual add) of `mb`'s layer, once.
+  void enqueue_shared(int64_t mb, int64_t layer_idx);
   void try_begin_waiting();
   void try_mlp(int64_t mb, int64_t layer_idx);
   void try_combine(int64_t mb);

@@ -2,8 +2,9 @@
 // Several ranks' step pipelines joined by an in-memory transport that delivers stream work and
 // messages in a random order: every request's logits equal a single rank's forward pass bit for
 // bit (reference backend), with an idle rank, redundant experts, one or two micro-batches and a
-// prompt split between the micro-batches; peers' payloads leave from the sender's stream; a
-// stage that throws still takes part in the exchange, so the group's step completes.
+// prompt split between the micro-batches; peers' payloads leave from the sender's stream; SHARED
+// waits for no round trip where nothing else can run first; a stage that throws still takes part
+// in the exchange, so the group's step completes.
 #include <doctest/doctest.h>
 
 #include <deque>
@@ -55,6 +56,11 @@ struct loop_transport {
   int64_t combines_with_next_queued = 0, combines_alone = 0;   // micro-batch 0, not the last layer
   int64_t working_rank = -1;                 // whose stream work is running now, -1 between
   int64_t sends_from_stream = 0, sends_elsewhere = 0;
+  struct attn_1_run {
+    int64_t rank, micro_batch, layer_idx;
+    bool shared_queued;                      // its SHARED already on the stream behind it
+  };
+  std::vector<attn_1_run> attn_1_runs;
 
   // Payloads go on the wire from the sender's stream, as they are made, not from its owner.
   void count_send(int64_t rank) { ++(working_rank == rank ? sends_from_stream : sends_elsewhere); }
@@ -88,6 +94,12 @@ struct loop_transport {
             return s.micro_batch == 0 && s.stage == stage_kind::attn_0 && s.layer_idx == item.layer_idx + 1;
           });
           ++(queued ? combines_with_next_queued : combines_alone);
+        }
+        if (item.stage == stage_kind::attn_1) {
+          const bool queued = std::any_of(ios[c].stream.begin(), ios[c].stream.end(), [&](const stream_item& s) {
+            return s.micro_batch == item.micro_batch && s.stage == stage_kind::shared && s.layer_idx == item.layer_idx;
+          });
+          attn_1_runs.push_back({c, item.micro_batch, item.layer_idx, queued});
         }
         working_rank = c;
         try {
@@ -219,6 +231,17 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           CHECK(loop.sends_elsewhere == 0);
           CHECK(loop.combines_with_next_queued > 0);
           CHECK(loop.combines_alone == 0);
+          // SHARED goes straight behind ATTN-1 in dense layers and where no later micro-batch has
+          // tokens (rank 0's micro-batch 1, ranks 1 and 2); rank 0's micro-batch 0 lets micro-batch
+          // 1's ATTN stages go first in MoE layers.
+          CHECK(static_cast<int64_t>(loop.attn_1_runs.size()) == R * num_mb * cfg.num_hidden_layers);
+          for (const auto& run : loop.attn_1_runs) {
+            CAPTURE(run.rank);
+            CAPTURE(run.micro_batch);
+            CAPTURE(run.layer_idx);
+            const bool later_tokens = run.rank == 0 && run.micro_batch == 0 && num_mb == 2;
+            CHECK(run.shared_queued == (!w.layers[run.layer_idx].is_moe || !later_tokens));
+          }
           const int64_t V = cfg.vocab_size;
           // rank 0: prompt 0's row is in the last micro-batch, prompt 1's in micro-batch 0
           const std::vector<float>& l0 = pipes[0]->logits(num_mb - 1);
