@@ -23,6 +23,7 @@
 #include <random>
 #include <string>
 
+#include "actors/system_config.hpp"
 #include "tools/cluster_client.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
@@ -93,6 +94,7 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
                        const topology_config& topo, bool reference, const std::vector<request_spec>& specs,
                        int64_t concurrency, const std::string& trace_file) {
   caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const cluster c = spawn_cluster(sys, std::move(weights), s.tok, {.topology = topo, .reference = reference, .trace = true});
   cluster_run run;

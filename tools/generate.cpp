@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/model/generator.hpp"
+#include "actors/system_config.hpp"
 #include "tools/cluster_client.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
@@ -86,6 +87,7 @@ void run_cluster(generate_options& o, const topology_config& topo, const samplin
   const std::vector<int32_t> ids = prompt_ids(o, *s);
   std::shared_ptr<const model_weights> weights(s, &s->weights);
   caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const cluster c = spawn_cluster(sys, weights, s->tok,
                                   {.topology = topo, .reference = o.session.reference, .trace = !o.trace_file.empty()});

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "actors/errors.hpp"
+#include "actors/system_config.hpp"
 #include "actors/supervisor.hpp"
 #include "kernels/checkpoint/checkpoint.hpp"
 #include "kernels/model/weights.hpp"
@@ -62,7 +62,7 @@ void run(serve_options& o) {
   o.limits.read_timeout = millis(o.read_timeout_s);
 
   caf::actor_system_config cfg;
-  add_serve_error_category(cfg);
+  configure_actor_system(cfg);
   caf::actor_system sys{cfg};
   const cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = o.reference});
   // NOTE: the actor system's destructor waits for every actor: stop the cluster on every way

@@ -8,6 +8,7 @@
 
 #include "actors/atoms.hpp"
 #include "actors/errors.hpp"
+#include "actors/system_config.hpp"
 #include "actors/messages.hpp"
 
 namespace moe::testing {
@@ -19,7 +20,7 @@ struct actor_fixture {
 
   static caf::actor_system_config& tune(caf::actor_system_config& c) {
     c.set("scheduler.max-threads", 2);
-    add_serve_error_category(c);
+    configure_actor_system(c);
     return c;
   }
   actor_fixture() : sys{tune(cfg)}, self{sys} {}

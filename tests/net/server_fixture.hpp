@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "actors/errors.hpp"
+#include "actors/system_config.hpp"
 #include "actors/supervisor.hpp"
 #include "kernels/model/generator.hpp"
 #include "model/tiny_model.hpp"
@@ -56,7 +57,7 @@ struct server_fixture {
 
   static caf::actor_system_config& tune(caf::actor_system_config& c) {
     c.set("scheduler.max-threads", 2);
-    add_serve_error_category(c);
+    configure_actor_system(c);
     return c;
   }
   server_fixture() : sys{tune(cfg)}, self{sys} {}

@@ -1,0 +1,16 @@
+// actors/system_config.cpp
+#include "actors/system_config.hpp"
+
+#include <caf/actor_system_config.hpp>
+#include <caf/timestamp.hpp>
+
+#include "actors/errors.hpp"
+
+namespace moe {
+
+void configure_actor_system(caf::actor_system_config& cfg) {
+  add_serve_error_category(cfg);
+  cfg.set("work-stealing.moderate-sleep-duration", caf::timespan{0});
+}
+
+}  // namespace moe
