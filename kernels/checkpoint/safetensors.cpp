@@ -110,7 +110,11 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
     file_error(path, "file is " + std::to_string(size) +
                          " bytes, shorter than the 8-byte safetensors header length");
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  // MAP_POPULATE: the page tables are filled (and the file read ahead) now, at load, rather than
+  // one fault per page on first use: a server is warm when it says it is ready. Measured, small
+  // FP8 preset on 2P+2D, bench-cluster at concurrency 1 (mean TTFT of two requests, the first
+  // one cold): 280-294 -> 221-223 ms; a cold lm_head took 140 ms instead of ~15.
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int map_err = errno;
   ::close(fd);
   if (map == MAP_FAILED)

@@ -3,6 +3,8 @@
 // scanned shards), including every malformed-file error.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -208,4 +210,32 @@ TEST_CASE("checkpoint tensor look-ups name the tensor, the file and the shapes")
   CHECK(contains(shape, "\"model.norm.weight\": expected shape [65] (from config.json), got [64]"));
   CHECK(ckpt->tensor("model.norm.weight", {64}).type == dtype::bf16);
   CHECK(contains(error_of([&] { (void)checkpoint::open(dir.path / "missing"); }), "not a directory"));
+}
+
+TEST_CASE("a mapped file's pages are in place at open: reading every tensor takes no page faults") {
+  temp_dir dir;
+  const fs::path file = dir.path / "big.safetensors";
+  constexpr int64_t page = 4096, pages = 1024;              // 4 MiB, one tensor
+  safetensors_writer w;
+  w.add("w", dtype::bf16, {pages, page / 2}, [](std::span<std::byte> dst) {
+    for (size_t i = 0; i < dst.size(); ++i)
+      dst[i] = std::byte{static_cast<uint8_t>(1 + (i >> 12))};
+  });
+  w.write(file);
+  const auto f = safetensors_file::open(file);
+  const tensor_info& t = f->tensors().at("w");
+  auto minor_faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    return static_cast<int64_t>(u.ru_minflt);
+  };
+  const int64_t before = minor_faults();
+  uint64_t sum = 0;
+  for (int64_t off = 0; off < t.num_bytes; off += page)
+    sum += static_cast<uint8_t>(t.data[off]);
+  const int64_t faults = minor_faults() - before;
+  CHECK(sum > 0);
+  // Mapped lazily, the first read of each page (or 64 KiB fault-around window, or large page-cache
+  // folio: 6 faults here on ext4) faults; populated at open, none does.
+  CHECK(faults == 0);
 }
