@@ -69,7 +69,7 @@ struct server_fixture {
     handles = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
     server = std::make_unique<net::rpc_server>(
         sys, net::serving_target{.handles = handles, .tok = tok, .vocab_size = 1000,
-                                 .max_context = 128, .model_name = "tiny"},
+                                 .max_context = static_cast<size_t>(topo.max_context), .model_name = "tiny"},
         net::server_config{.limits = limits, .keys = std::move(keys)});
   }
   ~server_fixture() {
