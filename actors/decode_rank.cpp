@@ -12,6 +12,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 #include <span>
@@ -47,6 +48,11 @@ struct decode_rank_state {
   std::vector<kv_handoff> joining;          // arrived during a step
   std::set<uint64_t> cancelled;             // asked during a step
   std::map<uint64_t, sequence_kv> reserved; // pre-allocated for hand-offs not yet arrived
+  // Requests cancelled (client gone, cancel RPC) before their hand-off arrived: the hand-off
+  // comes from the prefill rank, the cancel from the session, in either order. The most recent
+  // ones, oldest first; a hand-off that never comes (cancelled in prefill) ages out.
+  std::set<uint64_t> ended_early;
+  std::deque<uint64_t> ended_order;
   std::vector<std::vector<running_request*>> step_rows;   // per micro-batch, in logits order
   static inline const char* name = "decode_rank";
 
@@ -207,6 +213,23 @@ void on_step_result(decode_pointer self, decode_step_result& result) {
 
 bool has_work(const decode_rank_state& st) { return !st.running.empty() || !st.joining.empty(); }
 
+bool is_here(const decode_rank_state& st, uint64_t id) {
+  return st.running.count(id) > 0 ||
+         std::any_of(st.joining.begin(), st.joining.end(), [id](const kv_handoff& j) { return j.request_id == id; });
+}
+
+// `id` was cancelled before its hand-off came: drop the hand-off when it does.
+void ended_before_handoff(decode_rank_state& st, uint64_t id) {
+  constexpr size_t max_remembered = 4096;
+  if (!st.ended_early.insert(id).second)
+    return;
+  st.ended_order.push_back(id);
+  if (st.ended_order.size() > max_remembered) {
+    st.ended_early.erase(st.ended_order.front());
+    st.ended_order.pop_front();
+  }
+}
+
 decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_ptr<const model_weights> weights,
                                              rank_model_config cfg, ep_group group, cluster_links links) {
   auto& st = self->state;
@@ -221,6 +244,8 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
   return ep_member_behavior<decode_rank_actor::behavior_type>(
       self,
     [=](submit_atom, kv_handoff& job) {
+      if (self->state.ended_early.erase(job.request_id) > 0)
+        return;                                             // its session is gone: nothing to run
       self->state.joining.push_back(std::move(job));
       self->state.core->maybe_start(true);
     },
@@ -233,8 +258,7 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
     [=](done_atom, uint64_t id) {
       auto& st = self->state;
       drop_reservation(st, id);                             // never handed off (error, cancel)
-      if (st.running.count(id) > 0 ||
-          std::any_of(st.joining.begin(), st.joining.end(), [id](const kv_handoff& j) { return j.request_id == id; })) {
+      if (is_here(st, id)) {
         st.cancelled.insert(id);
         if (!st.core->step_in_flight()) {
           admit_and_cancel(self);
@@ -245,6 +269,8 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
     [=](cancel_atom, uint64_t id) {
       auto& st = self->state;
       drop_reservation(st, id);
+      if (!is_here(st, id))
+        ended_before_handoff(st, id);
       st.cancelled.insert(id);
       if (!st.core->step_in_flight()) {                     // apply it now
         admit_and_cancel(self);

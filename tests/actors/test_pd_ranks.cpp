@@ -2,7 +2,8 @@
 // Prefill/decode disaggregation in-process: a prefill rank hands each request's latent KV to a
 // decode rank, which batches the running requests; greedy outputs equal single-rank generate,
 // each request's start is reported once before its first token, logprobs come with every token
-// of the request that asked (and no other), and both KV pools return to full.
+// of the request that asked (and no other), and both KV pools return to full; a hand-off that
+// arrives after its request was cancelled is dropped.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -105,6 +106,53 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "1 prefill + 1 decode rank match singl
   CHECK(d.num_steps > 0);
   CHECK(p.num_running == 0);
   CHECK(p.num_free_blocks == p.num_blocks);
+  self->send_exit(prefill, caf::exit_reason::user_shutdown);
+  self->send_exit(decode, caf::exit_reason::user_shutdown);
+}
+
+// The client goes away while the prefill rank still holds the request: the session cancels at
+// both ranks, and the decode rank may hear the cancel before the prefill rank's hand-off (two
+// senders, no order between them). It must drop the hand-off when it comes, not run the request
+// to max_tokens for a session that no longer exists.
+TEST_CASE_FIXTURE(testing::actor_fixture, "a hand-off that arrives after its request was cancelled is dropped") {
+  auto weights = std::make_shared<const model_weights>(
+      testing::tiny_model_builder(5).build(testing::tiny_config(1000)));
+  const rank_model_config rank_cfg{.reference = true, .num_kv_blocks = 32, .block_size = 4,
+                                   .max_context = 128, .chunk_size = 8};
+  auto prefill = spawn_prefill_rank(sys, weights, rank_cfg);
+  auto decode = spawn_decode_rank(sys, weights, rank_cfg);
+  const uint64_t cancelled = 7, fence = 8;
+  self->send(decode, cancel_atom::value, cancelled);          // as the session does, then it ends
+  self->send(decode, done_atom::value, cancelled);
+  (void)idle_stats(decode);                                     // both handled (one sender: in order)
+  // The prefill rank plans in arrival order, so the fence's hand-off follows the cancelled one's.
+  const sampling_params greedy{.temperature = 0.0f, .max_tokens = 20, .ignore_eos = true};
+  self->send(prefill, submit_atom::value,
+             prefill_job{cancelled, {.prompt_ids = {0, 11, 300}, .sampling = greedy},
+                         caf::actor_cast<caf::actor>(decode), caf::actor_cast<caf::actor>(self)});
+  sampling_params short_run = greedy;
+  short_run.max_tokens = 5;
+  self->send(prefill, submit_atom::value,
+             prefill_job{fence, {.prompt_ids = {0, 500}, .sampling = short_run},
+                         caf::actor_cast<caf::actor>(decode), caf::actor_cast<caf::actor>(self)});
+  std::map<uint64_t, collected> got;
+  bool timed_out = false;
+  while (got[fence].reason == finish_reason::none && !timed_out)
+    self->receive(
+        [&](start_atom, std::chrono::steady_clock::time_point) {},
+        [&](token_atom, const token_chunk& c) {
+          auto& g = got[c.request_id];
+          g.ids.insert(g.ids.end(), c.token_ids.begin(), c.token_ids.end());
+          g.reason = c.reason;
+        },
+        caf::after(30s) >> [&] { timed_out = true; });
+  REQUIRE_FALSE(timed_out);
+  CHECK(got[fence].ids.size() == 5);
+  CHECK(got[cancelled].ids.size() == 1);                        // the prefill rank's first token only
+  const rank_stats d = idle_stats(decode);
+  CHECK(d.num_running == 0);
+  CHECK(d.num_free_blocks == d.num_blocks);
+  CHECK(d.num_steps == 4);                                      // the fence's 4 decode steps alone
   self->send_exit(prefill, caf::exit_reason::user_shutdown);
   self->send_exit(decode, caf::exit_reason::user_shutdown);
 }
