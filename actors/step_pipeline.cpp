@@ -13,17 +13,12 @@ namespace moe {
 
 namespace {
 
-// Answers of the right shape and no value, one per received dispatch (a failed MLP stage's).
-std::vector<std::shared_ptr<ep_combine>> zero_answers(const std::vector<std::shared_ptr<const ep_dispatch>>& received,
-                                                      int64_t rank, int64_t hidden) {
-  std::vector<std::shared_ptr<ep_combine>> answers;
-  for (const auto& d : received) {
-    const int64_t rows = d->sum == combine_sum::per_pair ? d->num_pairs() : d->rows.num_rows;
-    const std::vector<float> zeros(static_cast<size_t>(rows * hidden), 0.0f);
-    answers.push_back(std::make_shared<ep_combine>(
-        ep_combine{.key = d->key, .src_rank = rank, .outputs = encode_rows(zeros.data(), rows, hidden, d->combine_type)}));
-  }
-  return answers;
+// An answer of the right shape and no value to `d` (a failed MLP stage's).
+std::shared_ptr<ep_combine> zero_answer(const ep_dispatch& d, int64_t rank, int64_t hidden) {
+  const int64_t rows = d.sum == combine_sum::per_pair ? d.num_pairs() : d.rows.num_rows;
+  const std::vector<float> zeros(static_cast<size_t>(rows * hidden), 0.0f);
+  return std::make_shared<ep_combine>(
+      ep_combine{.key = d.key, .src_rank = rank, .outputs = encode_rows(zeros.data(), rows, hidden, d.combine_type)});
 }
 
 }  // namespace
@@ -205,19 +200,41 @@ void step_pipeline::try_mlp(int64_t mb, int64_t l) {
   m.answer_dest.clear();
   for (const auto& d : received)
     m.answer_dest.push_back(d->src_rank);
-  io_.enqueue(mb, stage_kind::mlp, l, [this, &m, l, received = std::move(received)] {
+  std::vector<std::vector<size_t>> groups =
+      answer_groups(received, group_.rank, (*group_.placements)[l].slots_per_rank, group_.answer_split_min_rows);
+  io_.enqueue(mb, stage_kind::mlp, l, [this, &m, l, received = std::move(received), groups = std::move(groups)] {
     const int64_t D = model_.weights->config.hidden_size;
+    m.my_answers.assign(received.size(), nullptr);
+    std::vector<bool> answered(received.size(), false);
     std::exception_ptr failed;
     try {
-      m.my_answers = run_dispatched_experts(*model_.device, model_.weights->layers[l].moe, (*group_.placements)[l],
-                                            group_.rank, received, D);
-    } catch (...) {                         // answer zeros, so no peer waits; the owner reports it
+      for (const std::vector<size_t>& group : groups) {
+        std::vector<std::shared_ptr<const ep_dispatch>> part;
+        for (const size_t i : group)
+          part.push_back(received[i]);
+        std::vector<std::shared_ptr<ep_combine>> answers = run_dispatched_experts(
+            *model_.device, model_.weights->layers[l].moe, (*group_.placements)[l], group_.rank, part, D);
+        for (size_t j = 0; j < group.size(); ++j) {           // on the wire from the stream, as dispatches
+          const size_t i = group[j];
+          answered[i] = true;
+          if (m.answer_dest[i] != group_.rank)
+            io_.send_combine(m.answer_dest[i], std::move(answers[j]));
+          else
+            m.my_answers[i] = std::move(answers[j]);
+        }
+      }
+    } catch (...) {                         // answer zeros to the rest, so no peer waits; the owner reports it
       failed = std::current_exception();
-      m.my_answers = zero_answers(received, group_.rank, D);
+      for (size_t i = 0; i < received.size(); ++i) {
+        if (answered[i])
+          continue;
+        std::shared_ptr<ep_combine> zero = zero_answer(*received[i], group_.rank, D);
+        if (m.answer_dest[i] != group_.rank)
+          io_.send_combine(m.answer_dest[i], std::move(zero));
+        else
+          m.my_answers[i] = std::move(zero);
+      }
     }
-    for (size_t i = 0; i < m.my_answers.size(); ++i)      // on the wire from the stream, as dispatches
-      if (m.answer_dest[i] != group_.rank)
-        io_.send_combine(m.answer_dest[i], std::move(m.my_answers[i]));
     if (failed)
       std::rethrow_exception(failed);
   });

@@ -46,6 +46,9 @@ struct ep_group {
   std::shared_ptr<const std::vector<layer_placement>> placements;
   ep_precision ep;                          // the topology picks FP8 dispatch + BF16 combine
   int64_t num_micro_batches = 2;            // the same on every rank of the group
+  /// MLP: answer peers one by one, before this rank's own tokens, from this many rows per expert
+  /// slot (answer_groups; 0: always).
+  int64_t answer_split_min_rows = moe::answer_split_min_rows;
 };
 
 /// What the pipeline computes with (the rank's, touched only from its stream).

@@ -81,6 +81,29 @@ std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(
   return out;
 }
 
+std::vector<std::vector<size_t>> answer_groups(std::span<const std::shared_ptr<const ep_dispatch>> received,
+                                               int64_t rank, int64_t slots_per_rank, int64_t split_min_rows) {
+  std::vector<size_t> all(received.size());
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = i;
+  const bool split = std::any_of(received.begin(), received.end(), [&](const auto& d) { return d->src_rank != rank; }) &&
+                     std::all_of(received.begin(), received.end(), [&](const auto& d) {
+                       return d->src_rank == rank || d->num_pairs() >= split_min_rows * slots_per_rank;
+                     });
+  if (!split)
+    return {all};
+  // peers in ring order after this rank, then this rank (its src_rank - rank wraps to the end)
+  const auto ring = [&](size_t i) {
+    const int64_t n = static_cast<int64_t>(received.size());
+    return ((received[i]->src_rank - rank - 1) % n + n) % n;
+  };
+  std::stable_sort(all.begin(), all.end(), [&](size_t a, size_t b) { return ring(a) < ring(b); });
+  std::vector<std::vector<size_t>> groups;
+  for (const size_t i : all)
+    groups.push_back({i});
+  return groups;
+}
+
 std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
     backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
     std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden) {

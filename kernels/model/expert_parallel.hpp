@@ -98,6 +98,21 @@ struct dispatch_plan {
     backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
     std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden);
 
+/// Rows per expert slot every peer's dispatch must bring before answer_groups splits the expert
+/// batch by destination: past the GEMV range (fast_linear's gemv_max_rows), so reading each
+/// expert's weights once per group instead of once costs little against the GEMM it feeds.
+inline constexpr int64_t answer_split_min_rows = 32;
+
+/// The order a destination computes and answers the dispatches it received (`received` sorted by
+/// src_rank; indices into it), in groups: each group runs as one expert batch and its answers leave
+/// as soon as it is done. One group, every expert's weights read once, unless every peer's dispatch
+/// brings at least `split_min_rows` pairs per expert slot of this rank (prefill-sized batches):
+/// then each peer alone, in ring order after `rank`, and this rank's own dispatch last (its answer
+/// crosses no link), so the first combines are on the wire while the rest computes.
+[[nodiscard]] std::vector<std::vector<size_t>> answer_groups(
+    std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t rank, int64_t slots_per_rank,
+    int64_t split_min_rows = answer_split_min_rows);
+
 /// The source side: out[t] = sum over k in order of pair (t, k)'s output (per_pair), or over the
 /// ranks t went to, in rank order, of their row for t (per_rank); `answers` indexed by destination
 /// rank. out: [num_tokens, hidden] (overwritten).

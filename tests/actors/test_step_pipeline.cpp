@@ -2,9 +2,10 @@
 // Several ranks' step pipelines joined by an in-memory transport that delivers stream work and
 // messages in a random order: every request's logits equal a single rank's forward pass bit for
 // bit (reference backend), with an idle rank, redundant experts, one or two micro-batches and a
-// prompt split between the micro-batches; peers' payloads leave from the sender's stream; SHARED
-// waits for no round trip where nothing else can run first; a stage that throws still takes part
-// in the exchange, so the group's step completes.
+// prompt split between the micro-batches, and with the MLP answering peers one by one (prefill-
+// sized batches) or all at once; peers' payloads leave from the sender's stream, split answers
+// before the stage's last expert batch; SHARED waits for no round trip where nothing else can run
+// first; a stage that throws still takes part in the exchange, so the group's step completes.
 #include <doctest/doctest.h>
 
 #include <deque>
@@ -43,6 +44,8 @@ struct loop_transport {
     }
     void send_combine(int64_t dest, std::shared_ptr<const ep_combine> c) override {
       loop->count_send(rank);
+      if (loop->working_rank == rank)
+        loop->combine_sent_at.push_back(*loop->expert_calls[rank]);
       loop->in_flight.push_back({dest, std::move(c)});
     }
   };
@@ -61,6 +64,9 @@ struct loop_transport {
     bool shared_queued;                      // its SHARED already on the stream behind it
   };
   std::vector<attn_1_run> attn_1_runs;
+  std::vector<const int64_t*> expert_calls;  // per rank: its backend's moe_experts calls so far
+  std::vector<int64_t> combine_sent_at;      // the running MLP's combines: expert calls made by then
+  int64_t combines_early = 0, combines_late = 0;   // before / after the MLP's last expert batch
 
   // Payloads go on the wire from the sender's stream, as they are made, not from its owner.
   void count_send(int64_t rank) { ++(working_rank == rank ? sends_from_stream : sends_elsewhere); }
@@ -108,6 +114,9 @@ struct loop_transport {
           failed_ranks.push_back(c);
         }
         working_rank = -1;
+        for (const int64_t calls : combine_sent_at)
+          ++(calls < *expert_calls[c] ? combines_early : combines_late);
+        combine_sent_at.clear();
         pipelines[c]->on_stage_done(item.micro_batch, item.stage);
       } else {
         auto [dest, msg] = std::move(in_flight[c - ios.size()]);
@@ -140,8 +149,19 @@ struct failing_backend final : cpu_reference_backend {
   }
 };
 
+// The reference backend, counting its expert batches.
+struct counting_backend final : cpu_reference_backend {
+  int64_t& calls;
+  explicit counting_backend(int64_t& c) : calls(c) {}
+  void moe_experts(const moe_experts_params& p) override {
+    ++calls;
+    cpu_reference_backend::moe_experts(p);
+  }
+};
+
 struct rank_state {
-  std::unique_ptr<backend> device = make_cpu_reference_backend();
+  int64_t expert_calls = 0;
+  std::unique_ptr<backend> device = std::make_unique<counting_backend>(expert_calls);
   kv_cache cache;
   explicit rank_state(const model_config& c) : cache(c.num_hidden_layers, 32, 4, c.kv_cache_dim()) {}
 };
@@ -178,7 +198,10 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
     for (const int64_t num_mb : {1, 2}) {
       for (const int64_t redundant : {2, 5}) {   // 16 logical experts -> 18, 21 slots on 3 ranks
         for (const uint32_t seed : {1u, 2u, 3u}) {
+          // these prompts bring too few rows to split the MLP by default; 0 always splits it
+          const int64_t split_min = seed == 2 ? answer_split_min_rows : 0;
           CAPTURE(num_mb);
+          CAPTURE(split_min);
           CAPTURE(redundant);
           CAPTURE(seed);
           const int64_t R = 3;
@@ -216,7 +239,9 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           loop.rng.seed(seed);
           std::vector<std::unique_ptr<step_pipeline>> pipes;
           for (int64_t r = 0; r < R; ++r) {
-            const ep_group group{.rank = r, .num_ranks = R, .placements = placements, .ep = ep, .num_micro_batches = num_mb};
+            loop.expert_calls.push_back(&ranks[r]->expert_calls);
+            const ep_group group{.rank = r, .num_ranks = R, .placements = placements, .ep = ep,
+                                 .num_micro_batches = num_mb, .answer_split_min_rows = split_min};
             const step_model model{.weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
             pipes.push_back(std::make_unique<step_pipeline>(7, group, model, mbs[r], loop.ios[r]));
             loop.pipelines.push_back(pipes.back().get());
@@ -231,6 +256,9 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           CHECK(loop.sends_elsewhere == 0);
           CHECK(loop.combines_with_next_queued > 0);
           CHECK(loop.combines_alone == 0);
+          // split: some peer's answer leaves while this rank's experts still run for others
+          CHECK((loop.combines_early > 0) == (split_min == 0));
+          CHECK(loop.combines_early + loop.combines_late > 0);
           // SHARED goes straight behind ATTN-1 in dense layers and where no later micro-batch has
           // tokens (rank 0's micro-batch 1, ranks 1 and 2); rank 0's micro-batch 0 lets micro-batch
           // 1's ATTN stages go first in MoE layers.
@@ -272,37 +300,44 @@ TEST_CASE("a stage that throws still takes part in the exchange: the group's ste
       (*placements)[l] = default_layer_placement(E, 0, R);
   const std::vector<std::vector<int32_t>> prompts = {{0, 5, 9, 14}, {0, 1, 2}};
   // rank 1's gate (ATTN-1) or its experts (MLP, over both ranks' tokens) throw once, early or late
+  // (split into one expert batch per source rank, the second batch of the first MoE layer: after
+  // an answer has left)
   for (const op_kind op : {op_kind::moe_gate, op_kind::moe_experts}) {
     for (const int64_t nth : {int64_t{1}, int64_t{2}}) {   // the first or the second MoE layer
-      CAPTURE(static_cast<int>(op));
-      CAPTURE(nth);
-      std::vector<std::unique_ptr<rank_state>> ranks;
-      std::vector<sequence_kv> kvs(prompts.size());
-      for (int64_t r = 0; r < R; ++r) {
-        ranks.push_back(std::make_unique<rank_state>(cfg));
-        REQUIRE(kvs[r].reserve(ranks[r]->cache, static_cast<int64_t>(prompts[r].size())));
+      for (const int64_t split_min : {answer_split_min_rows, int64_t{0}}) {
+        CAPTURE(static_cast<int>(op));
+        CAPTURE(nth);
+        CAPTURE(split_min);
+        std::vector<std::unique_ptr<rank_state>> ranks;
+        std::vector<sequence_kv> kvs(prompts.size());
+        for (int64_t r = 0; r < R; ++r) {
+          ranks.push_back(std::make_unique<rank_state>(cfg));
+          REQUIRE(kvs[r].reserve(ranks[r]->cache, static_cast<int64_t>(prompts[r].size())));
+        }
+        ranks[1]->device = std::make_unique<failing_backend>(op, nth);
+        loop_transport loop(R);
+        loop.num_layers = cfg.num_hidden_layers;
+        std::vector<std::unique_ptr<step_pipeline>> pipes;
+        for (int64_t r = 0; r < R; ++r) {
+          loop.expert_calls.push_back(&ranks[r]->expert_calls);
+          std::vector<std::vector<batch_entry>> mbs(2);
+          mbs[0].push_back({.tokens = prompts[r], .kv = &kvs[r]});
+          const ep_group group{.rank = r, .num_ranks = R, .placements = placements,
+                               .ep = {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16},
+                               .answer_split_min_rows = split_min};
+          const step_model model{.weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
+          pipes.push_back(std::make_unique<step_pipeline>(0, group, model, std::move(mbs), loop.ios[r]));
+          loop.pipelines.push_back(pipes.back().get());
+        }
+        for (auto& p : pipes)
+          p->start();
+        loop.run();
+        for (auto& p : pipes)
+          CHECK(p->done());                   // nobody waits for the failed rank's messages
+        CHECK(loop.failed_ranks == std::vector<int64_t>{1});
+        for (int64_t r = 0; r < R; ++r)
+          kvs[r].release(ranks[r]->cache);
       }
-      ranks[1]->device = std::make_unique<failing_backend>(op, nth);
-      loop_transport loop(R);
-      loop.num_layers = cfg.num_hidden_layers;
-      std::vector<std::unique_ptr<step_pipeline>> pipes;
-      for (int64_t r = 0; r < R; ++r) {
-        std::vector<std::vector<batch_entry>> mbs(2);
-        mbs[0].push_back({.tokens = prompts[r], .kv = &kvs[r]});
-        const ep_group group{.rank = r, .num_ranks = R, .placements = placements,
-                             .ep = {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16}};
-        const step_model model{.weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
-        pipes.push_back(std::make_unique<step_pipeline>(0, group, model, std::move(mbs), loop.ios[r]));
-        loop.pipelines.push_back(pipes.back().get());
-      }
-      for (auto& p : pipes)
-        p->start();
-      loop.run();
-      for (auto& p : pipes)
-        CHECK(p->done());                   // nobody waits for the failed rank's messages
-      CHECK(loop.failed_ranks == std::vector<int64_t>{1});
-      for (int64_t r = 0; r < R; ++r)
-        kvs[r].release(ranks[r]->cache);
     }
   }
 }

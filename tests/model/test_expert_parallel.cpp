@@ -271,3 +271,33 @@ TEST_CASE("a dispatch to a rank that lacks the expert, and bad placements, are r
                                         {.dispatch = payload_dtype::fp8, .combine = payload_dtype::fp8}, plan),
                   std::invalid_argument);
 }
+
+TEST_CASE("answer groups: one expert batch for small dispatches, peers first one by one for large ones") {
+  // dispatches from ranks 0..R-1 with the given pair counts (received in src_rank order)
+  auto received = [](std::vector<int64_t> pairs) {
+    std::vector<std::shared_ptr<const ep_dispatch>> out;
+    for (size_t r = 0; r < pairs.size(); ++r) {
+      auto d = std::make_shared<ep_dispatch>();
+      d->src_rank = static_cast<int64_t>(r);
+      d->pair_row.assign(static_cast<size_t>(pairs[r]), 0);
+      out.push_back(d);
+    }
+    return out;
+  };
+  using groups = std::vector<std::vector<size_t>>;
+  const int64_t slots = 4, min_rows = 32;                  // a split needs 128 pairs from each peer
+  // decode-sized: one batch, each expert's weights read once
+  CHECK(answer_groups(received({3, 5}), 0, slots, min_rows) == groups{{0, 1}});
+  // prefill-sized from every peer: the peers, then this rank's own (however small)
+  CHECK(answer_groups(received({128, 200}), 0, slots, min_rows) == groups{{1}, {0}});
+  CHECK(answer_groups(received({128, 0}), 1, slots, min_rows) == groups{{0}, {1}});
+  // four ranks: ring order after this rank
+  CHECK(answer_groups(received({500, 500, 7, 500}), 2, slots, min_rows) == groups{{3}, {0}, {1}, {2}});
+  CHECK(answer_groups(received({500, 500, 500, 500}), 0, slots, min_rows) == groups{{1}, {2}, {3}, {0}});
+  // one small peer keeps the single batch
+  CHECK(answer_groups(received({500, 127, 500, 500}), 0, slots, min_rows) == groups{{0, 1, 2, 3}});
+  // a group of one: nothing to answer early
+  CHECK(answer_groups(received({1000}), 0, slots, min_rows) == groups{{0}});
+  // 0 rows: always split
+  CHECK(answer_groups(received({0, 0}), 1, slots, 0) == groups{{0}, {1}});
+}
