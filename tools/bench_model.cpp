@@ -10,11 +10,13 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/fast_backend.hpp"   // also the AVX-512 intrinsics (fast_simd.hpp)
 #include "kernels/cpu/thread_pool.hpp"
+#include "tools/bench_weights.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
 
@@ -194,6 +196,34 @@ int32_t argmax(const float* logits, int64_t vocab) {
   return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
 }
 
+// Seconds to read `spans` once with plain 64-byte loads on `pool`, every span split into one
+// contiguous part per thread (as the GEMVs split their rows), all in one parallel region: what
+// the memory system gives this token's weights when nothing else runs.
+double time_plain_read(thread_pool& pool, const std::vector<std::span<const uint8_t>>& spans,
+                       std::vector<uint64_t>& sinks) {
+  const int64_t parts = pool.size();
+  const auto start = clock_type::now();
+  pool.parallel_for(static_cast<int64_t>(spans.size()) * parts, [&](int64_t task, int thread) {
+    const std::span<const uint8_t> s = spans[static_cast<size_t>(task / parts)];
+    const int64_t part = task % parts, n = static_cast<int64_t>(s.size());
+    const int64_t begin = n * part / parts / 64 * 64, end = part + 1 == parts ? n : n * (part + 1) / parts / 64 * 64;
+    __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+    int64_t i = begin;
+    for (; i + 256 <= end; i += 256) {
+      a = _mm512_add_epi32(a, _mm512_loadu_si512(s.data() + i));
+      b = _mm512_add_epi32(b, _mm512_loadu_si512(s.data() + i + 64));
+      c = _mm512_add_epi32(c, _mm512_loadu_si512(s.data() + i + 128));
+      d = _mm512_add_epi32(d, _mm512_loadu_si512(s.data() + i + 192));
+    }
+    uint64_t sum = static_cast<uint64_t>(
+        _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a, b), _mm512_add_epi32(c, d))));
+    for (; i < end; ++i)
+      sum += s[static_cast<size_t>(i)];
+    sinks[static_cast<size_t>(thread)] += sum;
+  });
+  return seconds_since(start);
+}
+
 // One prompt of prompt_len tokens in one forward call; tokens per second.
 double bench_prefill(model_session& s, int64_t prompt_len) {
   const std::vector<int32_t> prompt = random_tokens(prompt_len, s.weights.config.vocab_size, 1);
@@ -208,10 +238,19 @@ double bench_prefill(model_session& s, int64_t prompt_len) {
   return static_cast<double>(prompt_len) / t;
 }
 
+struct decode_result {
+  double tok_s = 0.0;                       // at the median step time
+  double read_share = 0.0;                  // batch 1: median over steps of plain read / step time
+  double step_s = 0.0, read_s = 0.0;        // batch 1: median step time, median plain read time
+};
+
 // `batch` sequences prefilled with short prompts, then `steps` greedy decode steps, all
 // sequences in one forward call per step; decoded tokens per second at the median step time
-// (robust to the odd step slowed by other work on a shared machine).
-double bench_decode(model_session& s, int64_t batch, int64_t prompt_len, int64_t steps) {
+// (robust to the odd step slowed by other work on a shared machine). At batch 1, each step is
+// followed by a plain read of the same amount of weights (`reader`), so both see the same
+// moment of a machine whose memory bandwidth drifts.
+decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, int64_t steps,
+                           thread_pool* reader) {
   const int64_t vocab = s.weights.config.vocab_size;
   std::vector<sequence_kv> kvs(static_cast<size_t>(batch));
   std::vector<std::vector<int32_t>> prompts;
@@ -225,7 +264,8 @@ double bench_decode(model_session& s, int64_t batch, int64_t prompt_len, int64_t
     entries.push_back({.tokens = prompts[b], .kv = &kvs[b]});
   std::vector<float> logits = s.runner->forward(entries);
   std::vector<int32_t> next(static_cast<size_t>(batch));
-  std::vector<double> step_seconds;
+  std::vector<double> step_seconds, read_seconds, shares;
+  std::vector<uint64_t> sinks(reader ? static_cast<size_t>(reader->size()) : 0);
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       next[b] = argmax(logits.data() + b * vocab, vocab);
@@ -234,11 +274,23 @@ double bench_decode(model_session& s, int64_t batch, int64_t prompt_len, int64_t
     const auto start = clock_type::now();
     logits = s.runner->forward(entries);
     step_seconds.push_back(seconds_since(start));
+    if (reader != nullptr && batch == 1) {
+      read_seconds.push_back(time_plain_read(*reader, token_weight_spans(s.weights, step), sinks));
+      shares.push_back(read_seconds.back() / step_seconds.back());
+    }
   }
+  asm volatile("" : : "r"(sinks.data()) : "memory");      // keep the sums (and so the reads)
   for (auto& kv : kvs)
     kv.release(*s.cache);
-  std::nth_element(step_seconds.begin(), step_seconds.begin() + steps / 2, step_seconds.end());
-  return static_cast<double>(batch) / step_seconds[static_cast<size_t>(steps / 2)];
+  auto median = [](std::vector<double> v) {
+    if (v.empty())
+      return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const double step_s = median(step_seconds);
+  return {.tok_s = static_cast<double>(batch) / step_s, .read_share = median(shares), .step_s = step_s,
+          .read_s = median(read_seconds)};
 }
 
 void run_model(const bench_options& o) {
@@ -263,12 +315,16 @@ void run_model(const bench_options& o) {
   std::printf("prefill: %lld-token prompt          %9.1f tok/s  (two runs: %.1f, %.1f)\n",
               static_cast<long long>(o.prompt_len), std::max(first, second), first, second);
   double decode1 = 0.0;
+  decode_result paired;
+  thread_pool reader(fast ? fast->num_threads() : 1);
   for (int64_t batch : o.batches) {
-    const double tps = bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps);
-    if (batch == 1)
-      decode1 = std::max(decode1, tps);
+    const decode_result r = bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps, &reader);
+    if (batch == 1) {
+      decode1 = std::max(decode1, r.tok_s);
+      paired = r;
+    }
     std::printf("decode:  batch %3lld (median of %lld steps) %9.1f tok/s\n", static_cast<long long>(batch),
-                static_cast<long long>(o.decode_steps), tps);
+                static_cast<long long>(o.decode_steps), r.tok_s);
   }
   const double bandwidth = measure_read_bandwidth(o.threads);
   std::printf("weight bytes read per decoded token: %.1f MB\n", static_cast<double>(bytes_per_token) * 1e-6);
@@ -278,6 +334,11 @@ void run_model(const bench_options& o) {
     std::printf("batch-1 decode reads %.1f GB/s of weights = %.0f%% of the bandwidth limit\n",
                 decode1 * static_cast<double>(bytes_per_token) * 1e-9,
                 100.0 * decode1 * static_cast<double>(bytes_per_token) / bandwidth);
+  if (paired.read_s > 0.0)
+    std::printf("batch-1 decode step %.2f ms vs a plain read of its weight bytes %.2f ms (%.1f GB/s), "
+                "each step then its read: %.0f%% of that limit (median of steps)\n",
+                1e3 * paired.step_s, 1e3 * paired.read_s,
+                static_cast<double>(bytes_per_token) / paired.read_s * 1e-9, 100.0 * paired.read_share);
 }
 
 }  // namespace
