@@ -32,6 +32,7 @@ struct bench_options {
   int64_t decode_steps = 32;
   std::vector<int64_t> batches = {1, 8, 32};
   bool gemm = false;
+  bool mmap_weights = false;
 };
 
 using clock_type = std::chrono::steady_clock;
@@ -296,6 +297,7 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
 void run_model(const bench_options& o) {
   session_options so;
   so.model_dir = o.model_dir;
+  so.mmap_weights = o.mmap_weights;
   so.threads = o.threads;
   const int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   so.max_context = std::max(o.prompt_len, o.decode_prompt_len + o.decode_steps);
@@ -347,6 +349,7 @@ void add_bench_model(CLI::App& app) {
   auto o = std::make_shared<bench_options>();
   CLI::App* cmd = app.add_subcommand("bench-model", "prefill / decode throughput on the fast CPU path");
   cmd->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors)");
+  add_weight_memory_flag(*cmd, o->mmap_weights);
   cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--prompt-len", o->prompt_len, "prefill prompt tokens")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

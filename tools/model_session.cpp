@@ -7,6 +7,13 @@
 
 namespace moe::tools {
 
+void add_weight_memory_flag(CLI::App& cmd, bool& mmap_weights) {
+  cmd.add_flag("--mmap-weights", mmap_weights,
+               "map the checkpoint files (one page cache shared with other processes) instead of "
+               "copying the weights into transparent huge pages (the default: huge pages on any "
+               "file system and kernel, faster decode)");
+}
+
 void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default, bool kv_flags) {
   cmd.add_option("--model", opts.model_dir, "checkpoint directory (config.json, *.safetensors)")
       ->required();
@@ -21,6 +28,7 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
       ->check(CLI::Range(0, 1024));
   cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive")
       ->check(CLI::IsMember({"absorbed", "naive"}));
+  add_weight_memory_flag(cmd, opts.mmap_weights);
   if (!kv_flags)
     return;
   cmd.add_option("--kv-blocks", opts.kv_blocks, "KV cache blocks (0: enough for --max-context)")
@@ -33,7 +41,7 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
 
 std::unique_ptr<model_session> load_model(const session_options& opts, bool need_tokenizer) {
   auto s = std::make_unique<model_session>();
-  s->ckpt = checkpoint::open(opts.model_dir);
+  s->ckpt = checkpoint::open(opts.model_dir, opts.mmap_weights ? weight_memory::mmap : weight_memory::copy);
   s->weights = load_model_weights(s->ckpt);
   const std::filesystem::path tok_file = std::filesystem::path(opts.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_file))

@@ -24,9 +24,13 @@ struct session_options {
   int64_t max_context = 8192;               // tokens one sequence may hold
   std::string attention = "absorbed";       // or "naive"
   ep_precision ep;                          // routed-expert payload types (as expert parallelism)
+  bool mmap_weights = false;                // map the files instead of copying into huge pages
 };
 
-/// Adds --model, --threads, --attention to a verb, --reference (fast path by default) or, when
+/// Adds --mmap-weights (weight_memory::mmap instead of the default copy) to a verb.
+void add_weight_memory_flag(CLI::App& cmd, bool& mmap_weights);
+
+/// Adds --model, --threads, --attention, --mmap-weights to a verb, --reference (fast path by default) or, when
 /// reference_by_default, --fast, and unless kv_flags is false --kv-blocks, --block-size, --max-context.
 void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default = false,
                          bool kv_flags = true);

@@ -15,6 +15,7 @@
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
 #include "tools/commands.hpp"
+#include "tools/model_session.hpp"
 #include "tools/topology_options.hpp"
 
 namespace moe::tools {
@@ -25,6 +26,7 @@ struct serve_options {
   std::string model_dir;
   topology_options topology;
   bool reference = false;
+  bool mmap_weights = false;
   net::server_limits limits;
   net::auth_keys keys;
   double idle_timeout_s = 300.0, read_timeout_s = 30.0;
@@ -56,7 +58,8 @@ void run(serve_options& o) {
     throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
-  auto weights = std::make_shared<const model_weights>(load_model_weights(checkpoint::open(o.model_dir)));
+  auto weights = std::make_shared<const model_weights>(load_model_weights(
+      checkpoint::open(o.model_dir, o.mmap_weights ? weight_memory::mmap : weight_memory::copy)));
   auto tok = tokenizer::load(o.model_dir);
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);
@@ -101,6 +104,7 @@ void add_serve(CLI::App& app) {
       ->required();
   add_topology_options(*cmd, o->topology);
   cmd->add_flag("--reference", o->reference, "run the plain-loop CPU reference backend on every rank");
+  add_weight_memory_flag(*cmd, o->mmap_weights);
   auto& l = o->limits;
   cmd->add_option("--max-connections", l.max_connections, "open connections at most (default 256)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));

@@ -67,7 +67,7 @@ std::vector<fs::path> scan_safetensors(const fs::path& dir) {
 
 }  // namespace
 
-std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir) {
+std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_memory memory) {
   if (!fs::is_directory(dir))
     throw input_error(dir.string() + ": not a directory (expected a Hugging Face checkpoint directory)");
   auto ckpt = std::make_shared<checkpoint>();
@@ -88,7 +88,7 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir) {
                                      "*.safetensors files");
 
   for (const fs::path& path : files) {
-    ckpt->files_.push_back(safetensors_file::open(path));
+    ckpt->files_.push_back(safetensors_file::open(path, memory));
     for (const auto& [name, info] : ckpt->files_.back()->tensors()) {
       auto [it, inserted] = ckpt->index_.emplace(name, &info);
       if (!inserted)

@@ -1,11 +1,14 @@
 // tests/checkpoint/safetensors_test.cpp
 // The safetensors reader and writer, and checkpoint directories (single file, index + shards,
-// scanned shards), including every malformed-file error.
+// scanned shards), including every malformed-file error; weights as a read-only huge-page copy
+// (the default) or a populated map of the file.
 #include <doctest/doctest.h>
 
 #include <sys/resource.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -47,7 +50,77 @@ __attribute__((no_sanitize_address)) uint64_t touch_pages(const std::byte* data,
   return sum;
 }
 
+// The /proc/self/smaps entry of the mapping that holds `p`.
+struct mapping {
+  uintptr_t start = 0, end = 0;
+  std::string perms, path;
+  bool thp_eligible = false;
+};
+mapping mapping_of(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  mapping m;
+  bool found = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t start = 0, end = 0;
+    char dash = 0;
+    std::istringstream in(line);
+    if (in >> std::hex >> start >> dash >> end && dash == '-') {     // a mapping's header line
+      if (found)
+        break;
+      std::string offset, dev, inode;
+      m = {.start = start, .end = end};
+      in >> m.perms >> offset >> dev >> inode;
+      std::getline(in >> std::ws, m.path);
+      found = start <= addr && addr < end;
+    } else if (found && line.starts_with("THPeligible:")) {
+      m.thp_eligible = line.find('1') != std::string::npos;
+    }
+  }
+  REQUIRE(found);
+  return m;
+}
+
+// Transparent huge pages are not switched off on this machine.
+bool thp_available() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(f, modes);
+  return !modes.empty() && modes.find("[never]") == std::string::npos;
+}
+
 }  // namespace
+
+TEST_CASE("weights load as a read-only copy in memory advised for huge pages, or as a map of the file") {
+  temp_dir dir;
+  const fs::path file = dir.path / "w.safetensors";
+  safetensors_writer w;
+  w.add("w", dtype::bf16, {1024, 1536}, [](std::span<std::byte> dst) {   // 3 MiB: past one huge page
+    for (size_t i = 0; i < dst.size(); ++i)
+      dst[i] = std::byte{static_cast<uint8_t>(i * 7 + (i >> 16))};
+  });
+  w.write(file);
+  const std::string raw = read_text(file);
+  const auto copied = safetensors_file::open(file);
+  const auto mapped = safetensors_file::open(file, weight_memory::mmap);
+  const tensor_info& c = copied->tensors().at("w");
+  const tensor_info& m = mapped->tensors().at("w");
+  REQUIRE(c.num_bytes == 1024 * 1536 * 2);
+  CHECK(std::memcmp(c.data, m.data, static_cast<size_t>(c.num_bytes)) == 0);
+  CHECK(std::memcmp(c.data, raw.data() + (raw.size() - static_cast<size_t>(c.num_bytes)),
+                    static_cast<size_t>(c.num_bytes)) == 0);
+  const mapping cm = mapping_of(c.data), mm = mapping_of(m.data);
+  CHECK(cm.perms == "r--p");                        // private, written once, then read-only
+  CHECK(cm.path.empty());                           // anonymous
+  CHECK(cm.start % (2 << 20) == 0);                 // starts on a huge-page boundary
+  CHECK(cm.end - cm.start >= raw.size());
+  if (thp_available())
+    CHECK(cm.thp_eligible);
+  else
+    MESSAGE("transparent huge pages are off here: the copy stays in 4 KiB pages");
+  CHECK(mm.perms == "r--s");                        // the file's shared page cache
+  CHECK(mm.path == fs::canonical(file).string());
+}
 
 TEST_CASE("writer and reader round-trip tensors, metadata and alignment") {
   temp_dir dir;
@@ -221,7 +294,7 @@ TEST_CASE("checkpoint tensor look-ups name the tensor, the file and the shapes")
   CHECK(contains(error_of([&] { (void)checkpoint::open(dir.path / "missing"); }), "not a directory"));
 }
 
-TEST_CASE("a mapped file's pages are in place at open: reading every tensor takes no page faults") {
+TEST_CASE("loaded weights' pages are in place at open: reading every tensor takes no page faults") {
   temp_dir dir;
   const fs::path file = dir.path / "big.safetensors";
   constexpr int64_t page = 4096, pages = 1024;              // 4 MiB, one tensor
@@ -231,18 +304,21 @@ TEST_CASE("a mapped file's pages are in place at open: reading every tensor take
       dst[i] = std::byte{static_cast<uint8_t>(1 + (i >> 12))};
   });
   w.write(file);
-  const auto f = safetensors_file::open(file);
-  const tensor_info& t = f->tensors().at("w");
-  auto minor_faults = [] {
-    rusage u{};
-    getrusage(RUSAGE_THREAD, &u);
-    return static_cast<int64_t>(u.ru_minflt);
-  };
-  const int64_t before = minor_faults();
-  const uint64_t sum = touch_pages(t.data, t.num_bytes, page);
-  const int64_t faults = minor_faults() - before;
-  CHECK(sum > 0);
-  // Mapped lazily, the first read of each page (or 64 KiB fault-around window, or large page-cache
-  // folio: 6 faults here on ext4) faults; populated at open, none does.
-  CHECK(faults == 0);
+  for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {
+    CAPTURE(static_cast<int>(memory));
+    const auto f = safetensors_file::open(file, memory);
+    const tensor_info& t = f->tensors().at("w");
+    auto minor_faults = [] {
+      rusage u{};
+      getrusage(RUSAGE_THREAD, &u);
+      return static_cast<int64_t>(u.ru_minflt);
+    };
+    const int64_t before = minor_faults();
+    const uint64_t sum = touch_pages(t.data, t.num_bytes, page);
+    const int64_t faults = minor_faults() - before;
+    CHECK(sum > 0);
+    // Mapped lazily, the first read of each page (or 64 KiB fault-around window, or large page-cache
+    // folio: 6 faults here on ext4) faults; populated at open (or written there by the copy), none does.
+    CHECK(faults == 0);
+  }
 }
