@@ -87,13 +87,16 @@ void step_pipeline::begin_layer(int64_t mb, int64_t l) {
   m.layer_idx = l;
   m.shared_queued = false;
   forward_step* fwd = m.fwd.get();
-  io_.enqueue(mb, stage_kind::attn_0, l, [fwd, l] { fwd->attn_0(l); });
+  to_stream(mb, stage_kind::attn_0, l, [fwd, l] { fwd->attn_0(l); });
   if (!is_moe(l)) {
-    io_.enqueue(mb, stage_kind::attn_1, l, [fwd, l, form = model_.form] { fwd->attn_1(l, form); });
+    to_stream(mb, stage_kind::attn_1, l, [fwd, l, form = model_.form] { fwd->attn_1(l, form); });
     enqueue_shared(mb, l);                  // no exchange to wait for: straight behind
+    // and the next layer straight behind that: micro-batch 0 reaches its first MoE layer's
+    // dispatch before micro-batch 1 computes its dense layers, which then hide that dispatch
+    begin_next(mb, l);
     return;
   }
-  io_.enqueue(mb, stage_kind::attn_1, l, [this, &m, fwd, l, mb] {
+  to_stream(mb, stage_kind::attn_1, l, [this, &m, fwd, l, mb] {
     const model_config& cfg = model_.weights->config;
     const ep_key key{.step = step_, .layer_idx = l, .micro_batch = mb};
     std::exception_ptr failed;
@@ -131,17 +134,27 @@ void step_pipeline::enqueue_shared(int64_t mb, int64_t l) {
   m.shared_queued = true;
   forward_step* fwd = m.fwd.get();
   if (!is_moe(l))                           // a dense layer: its MLP, then the residual add
-    io_.enqueue(mb, stage_kind::shared, l, [fwd, l] {
+    to_stream(mb, stage_kind::shared, l, [fwd, l] {
       fwd->shared(l);
       fwd->combine(l);
     });
   else
-    io_.enqueue(mb, stage_kind::shared, l, [fwd, l] { fwd->shared(l); });
+    to_stream(mb, stage_kind::shared, l, [fwd, l] { fwd->shared(l); });
+}
+
+void step_pipeline::to_stream(int64_t mb, stage_kind stage, int64_t layer_idx, std::function<void()> work) {
+  mbs_[mb].on_stream.emplace_back(stage, layer_idx);
+  io_.enqueue(mb, stage, layer_idx, std::move(work));
 }
 
 void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
   micro_batch& m = mbs_[mb];
-  const int64_t l = m.layer_idx;
+  // the stream runs a micro-batch's stages in order: this is the oldest one still on it
+  if (m.on_stream.empty() || m.on_stream.front().first != stage)
+    throw std::logic_error("step_pipeline: micro-batch " + std::to_string(mb) + " completed " +
+                           std::string(to_string(stage)) + ", which is not the next stage on its stream");
+  const int64_t l = m.on_stream.front().second;
+  m.on_stream.pop_front();
   switch (stage) {
     case stage_kind::attn_0:
       return;
@@ -156,10 +169,8 @@ void step_pipeline::on_stage_done(int64_t mb, stage_kind stage) {
       }
       return;
     case stage_kind::shared:
-      if (!is_moe(l)) {                     // the dense layer is done
-        begin_next(mb, l);
+      if (!is_moe(l))                       // the dense layer is done (the next one began with it)
         return layer_finished(mb);
-      }
       m.shared_done = true;
       return try_combine(mb);
     case stage_kind::mlp: {
@@ -202,7 +213,7 @@ void step_pipeline::try_mlp(int64_t mb, int64_t l) {
     m.answer_dest.push_back(d->src_rank);
   std::vector<std::vector<size_t>> groups =
       answer_groups(received, group_.rank, (*group_.placements)[l].slots_per_rank, group_.answer_split_min_rows);
-  io_.enqueue(mb, stage_kind::mlp, l, [this, &m, l, received = std::move(received), groups = std::move(groups)] {
+  to_stream(mb, stage_kind::mlp, l, [this, &m, l, received = std::move(received), groups = std::move(groups)] {
     const int64_t D = model_.weights->config.hidden_size;
     m.my_answers.assign(received.size(), nullptr);
     std::vector<bool> answered(received.size(), false);
@@ -259,7 +270,7 @@ void step_pipeline::try_combine(int64_t mb) {
   m.shared_done = false;
   m.num_answers = 0;
   const int64_t l = m.layer_idx;
-  io_.enqueue(mb, stage_kind::combine, l,
+  to_stream(mb, stage_kind::combine, l,
               [fwd = m.fwd.get(), plan = std::move(m.plan), answers = std::exchange(m.answers, std::vector<std::shared_ptr<const ep_combine>>(group_.num_ranks)),
                l, D = model_.weights->config.hidden_size] {
                 combine_outputs(plan, answers, fwd->routed_output().data(), D);
@@ -285,7 +296,7 @@ void step_pipeline::layer_finished(int64_t mb) {
   if (!std::all_of(mbs_.begin(), mbs_.end(), [](const micro_batch& x) { return x.layers_done; }))
     return;
   // lm_head once for every micro-batch: on a memory-bound CPU its weights dominate a decode step
-  io_.enqueue(0, stage_kind::logits, m.layer_idx, [this] {
+  to_stream(0, stage_kind::logits, m.layer_idx, [this] {
     std::vector<forward_step*> steps;
     for (micro_batch& x : mbs_)
       steps.push_back(x.fwd.get());

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -83,7 +84,7 @@ private:
   struct micro_batch {
     std::vector<batch_entry> entries;
     std::unique_ptr<forward_step> fwd;
-    int64_t layer_idx = -1;                 // the layer begun last
+    int64_t layer_idx = -1;                 // the layer begun last (its stages may still be queued)
     // this layer's exchange
     dispatch_plan plan;
     std::vector<std::shared_ptr<ep_dispatch>> outgoing;
@@ -91,6 +92,7 @@ private:
     std::vector<std::shared_ptr<ep_combine>> my_answers;        // to send after MLP
     std::vector<int64_t> answer_dest;       // the rank each of my_answers goes to
     int64_t num_answers = 0;
+    std::deque<std::pair<stage_kind, int64_t>> on_stream;   // its stages (and their layers) on the stream, in order
     bool shared_queued = false;             // this layer's SHARED is on the stream
     bool shared_done = false;
     int64_t layers_finished = 0;            // layers whose last stage completed
@@ -99,6 +101,9 @@ private:
     std::vector<float> logits;
   };
 
+  /// io_.enqueue, recording which layer the stage belongs to: a dense layer's stages may still
+  /// run after the micro-batch has begun the next layer.
+  void to_stream(int64_t mb, stage_kind stage, int64_t layer_idx, std::function<void()> work);
   void begin_layer(int64_t mb, int64_t layer_idx);
   /// SHARED (a dense layer: its MLP and residual add) of `mb`'s layer, once.
   void enqueue_shared(int64_t mb, int64_t layer_idx);

@@ -5,9 +5,12 @@
 // prompt split between the micro-batches, and with the MLP answering peers one by one (prefill-
 // sized batches) or all at once; peers' payloads leave from the sender's stream, split answers
 // before the stage's last expert batch; SHARED waits for no round trip where nothing else can run
-// first; a stage that throws still takes part in the exchange, so the group's step completes.
+// first; a micro-batch goes from a dense layer straight into the next layer, so micro-batch 0's
+// first dispatch flies while micro-batch 1 computes its dense layers; a stage that throws still
+// takes part in the exchange, so the group's step completes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 #include <random>
@@ -64,6 +67,13 @@ struct loop_transport {
     bool shared_queued;                      // its SHARED already on the stream behind it
   };
   std::vector<attn_1_run> attn_1_runs;
+  struct stage_run {
+    int64_t micro_batch;
+    stage_kind stage;
+    int64_t layer_idx;
+    friend bool operator==(const stage_run&, const stage_run&) = default;
+  };
+  std::vector<std::vector<stage_run>> ran;   // per rank: its stream's stages in the order they ran
   std::vector<const int64_t*> expert_calls;  // per rank: its backend's moe_experts calls so far
   std::vector<int64_t> combine_sent_at;      // the running MLP's combines: expert calls made by then
   int64_t combines_early = 0, combines_late = 0;   // before / after the MLP's last expert batch
@@ -71,7 +81,7 @@ struct loop_transport {
   // Payloads go on the wire from the sender's stream, as they are made, not from its owner.
   void count_send(int64_t rank) { ++(working_rank == rank ? sends_from_stream : sends_elsewhere); }
 
-  explicit loop_transport(int64_t num_ranks) : ios(static_cast<size_t>(num_ranks)) {
+  explicit loop_transport(int64_t num_ranks) : ios(static_cast<size_t>(num_ranks)), ran(static_cast<size_t>(num_ranks)) {
     for (int64_t r = 0; r < num_ranks; ++r) {
       ios[r].loop = this;
       ios[r].rank = r;
@@ -107,6 +117,7 @@ struct loop_transport {
           });
           attn_1_runs.push_back({c, item.micro_batch, item.layer_idx, queued});
         }
+        ran[c].push_back({item.micro_batch, item.stage, item.layer_idx});
         working_rank = c;
         try {
           item.work();
@@ -269,6 +280,18 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
             CAPTURE(run.layer_idx);
             const bool later_tokens = run.rank == 0 && run.micro_batch == 0 && num_mb == 2;
             CHECK(run.shared_queued == (!w.layers[run.layer_idx].is_moe || !later_tokens));
+          }
+          // micro-batch 0 goes on from its dense layer into the first MoE layer (its dispatch on the
+          // wire) before micro-batch 1 computes its dense layer
+          if (num_mb == 2) {
+            const int64_t first_moe = cfg.first_k_dense_replace;
+            REQUIRE(first_moe > 0);
+            const auto& order = loop.ran[0];
+            const auto at = [&](const loop_transport::stage_run& s) {
+              return std::find(order.begin(), order.end(), s) - order.begin();
+            };
+            CHECK(at({0, stage_kind::attn_1, first_moe}) < at({1, stage_kind::attn_0, 0}));
+            CHECK(at({1, stage_kind::attn_0, 0}) < static_cast<std::ptrdiff_t>(order.size()));
           }
           const int64_t V = cfg.vocab_size;
           // rank 0: prompt 0's row is in the last micro-batch, prompt 1's in micro-batch 0
