@@ -5,6 +5,8 @@
 #include <charconv>
 #include <filesystem>
 
+#include "tools/load_progress.hpp"
+
 namespace moe::tools {
 
 void add_weight_memory_flag(CLI::App& cmd, bool& mmap_weights) {
@@ -41,7 +43,8 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
 
 std::unique_ptr<model_session> load_model(const session_options& opts, bool need_tokenizer) {
   auto s = std::make_unique<model_session>();
-  s->ckpt = checkpoint::open(opts.model_dir, opts.mmap_weights ? weight_memory::mmap : weight_memory::copy);
+  s->ckpt = checkpoint::open(opts.model_dir, opts.mmap_weights ? weight_memory::mmap : weight_memory::copy,
+                             stderr_load_progress());
   s->weights = load_model_weights(s->ckpt);
   const std::filesystem::path tok_file = std::filesystem::path(opts.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_file))

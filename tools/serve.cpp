@@ -15,6 +15,7 @@
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
 #include "tools/commands.hpp"
+#include "tools/load_progress.hpp"
 #include "tools/model_session.hpp"
 #include "tools/topology_options.hpp"
 
@@ -59,7 +60,8 @@ void run(serve_options& o) {
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
   auto weights = std::make_shared<const model_weights>(load_model_weights(
-      checkpoint::open(o.model_dir, o.mmap_weights ? weight_memory::mmap : weight_memory::copy)));
+      checkpoint::open(o.model_dir, o.mmap_weights ? weight_memory::mmap : weight_memory::copy,
+                       stderr_load_progress())));
   auto tok = tokenizer::load(o.model_dir);
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);

@@ -2,6 +2,7 @@
 // Opens a checkpoint directory: config.json plus model.safetensors.index.json and its shards, or a
 // single model.safetensors, or else every *.safetensors file; builds one name -> tensor index.
 #include <algorithm>
+#include <numeric>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -67,7 +68,8 @@ std::vector<fs::path> scan_safetensors(const fs::path& dir) {
 
 }  // namespace
 
-std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_memory memory) {
+std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_memory memory,
+                                                   const load_progress& progress) {
   if (!fs::is_directory(dir))
     throw input_error(dir.string() + ": not a directory (expected a Hugging Face checkpoint directory)");
   auto ckpt = std::make_shared<checkpoint>();
@@ -87,8 +89,21 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     throw input_error(dir.string() + ": no model.safetensors, model.safetensors.index.json or "
                                      "*.safetensors files");
 
+  std::vector<uint64_t> sizes;               // for progress; a missing file is reported by open
   for (const fs::path& path : files) {
-    ckpt->files_.push_back(safetensors_file::open(path, memory));
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    sizes.push_back(ec ? 0 : size);
+  }
+  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  uint64_t loaded = 0;
+  for (size_t f = 0; f < files.size(); ++f) {
+    const fs::path& path = files[f];
+    std::function<void(uint64_t)> on_bytes;
+    if (progress)
+      on_bytes = [&progress, loaded, total](uint64_t n) { progress(loaded + n, total); };
+    ckpt->files_.push_back(safetensors_file::open(path, memory, on_bytes));
+    loaded += sizes[f];
     for (const auto& [name, info] : ckpt->files_.back()->tensors()) {
       auto [it, inserted] = ckpt->index_.emplace(name, &info);
       if (!inserted)

@@ -43,13 +43,19 @@ enum class weight_memory : uint8_t {
   mmap,
 };
 
+/// Loading progress: bytes of weight files loaded so far and in all (the files' sizes), called
+/// on the loading thread as pieces arrive.
+using load_progress = std::function<void(uint64_t done, uint64_t total)>;
+
 class safetensors_file {
 public:
   /// Loads (see weight_memory) and parses `path`; throws input_error naming the file on a
   /// truncated file, malformed header JSON, an unknown dtype, or offsets out of range / not
   /// matching the shape.
+  /// `on_bytes` (optional) hears the bytes of this file loaded so far.
   static std::unique_ptr<safetensors_file> open(const std::filesystem::path& path,
-                                                weight_memory memory = weight_memory::copy);
+                                                weight_memory memory = weight_memory::copy,
+                                                const std::function<void(uint64_t)>& on_bytes = {});
   ~safetensors_file();
   safetensors_file(const safetensors_file&) = delete;
   safetensors_file& operator=(const safetensors_file&) = delete;
@@ -72,7 +78,8 @@ private:
 class checkpoint {
 public:
   static std::shared_ptr<const checkpoint> open(const std::filesystem::path& dir,
-                                                weight_memory memory = weight_memory::copy);
+                                                weight_memory memory = weight_memory::copy,
+                                                const load_progress& progress = {});
 
   [[nodiscard]] const model_config& config() const noexcept { return config_; }
   [[nodiscard]] const std::filesystem::path& dir() const noexcept { return dir_; }

@@ -102,7 +102,8 @@ struct fd_guard {
 // The file's `size` bytes in fresh anonymous memory, 2 MiB-aligned and advised for transparent
 // huge pages (best effort: with THP off it stays 4 KiB pages), then read-only. Sets `mapped` to
 // the length to munmap.
-void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& path, size_t& mapped) {
+void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& path, size_t& mapped,
+                           const std::function<void(uint64_t)>& on_bytes) {
   constexpr size_t huge = size_t{2} << 20;
   mapped = (size + huge - 1) / huge * huge;
   void* raw = ::mmap(nullptr, mapped + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -126,6 +127,8 @@ void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& p
       file_error(path, "cannot read at byte " + std::to_string(done) + ": " + why);
     }
     done += static_cast<uint64_t>(n);
+    if (on_bytes)
+      on_bytes(done);
   }
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   // the copy is what runs
   (void)::mprotect(base, mapped, PROT_READ);
@@ -134,7 +137,8 @@ void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& p
 
 }  // namespace
 
-std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path, weight_memory memory) {
+std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path, weight_memory memory,
+                                                         const std::function<void(uint64_t)>& on_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     file_error(path, std::string("cannot open: ") + std::strerror(errno));
@@ -149,7 +153,7 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
   void* map = nullptr;
   size_t mapped = size;
   if (memory == weight_memory::copy) {
-    map = read_into_huge_pages(fd, size, path, mapped);
+    map = read_into_huge_pages(fd, size, path, mapped, on_bytes);
   } else {
     // MAP_POPULATE: the page tables are filled (and the file read ahead) now, at load, rather
     // than one fault per page on first use: a server is warm when it says it is ready. Measured,
@@ -158,6 +162,8 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
     map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (map == MAP_FAILED)
       file_error(path, std::string("cannot mmap: ") + std::strerror(errno));
+    if (on_bytes)
+      on_bytes(size);
   }
 
   std::unique_ptr<safetensors_file> file(new safetensors_file());
