@@ -306,7 +306,7 @@ void run_model(const bench_options& o) {
   auto s = open_session(so, /*need_tokenizer=*/false);
   const model_config& cfg = s->weights.config;
   const int64_t bytes_per_token = weight_bytes_per_token(s->weights);
-  const auto* fast = dynamic_cast<const cpu_fast_backend*>(s->device.get());
+  auto* fast = dynamic_cast<cpu_fast_backend*>(s->device.get());
   std::printf("model %s: %lld layers, hidden %lld, vocab %lld, backend %s, %d threads\n",
               o.model_dir.c_str(), static_cast<long long>(cfg.num_hidden_layers),
               static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.vocab_size),
@@ -318,9 +318,9 @@ void run_model(const bench_options& o) {
               static_cast<long long>(o.prompt_len), std::max(first, second), first, second);
   double decode1 = 0.0;
   decode_result paired;
-  thread_pool reader(fast ? fast->num_threads() : 1);
   for (int64_t batch : o.batches) {
-    const decode_result r = bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps, &reader);
+    const decode_result r =
+        bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps, fast ? &fast->pool() : nullptr);
     if (batch == 1) {
       decode1 = std::max(decode1, r.tok_s);
       paired = r;

@@ -10,9 +10,7 @@ std::vector<std::span<const uint8_t>> token_weight_spans(const model_weights& w,
       return;
     out.emplace_back(static_cast<const uint8_t*>(lw.data), static_cast<size_t>(lw.num_bytes()));
     if (lw.scale_inv != nullptr)
-      out.emplace_back(reinterpret_cast<const uint8_t*>(lw.scale_inv),
-                       static_cast<size_t>(4 * ((lw.out_features + lw.block_rows - 1) / lw.block_rows) *
-                                           ((lw.in_features + lw.block_cols - 1) / lw.block_cols)));
+      out.emplace_back(reinterpret_cast<const uint8_t*>(lw.scale_inv), static_cast<size_t>(lw.scale_bytes()));
   };
   auto add_mlp = [&](const mlp_weights& m) {
     add(m.gate_proj);

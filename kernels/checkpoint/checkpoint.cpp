@@ -2,8 +2,8 @@
 // Opens a checkpoint directory: config.json plus model.safetensors.index.json and its shards, or a
 // single model.safetensors, or else every *.safetensors file; builds one name -> tensor index.
 #include <algorithm>
-#include <numeric>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <sstream>
 

@@ -29,7 +29,6 @@ struct tensor_info {
   std::string file;                         // file name, for error messages
 };
 
-/// One mmap-ed .safetensors file with its parsed header.
 /// Where a checkpoint's bytes live while the model runs.
 enum class weight_memory : uint8_t {
   /// Read into anonymous memory advised for transparent huge pages (2 MiB), then read-only; the
@@ -47,6 +46,7 @@ enum class weight_memory : uint8_t {
 /// on the loading thread as pieces arrive.
 using load_progress = std::function<void(uint64_t done, uint64_t total)>;
 
+/// One loaded .safetensors file with its parsed header.
 class safetensors_file {
 public:
   /// Loads (see weight_memory) and parses `path`; throws input_error naming the file on a

@@ -59,6 +59,9 @@ public:
   void moe_gate(const moe_gate_params& p) override;
 
   [[nodiscard]] int num_threads() const noexcept { return pool_.size(); }
+  /// The kernels' own threads, for work measured beside them (bench-model's paired read): a
+  /// second pool would spin on the same cores while this one starts.
+  [[nodiscard]] thread_pool& pool() noexcept { return pool_; }
 
 private:
   /// Runs fn(begin, end) over [0, n) split across the pool when n * cost is large.

@@ -160,10 +160,7 @@ struct loader {
 int64_t linear_bytes(const linear_weight& lw) {
   if (lw.data == nullptr)
     return 0;
-  int64_t n = lw.num_bytes();
-  if (lw.scale_inv != nullptr)
-    n += ceil_div(lw.out_features, lw.block_rows) * ceil_div(lw.in_features, lw.block_cols) * 4;
-  return n;
+  return lw.num_bytes() + lw.scale_bytes();
 }
 
 int64_t mlp_bytes(const mlp_weights& m) {

@@ -35,6 +35,12 @@ struct linear_weight {
   [[nodiscard]] int64_t num_bytes() const noexcept {
     return out_features * in_features * dtype_size(type);
   }
+  /// Bytes of the FP8 block scales (0 without them).
+  [[nodiscard]] int64_t scale_bytes() const noexcept {
+    if (scale_inv == nullptr)
+      return 0;
+    return 4 * ((out_features + block_rows - 1) / block_rows) * ((in_features + block_cols - 1) / block_cols);
+  }
 };
 
 /// SwiGLU MLP: down( silu(gate x) * up x ). Dense layers, each routed expert, the shared experts.
