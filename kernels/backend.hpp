@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -41,6 +44,16 @@ struct linear_params {
   const float* x = nullptr;
   const linear_weight* w = nullptr;
   float* out = nullptr;
+  int64_t num_tokens = 0;
+};
+
+/// out[i] = x @ w[i]^T for weights that read the same x (q_a_proj and kv_a_proj_with_mqa; an MLP's
+/// gate_proj and up_proj), so a backend can stream them in one pass.
+///                                          x: [num_tokens, in] -> out[i]: [num_tokens, w[i]->out]
+struct linear_group_params {
+  const float* x = nullptr;
+  std::span<const linear_weight* const> w;
+  std::span<float* const> out;              // one per weight
   int64_t num_tokens = 0;
 };
 
@@ -173,6 +186,13 @@ public:
   virtual void embedding(const embedding_params& p) = 0;
   virtual void rms_norm(const rms_norm_params& p) = 0;
   virtual void linear(const linear_params& p) = 0;
+  /// One linear per weight unless a backend fuses them. Throws std::invalid_argument when the
+  /// weights and outputs differ in number or the weights in their input width.
+  virtual void linear_group(const linear_group_params& p) {
+    check_linear_group(p);
+    for (size_t i = 0; i < p.w.size(); ++i)
+      linear({.x = p.x, .w = p.w[i], .out = p.out[i], .num_tokens = p.num_tokens});
+  }
   virtual void rope(const rope_params& p) = 0;
   virtual void store_kv(const store_kv_params& p) = 0;
   virtual void mla_attention(const mla_attention_params& p) = 0;
@@ -180,6 +200,17 @@ public:
   virtual void add(const add_params& p) = 0;
   virtual void moe_gate(const moe_gate_params& p) = 0;
   virtual void moe_experts(const moe_experts_params& p) = 0;
+
+protected:
+  static void check_linear_group(const linear_group_params& p) {
+    if (p.w.size() != p.out.size())
+      throw std::invalid_argument("linear_group: " + std::to_string(p.w.size()) + " weights but " +
+                                  std::to_string(p.out.size()) + " outputs");
+    for (const linear_weight* w : p.w)
+      if (w->in_features != p.w.front()->in_features)
+        throw std::invalid_argument("linear_group: weights of " + std::to_string(p.w.front()->in_features) +
+                                    " and " + std::to_string(w->in_features) + " inputs read one x");
+  }
 };
 
 /// The CPU reference: plain loops, fp32 activations and accumulation. The specification.

@@ -1,6 +1,7 @@
 // kernels/cpu/fast_backend.cpp
-// The fast CPU backend's construction and its linear op: the rows of W split into tasks over the
-// thread pool (GEMV: chunks of rows; GEMM: 64-row panels x activation row ranges).
+// The fast CPU backend's construction and its linear ops: the rows of W split into tasks over the
+// thread pool (GEMV: equal chunks of rows, across the weights of a linear_group; GEMM: 64-row
+// panels x activation row ranges).
 #include "kernels/cpu/fast_backend.hpp"
 
 #include <algorithm>
@@ -17,35 +18,71 @@ std::unique_ptr<backend> make_cpu_fast_backend(int num_threads) {
   return std::make_unique<cpu_fast_backend>(num_threads);
 }
 
-void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w, float* out,
-                                       int64_t ldo) {
+void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w, float* out, int64_t ldo) {
   const int64_t n = w.out_features, threads = pool_.size();
-  if (fast::uses_gemm(w, x.num_rows)) {
-    // Tasks: panel-aligned row ranges x activation row ranges of at least 48 rows, enough of
-    // them to balance the threads; each task packs its panels once for all its rows.
-    const int64_t num_panels = (n + fast::panel_rows - 1) / fast::panel_rows;
-    const int64_t max_m_chunks = std::max<int64_t>(1, x.num_rows / 48);
-    const int64_t m_chunks = std::clamp<int64_t>((4 * threads + num_panels - 1) / num_panels, 1, max_m_chunks);
-    const int64_t m_chunk = round_up((x.num_rows + m_chunks - 1) / m_chunks, 6);
-    const int64_t num_m = (x.num_rows + m_chunk - 1) / m_chunk;
-    pool_.parallel_for(num_panels * num_m, [&](int64_t task, int thread) {
-      const int64_t p = task / num_m, m0 = (task % num_m) * m_chunk;
-      const act_rows part{.num_rows = std::min(m_chunk, x.num_rows - m0), .k = x.k,
-                          .f32 = x.f32 + m0, .bf16 = x.bf16 ? x.bf16 + m0 : nullptr};
-      const int64_t r0 = p * fast::panel_rows;
-      fast::linear_rows(part, w, r0, std::min(fast::panel_rows, n - r0), out + m0 * ldo + r0, ldo,
-                        scratch_[thread]);
-    });
-    return;
+  if (!fast::uses_gemm(w, x.num_rows)) {
+    const linear_weight* ws[] = {&w};
+    float* outs[] = {out};
+    return parallel_gemv(x, ws, outs, ldo);
   }
-  // GEMV: ~2 chunks per thread (dynamic balance), multiples of 16 rows, >= 64 KiB each: long
-  // streams, few restarts (measured: 256 x 1024 BF16 26 -> 37 GB/s against 16-row chunks).
-  const int64_t row_bytes = x.k * dtype_size(w.type);
-  const int64_t min_rows = round_up((int64_t{64} << 10) / row_bytes + 1, 16);
-  const int64_t chunk = std::max(min_rows, round_up((n + 2 * threads - 1) / (2 * threads), 16));
-  pool_.parallel_for((n + chunk - 1) / chunk, [&](int64_t task, int thread) {
-    const int64_t r0 = task * chunk;
-    fast::linear_rows(x, w, r0, std::min(chunk, n - r0), out + r0, ldo, scratch_[thread]);
+  // Tasks: panel-aligned row ranges x activation row ranges of at least 48 rows, enough of
+  // them to balance the threads; each task packs its panels once for all its rows.
+  const int64_t num_panels = (n + fast::panel_rows - 1) / fast::panel_rows;
+  const int64_t max_m_chunks = std::max<int64_t>(1, x.num_rows / 48);
+  const int64_t m_chunks = std::clamp<int64_t>((4 * threads + num_panels - 1) / num_panels, 1, max_m_chunks);
+  const int64_t m_chunk = round_up((x.num_rows + m_chunks - 1) / m_chunks, 6);
+  const int64_t num_m = (x.num_rows + m_chunk - 1) / m_chunk;
+  pool_.parallel_for(num_panels * num_m, [&](int64_t task, int thread) {
+    const int64_t p = task / num_m, m0 = (task % num_m) * m_chunk;
+    const act_rows part{.num_rows = std::min(m_chunk, x.num_rows - m0), .k = x.k,
+                        .f32 = x.f32 + m0, .bf16 = x.bf16 ? x.bf16 + m0 : nullptr};
+    const int64_t r0 = p * fast::panel_rows;
+    fast::linear_rows(part, w, r0, std::min(fast::panel_rows, n - r0), out + m0 * ldo + r0, ldo,
+                      scratch_[thread]);
+  });
+}
+
+std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads) {
+  // Chunks of >= 64 KiB (long streams, few restarts; measured: 256 x 1024 BF16 26 -> 37 GB/s
+  // against 16-row chunks), one or two per thread: as many on every thread (the old ~2 per
+  // thread of >= 64 KiB left 256 x 1024 FP8 as 80 + 80 + 80 + 16 rows: 160 rows on one thread).
+  int64_t rows = 0, bytes = 0;
+  for (const linear_weight* x : w) {
+    rows += x->out_features;
+    bytes += x->num_bytes();
+  }
+  int64_t chunks = std::clamp<int64_t>(bytes >> 16, 1, 2 * threads);
+  if (chunks > threads)
+    chunks -= chunks % threads;
+  const int64_t chunk = round_up((rows + chunks - 1) / chunks, 16);
+  std::vector<gemv_piece> pieces;
+  int64_t task = 0, left = chunk;           // rows the current task still takes
+  for (size_t i = 0; i < w.size(); ++i)
+    for (int64_t r0 = 0; r0 < w[i]->out_features;) {
+      const int64_t nr = std::min(left, w[i]->out_features - r0);
+      pieces.push_back({.task = task, .weight = static_cast<int64_t>(i), .r0 = r0, .num_rows = nr});
+      r0 += nr;
+      left -= nr;
+      if (left == 0) {
+        ++task;
+        left = chunk;
+      }
+    }
+  return pieces;
+}
+
+void cpu_fast_backend::parallel_gemv(const act_rows& x, std::span<const linear_weight* const> w,
+                                     std::span<float* const> out, int64_t ldo) {
+  const std::vector<gemv_piece> pieces = plan_gemv(w, pool_.size());
+  // a task's pieces are adjacent: find its first by binary search on the task index
+  pool_.parallel_for(pieces.back().task + 1, [&](int64_t task, int thread) {
+    auto it = std::lower_bound(pieces.begin(), pieces.end(), task,
+                               [](const gemv_piece& p, int64_t t) { return p.task < t; });
+    for (; it != pieces.end() && it->task == task; ++it) {
+      const linear_weight& wi = *w[it->weight];
+      const int64_t ld = ldo > 0 ? ldo : wi.out_features;
+      fast::linear_rows(x, wi, it->r0, it->num_rows, out[it->weight] + it->r0, ld, scratch_[thread]);
+    }
   });
 }
 
@@ -76,6 +113,23 @@ void cpu_fast_backend::linear(const linear_params& p) {
     x.bf16 = bf16;
   }
   parallel_linear(x, w, p.out, w.out_features);
+}
+
+// The GEMV-shaped group streams every weight's rows in one dispatch; GEMM shapes (compute-bound)
+// keep one dispatch per weight.
+void cpu_fast_backend::linear_group(const linear_group_params& p) {
+  check_linear_group(p);
+  const int64_t m = p.num_tokens;
+  const bool one_pass = !p.w.empty() && std::all_of(p.w.begin(), p.w.end(), [m](const linear_weight* w) {
+    return fast::fast_supports(*w) && !fast::uses_gemm(*w, m);
+  });
+  if (!one_pass || m == 0)
+    return backend::linear_group(p);
+  const int64_t k = p.w.front()->in_features;
+  auto** f32 = x_ptrs_.get<const float*>(m);
+  for (int64_t t = 0; t < m; ++t)
+    f32[t] = p.x + t * k;
+  parallel_gemv({.num_rows = m, .k = k, .f32 = f32}, p.w, p.out, 0);
 }
 
 }  // namespace moe

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +43,16 @@ struct expert_grouping {
 };
 void group_by_expert(const moe_experts_params& p, expert_grouping& g);   // fast_experts.cpp
 
+/// One piece of a GEMV task: rows [r0, r0 + num_rows) of weight `weight`.
+struct gemv_piece {
+  int64_t task = 0, weight = 0, r0 = 0, num_rows = 0;
+};
+/// The weights' rows as one row space, each weight's in turn, cut into equal tasks of whole
+/// multiples of 16 rows (the last shorter), as many as threads or twice as many, each >= 64 KiB
+/// where the bytes allow; a task that crosses from one weight into the next holds a piece of
+/// each. Pieces come in task order.
+[[nodiscard]] std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads);
+
 class cpu_fast_backend : public cpu_reference_backend {
 public:
   /// num_threads <= 0: every hardware thread.
@@ -49,6 +60,7 @@ public:
 
   [[nodiscard]] std::string_view name() const noexcept override { return "cpu"; }
   void linear(const linear_params& p) override;                  // kernels/cpu/fast_backend.cpp
+  void linear_group(const linear_group_params& p) override;
   void moe_experts(const moe_experts_params& p) override;        // kernels/cpu/fast_experts.cpp
   void mla_attention(const mla_attention_params& p) override;    // kernels/cpu/fast_attention.cpp
   void embedding(const embedding_params& p) override;            // kernels/cpu/fast_elementwise.cpp
@@ -69,6 +81,10 @@ private:
   void split(int64_t n, int64_t cost, Fn&& fn);
   /// Runs `linear_rows` for rows [0, w.out_features) of y = x @ w^T over the pool.
   void parallel_linear(const fast::act_rows& x, const linear_weight& w, float* out, int64_t ldo);
+  /// GEMV rows of every weight in one dispatch (plan_gemv); out[i] has row stride ldo, or
+  /// w[i]->out_features when ldo is 0.
+  void parallel_gemv(const fast::act_rows& x, std::span<const linear_weight* const> w,
+                     std::span<float* const> out, int64_t ldo);
   [[nodiscard]] const absorbed_kv_b& absorbed(const mla_attention_params& p);
   void attention_fused(const mla_attention_params& p, const absorbed_kv_b& ab,
                        const attention_plan& plan);

@@ -15,8 +15,9 @@ namespace {
 void run_mlp(backend& b, const mlp_weights& w, const float* x, float* out, int64_t num_tokens) {
   const int64_t inter = w.gate_proj.out_features;
   std::vector<float> gate(static_cast<size_t>(num_tokens * inter)), up(gate.size());
-  b.linear({.x = x, .w = &w.gate_proj, .out = gate.data(), .num_tokens = num_tokens});
-  b.linear({.x = x, .w = &w.up_proj, .out = up.data(), .num_tokens = num_tokens});
+  const linear_weight* ws[] = {&w.gate_proj, &w.up_proj};
+  float* outs[] = {gate.data(), up.data()};
+  b.linear_group({.x = x, .w = ws, .out = outs, .num_tokens = num_tokens});
   b.silu_mul({.gate = gate.data(), .up = up.data(), .out = gate.data(), .num_tokens = num_tokens,
               .dim = inter});
   b.linear({.x = gate.data(), .w = &w.down_proj, .out = out, .num_tokens = num_tokens});
@@ -78,19 +79,19 @@ void forward_step::attn_0(int64_t layer_idx) {
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   b_.rms_norm({.x = h_.data(), .weight = lw.input_layernorm.data(), .out = x_.data(),
                .num_tokens = T, .dim = D, .eps = eps});
+  // both projections of x in one pass: q_a (or q) and kv_a
+  std::vector<float> cq(static_cast<size_t>(T * cfg.q_lora_rank.value_or(0)));   // [T, Cq]
+  const linear_weight* ws[] = {cfg.q_lora_rank ? &aw.q_a_proj : &aw.q_proj, &aw.kv_a_proj_with_mqa};
+  float* outs[] = {cfg.q_lora_rank ? cq.data() : q_.data(), kv_.data()};
+  b_.linear_group({.x = x_.data(), .w = ws, .out = outs, .num_tokens = T});
   if (cfg.q_lora_rank) {                                      // q = q_b( RMSNorm( q_a x ) )
-    std::vector<float> cq(static_cast<size_t>(T * *cfg.q_lora_rank));   // [T, Cq]
-    b_.linear({.x = x_.data(), .w = &aw.q_a_proj, .out = cq.data(), .num_tokens = T});
     b_.rms_norm({.x = cq.data(), .weight = aw.q_a_layernorm.data(), .out = cq.data(),
                  .num_tokens = T, .dim = *cfg.q_lora_rank, .eps = eps});
     b_.linear({.x = cq.data(), .w = &aw.q_b_proj, .out = q_.data(), .num_tokens = T});
-  } else {
-    b_.linear({.x = x_.data(), .w = &aw.q_proj, .out = q_.data(), .num_tokens = T});
   }
   b_.rope({.x = q_.data() + dn, .num_tokens = T, .num_heads = H, .token_stride = H * dq,
            .head_stride = dq, .rope_dim = dr, .positions = positions_.data(),
            .inv_freq = rope_.inv_freq.data(), .attention_factor = rope_.attention_factor});
-  b_.linear({.x = x_.data(), .w = &aw.kv_a_proj_with_mqa, .out = kv_.data(), .num_tokens = T});
   b_.rms_norm({.x = kv_.data(), .weight = aw.kv_a_layernorm.data(), .out = kv_.data(),
                .num_tokens = T, .dim = C, .stride = kv_dim, .eps = eps});       // latent only
   b_.rope({.x = kv_.data() + C, .num_tokens = T, .num_heads = 1, .token_stride = kv_dim,
