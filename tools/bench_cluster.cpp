@@ -1,6 +1,7 @@
 // tools/bench_cluster.cpp
 // `moeserve bench-cluster`: numbers for the in-process cluster on a model.
-//  - throughput: output tok/s at each --concurrency level (random prompts, fixed lengths);
+//  - throughput: output tok/s at each --concurrency level (random prompts, fixed lengths), and
+//    with --single-rank the same levels through one model_runner (the "1 rank" baseline);
 //  - framework overhead: the share of wall time the busiest decode rank spends outside the
 //    compute spans of the trace while it decodes (waits for peers included);
 //  - overlap (--overlap): decode step time (TPOT) and prefill time (TTFT) with one and two
@@ -27,6 +28,7 @@
 #include "tools/cluster_client.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
+#include "tools/single_rank.hpp"
 #include "tools/topology_options.hpp"
 
 namespace moe::tools {
@@ -41,6 +43,7 @@ struct bench_options {
   int64_t output_len = 32;
   int64_t requests_per_level = 0;           // 0: 2 x concurrency
   bool overlap = false;
+  bool single_rank = false;                 // also the "1 rank" baseline (tools/single_rank.hpp)
   int64_t repeat = 1;
   uint64_t seed = 1;
   std::string trace_file;                   // the last run's Chrome trace
@@ -90,6 +93,23 @@ int64_t layer_of(const trace_span& sp) {
   return at == std::string::npos ? -1 : std::stoll(sp.name.substr(at + 2));
 }
 
+// Output tok/s, mean TTFT and mean TPOT ((total - TTFT) / (outputs - 1), requests with 2+ outputs).
+void time_requests(const cluster_run& run, level_result& r) {
+  r.wall_s = run.wall_s;
+  int64_t n_tpot = 0;
+  for (const cluster_request_result& q : run.requests) {
+    const auto n = static_cast<int64_t>(q.result.output_ids.size());
+    r.num_output += n;
+    r.mean_ttft_s += q.ttft_s / static_cast<double>(run.requests.size());
+    if (n > 1) {
+      r.mean_tpot_s += (q.total_s - q.ttft_s) / static_cast<double>(n - 1);
+      ++n_tpot;
+    }
+  }
+  r.mean_tpot_s = n_tpot ? r.mean_tpot_s / static_cast<double>(n_tpot) : 0.0;
+  r.output_tok_s = static_cast<double>(r.num_output) / run.wall_s;
+}
+
 level_result run_level(const model_session& s, const std::shared_ptr<const model_weights>& weights,
                        const topology_config& topo, bool reference, const std::vector<request_spec>& specs,
                        int64_t concurrency, const std::string& trace_file) {
@@ -104,19 +124,8 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
     c.stop();
     throw;
   }
-  level_result r{.wall_s = run.wall_s};
-  int64_t n_tpot = 0;
-  for (const cluster_request_result& q : run.requests) {
-    const auto n = static_cast<int64_t>(q.result.output_ids.size());
-    r.num_output += n;
-    r.mean_ttft_s += q.ttft_s / static_cast<double>(run.requests.size());
-    if (n > 1) {
-      r.mean_tpot_s += (q.total_s - q.ttft_s) / static_cast<double>(n - 1);
-      ++n_tpot;
-    }
-  }
-  r.mean_tpot_s = n_tpot ? r.mean_tpot_s / static_cast<double>(n_tpot) : 0.0;
-  r.output_tok_s = static_cast<double>(r.num_output) / run.wall_s;
+  level_result r;
+  time_requests(run, r);
   {
     caf::scoped_actor self{sys};
     for (const auto& rank : c.decode_ranks)
@@ -191,6 +200,33 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
   return r;
 }
 
+// The same levels through one model_runner on the session's threads (no ranks, no actors).
+void run_single_rank_levels(const bench_options& o, const model_session& s) {
+  const model_config& cfg = s.weights.config;
+  const std::unique_ptr<backend> device = make_cpu_backend(o.session.reference, o.session.threads);
+  const int64_t max_conc = *std::max_element(o.concurrency.begin(), o.concurrency.end());
+  const int64_t block = 64, per_request = (o.prompt_len + o.output_len + block - 1) / block;
+  kv_cache cache(cfg.num_hidden_layers, max_conc * per_request, block, cfg.kv_cache_dim());
+  forward_options fwd;
+  fwd.ep = o.session.ep;
+  model_runner runner(s.weights, *device, cache, fwd);
+  const single_rank_options base;
+  const std::string threads = o.session.threads > 0 ? std::to_string(o.session.threads) + " threads" : "all cores";
+  std::printf("1 rank: one model_runner on %s (%s backend), continuous batching, %ld tokens per forward call:\n",
+              threads.c_str(), std::string(device->name()).c_str(), static_cast<long>(base.token_budget));
+  std::printf("%12s %10s %12s %12s %10s %10s\n", "concurrency", "requests", "output tok/s", "wall s", "TTFT ms",
+              "TPOT ms");
+  for (const int64_t conc : o.concurrency) {
+    const int64_t n = o.requests_per_level ? o.requests_per_level : 2 * conc;
+    const cluster_run run = run_single_rank(
+        runner, random_requests(n, o.prompt_len, o.output_len, cfg.vocab_size, o.seed), {.concurrency = conc});
+    level_result r;
+    time_requests(run, r);
+    std::printf("%12ld %10ld %12.1f %12.2f %10.1f %10.1f\n", static_cast<long>(conc), static_cast<long>(n),
+                r.output_tok_s, r.wall_s, 1e3 * r.mean_ttft_s, 1e3 * r.mean_tpot_s);
+  }
+}
+
 void run(bench_options& o) {
   const topology_config topo = resolve_topology(o.topology);
   std::shared_ptr<const model_session> s = load_model(o.session, /*need_tokenizer=*/true);
@@ -231,6 +267,8 @@ void run(bench_options& o) {
       }
       std::printf(" %8.2f\n", 1e3 * (r.busiest_active_s - r.busiest_compute_s) / steps);
     }
+    if (o.single_rank)
+      run_single_rank_levels(o, *s);
     return;
   }
   // overlap: compute alone (link model off) with one and two micro-batches, then the link model
@@ -336,6 +374,9 @@ void add_bench_cluster(CLI::App& app) {
   cmd->add_option("--requests", o->requests_per_level, "requests per level (0: twice the concurrency)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_flag("--overlap", o->overlap, "measure how much communication two micro-batches hide");
+  cmd->add_flag("--single-rank", o->single_rank,
+                "also run each level through one model_runner on --threads (the \"1 rank\" baseline: no ranks, "
+                "continuous batching)");
   cmd->add_option("--repeat", o->repeat, "overlap: runs per configuration, the fastest counts (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{20}));
   cmd->add_option("--seed", o->seed, "prompt RNG seed");

@@ -208,7 +208,10 @@ std::vector<std::vector<float>> forward_step::joint_logits(std::span<forward_ste
   int64_t row = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const int64_t n = static_cast<int64_t>(steps[i]->logit_rows_.size());
-    out[i].assign(all.begin() + row * V, all.begin() + (row + n) * V);
+    if (steps.size() == 1)
+      out[i] = std::move(all);              // one step: its rows are all of them, no copy
+    else
+      out[i].assign(all.begin() + row * V, all.begin() + (row + n) * V);
     row += n;
     steps[i]->advance_kv();
   }
