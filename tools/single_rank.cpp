@@ -98,13 +98,12 @@ cluster_run run_single_rank(model_runner& runner, const std::vector<request_spec
     }
     const std::vector<float> logits = runner.forward(batch);
     const auto now = clock_type::now();
-    std::vector<float> row(static_cast<size_t>(cfg.vocab_size));
+    const auto vocab = static_cast<size_t>(cfg.vocab_size);
     size_t r = 0;
     for (in_flight* f : owner) {
       if (!f)
         continue;
-      std::copy_n(logits.begin() + static_cast<std::ptrdiff_t>(r++ * row.size()), row.size(), row.begin());
-      const int32_t id = f->pick->sample(row);
+      const int32_t id = f->pick->sample(std::span(logits).subspan(r++ * vocab, vocab));
       f->pick->accept(id);
       cluster_request_result& out = run.requests[f->spec];
       std::vector<int32_t>& ids = out.result.output_ids;

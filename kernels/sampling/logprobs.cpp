@@ -48,8 +48,7 @@ token_logprobs logprobs_of(std::span<const float> logits, int32_t token_id, int3
 }
 
 picked_token pick_token(sampler& pick, std::span<const float> logits, std::optional<int32_t> num_top) {
-  std::vector<float> row(logits.begin(), logits.end());
-  picked_token out{.token_id = pick.sample(row), .logprobs = {}};
+  picked_token out{.token_id = pick.sample(logits), .logprobs = {}};
   pick.accept(out.token_id);
   if (num_top)
     out.logprobs.push_back(logprobs_of(logits, out.token_id, *num_top));

@@ -26,14 +26,26 @@ std::string field_error(const char* field, const char* rule, double got) {
   return out.str();
 }
 
-/// Lowest index of the largest value; NaN never wins. Returns 0 if every entry is NaN.
-int32_t argmax_lowest(const std::vector<float>& v) {
-  int32_t best = -1;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (std::isnan(v[i])) continue;
-    if (best < 0 || v[i] > v[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  }
-  return best < 0 ? 0 : best;
+/// Lowest index of the largest value; NaN never wins. Returns 0 if every entry is NaN. Two
+/// passes: the largest value over 16 independent lanes (the compiler vectorises it; a running
+/// index does not), then its first index.
+int32_t argmax_lowest(std::span<const float> v) {
+  constexpr size_t lanes = 16;
+  float lane_max[lanes];
+  std::fill_n(lane_max, lanes, neg_inf);
+  size_t i = 0;
+  for (; i + lanes <= v.size(); i += lanes)
+    for (size_t j = 0; j < lanes; ++j)
+      lane_max[j] = v[i + j] > lane_max[j] ? v[i + j] : lane_max[j];   // NaN compares false
+  float best = neg_inf;
+  for (const float m : lane_max)
+    best = m > best ? m : best;
+  for (; i < v.size(); ++i)
+    best = v[i] > best ? v[i] : best;
+  for (size_t k = 0; k < v.size(); ++k)
+    if (v[k] == best)
+      return static_cast<int32_t>(k);
+  return 0;                                 // every entry NaN
 }
 
 /// Uniform double in [0, 1) from the top 53 bits of one 64-bit draw (library-independent).
@@ -124,6 +136,17 @@ void sampler::accept(int32_t token_id) {
   if (token_id < 0) return;
   ++output_counts_[token_id];
   if (static_cast<size_t>(token_id) < seen_.size()) seen_[static_cast<size_t>(token_id)] = 1;
+}
+
+int32_t sampler::sample(std::span<const float> logits) {
+  const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                         params_.frequency_penalty != 0.0f;
+  if (params_.temperature < sampling_eps && !penalties) {   // greedy reads the row as it is
+    if (logits.empty()) throw std::invalid_argument("sampler::sample: empty logits row");
+    return argmax_lowest(logits);
+  }
+  std::vector<float> row(logits.begin(), logits.end());
+  return sample(row);
 }
 
 int32_t sampler::sample(std::vector<float>& logits) {

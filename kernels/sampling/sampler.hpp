@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,6 +41,8 @@ public:
   /// Applies penalties, temperature, top-k, top-p and min-p to `logits` ([vocab], modified in
   /// place) and draws the next token (argmax when greedy; lowest id on ties).
   [[nodiscard]] int32_t sample(std::vector<float>& logits);
+  /// The same on a read-only row: greedy without penalties reads it in place, else a copy.
+  [[nodiscard]] int32_t sample(std::span<const float> logits);
   /// Records a generated token (for presence/frequency/repetition penalties).
   void accept(int32_t token_id);
   [[nodiscard]] const sampling_params& params() const noexcept { return params_; }

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,52 @@ TEST_CASE("greedy: argmax, lowest id on ties, tiny temperatures are greedy") {
   sampler t(p, {});
   std::vector<float> c{0.0f, 0.5f, 7.0f, 7.0f};
   CHECK(t.sample(c) == 2);
+}
+
+TEST_CASE("greedy on a read-only row: lowest id of the largest, NaN never wins, past the 16 lanes") {
+  sampler s(greedy(), {});
+  const float nan = std::nanf("");
+  const float inf = std::numeric_limits<float>::infinity();
+  auto pick = [&](std::vector<float> v) { return s.sample(std::span<const float>(v)); };
+  CHECK(pick({1.0f, 3.0f, 2.0f, 3.0f}) == 1);
+  CHECK(pick({nan, -inf, nan}) == 1);                      // the only non-NaN entry
+  CHECK(pick({nan, nan}) == 0);                            // nothing to pick: 0, as sample(vector&)
+  std::vector<float> long_row(37, 0.5f);                   // 2 full lane blocks and a tail of 5
+  long_row[3] = 9.0f;                                      // lane 3's largest, then a NaN in that lane
+  long_row[19] = nan;
+  CHECK(pick(long_row) == 3);
+  long_row[3] = 0.5f;
+  long_row[20] = 9.0f;
+  long_row[35] = 9.0f;
+  CHECK(pick(long_row) == 20);
+  long_row[36] = 9.5f;                                     // the largest in the tail
+  CHECK(pick(long_row) == 36);
+  long_row[36] = nan;
+  long_row[17] = inf;
+  CHECK(pick(long_row) == 17);
+}
+
+TEST_CASE("sampling a read-only row equals sampling a copy, with penalties and random draws") {
+  std::vector<float> logits;
+  for (int i = 0; i < 50; ++i)
+    logits.push_back(std::sin(static_cast<float>(i) * 1.7f) * 3.0f);
+  for (const float temperature : {0.0f, 0.8f}) {
+    CAPTURE(temperature);
+    sampling_params p;
+    p.temperature = temperature;
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    p.seed = 7;
+    sampler on_copy(p, {4, 9}), in_place(p, {4, 9});
+    for (int step = 0; step < 20; ++step) {
+      std::vector<float> row = logits;
+      const int32_t want = on_copy.sample(row);
+      const int32_t got = in_place.sample(std::span<const float>(logits));
+      CHECK(got == want);
+      on_copy.accept(want);
+      in_place.accept(got);
+    }
+  }
 }
 
 TEST_CASE("repetition penalty divides positive and multiplies negative logits of seen tokens") {
