@@ -74,6 +74,8 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
 void cpu_fast_backend::parallel_gemv(const act_rows& x, std::span<const linear_weight* const> w,
                                      std::span<float* const> out, int64_t ldo) {
   const std::vector<gemv_piece> pieces = plan_gemv(w, pool_.size());
+  if (pieces.empty())                       // no rows at all
+    return;
   // a task's pieces are adjacent: find its first by binary search on the task index
   pool_.parallel_for(pieces.back().task + 1, [&](int64_t task, int thread) {
     auto it = std::lower_bound(pieces.begin(), pieces.end(), task,
