@@ -122,6 +122,11 @@ TEST_CASE("fast: plan_gemv cuts the weights' rows into equal tasks of whole 16-r
     const linear_weight* w[] = {&w0};
     same(plan_gemv(w, 3), {piece{0, 0, 0, 112}, piece{1, 0, 112, 112}, piece{2, 0, 224, 96}});
   }
+  SUBCASE("no rows: no tasks") {
+    const linear_weight empty = fp8(0, 1024);
+    const linear_weight* w[] = {&empty};
+    CHECK(plan_gemv(w, 2).empty());
+  }
   SUBCASE("under 64 KiB: one task") {
     const linear_weight small = fp8(60, 1024);
     const linear_weight* w[] = {&small};
