@@ -28,6 +28,7 @@ struct generate_options {
   sampling_flags sampling;
   std::string prompt, tokens, system, trace_file;
   bool chat = false, json = false, single_rank = false;
+  int32_t logprobs = -1;                    // --logprobs N (with --json); -1: none
 };
 
 std::vector<int32_t> prompt_ids(const generate_options& o, const model_session& s) {
@@ -63,6 +64,16 @@ void report(const generate_options& o, const generation_result& r, const std::st
                         {"timings", {{"prefill_s", r.prefill_seconds}, {"decode_s", r.decode_seconds},
                                      {"prompt_tok_per_s", prompt_tps}, {"decode_tok_per_s", decode_tps}}},
                         {"backend", where}};
+    if (o.logprobs >= 0) {                  // as the wire API's: top_logprobs as [id, logprob] pairs
+      nlohmann::json list = nlohmann::json::array();
+      for (const token_logprobs& t : r.logprobs) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const logprob_entry& e : t.top)
+          top.push_back({e.token_id, e.logprob});
+        list.push_back({{"token_id", t.token_id}, {"logprob", t.logprob}, {"top_logprobs", top}});
+      }
+      j["logprobs"] = list;
+    }
     std::cout << j.dump() << std::endl;
     return;
   }
@@ -107,7 +118,7 @@ void run_cluster(generate_options& o, const topology_config& topo, const samplin
     c.trace->write_json(o.trace_file);
   generation_result g{.prompt_ids = ids, .output_ids = r.result.output_ids, .text = r.result.text,
                       .reason = r.result.reason, .prefill_seconds = r.ttft_s,
-                      .decode_seconds = r.total_s - r.ttft_s};
+                      .decode_seconds = r.total_s - r.ttft_s, .logprobs = r.result.logprobs};
   report(o, g,
          std::to_string(topo.prefill_ranks) + "P+" + std::to_string(topo.decode_ranks) + "D cluster, " +
              (o.session.reference ? "cpu-ref" : "cpu") + ", dispatch " + topo.dispatch_dtype +
@@ -115,6 +126,10 @@ void run_cluster(generate_options& o, const topology_config& topo, const samplin
 }
 
 void run(const CLI::App& cmd, generate_options& o) {
+  if (o.logprobs >= 0 && !o.json)
+    throw input_error("--logprobs prints with --json only (one object with every token's logprobs)");
+  if (o.logprobs >= 0)
+    o.sampling.params.logprobs = o.logprobs;
   const sampling_params params = finish_sampling_options(cmd, o.sampling);
   if (o.prompt.empty() == o.tokens.empty())
     throw input_error("give exactly one of --prompt TEXT or --tokens IDS");
@@ -139,6 +154,9 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--system", o->system, "system prompt (with --chat)");
   cmd->add_flag("--chat", o->chat, "wrap the prompt in the DeepSeek-V3 chat format");
   cmd->add_flag("--json", o->json, "print one JSON object instead of streaming text");
+  cmd->add_option("--logprobs", o->logprobs,
+                  "with --json: each output token's logprob and its N most likely alternatives")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--single-rank", o->single_rank,
                 "run on one rank without actors (the baseline the cluster must match)");
   cmd->add_option("--trace", o->trace_file, "write the run's Chrome trace (JSON) to this file");

@@ -60,8 +60,10 @@ generation_result generator::run(const std::vector<int32_t>& prompt_ids,
       on_text(delta);
   };
   for (;;) {
-    const int32_t id = pick.sample(logits);
-    pick.accept(id);
+    picked_token next = pick_token(pick, logits, params.logprobs);
+    const int32_t id = next.token_id;
+    for (token_logprobs& t : next.logprobs)
+      result.logprobs.push_back(std::move(t));
     result.output_ids.push_back(id);                        // vLLM keeps a stop token's id
     const int64_t num_generated = static_cast<int64_t>(result.output_ids.size());
     result.reason = token_finish(params, cfg.eos_token_id, id, num_generated,

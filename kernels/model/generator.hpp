@@ -13,6 +13,7 @@
 
 #include "kernels/model/forward.hpp"
 #include "kernels/model/output_text.hpp"
+#include "kernels/sampling/logprobs.hpp"
 #include "kernels/sampling/sampler.hpp"
 #include "kernels/tokenizer/tokenizer.hpp"
 
@@ -25,6 +26,7 @@ struct generation_result {
   finish_reason reason = finish_reason::none;
   double prefill_seconds = 0.0;             // until the first token's logits
   double decode_seconds = 0.0;              // after that
+  std::vector<token_logprobs> logprobs;     // one per output id when params.logprobs is set
 };
 
 /// Runs one request at a time on a runner; KV blocks are returned after every request.

@@ -39,8 +39,9 @@ struct picked_token {
   std::vector<token_logprobs> logprobs;     // empty, or the one entry for token_id
 };
 
-/// What a rank does with one raw logits row: samples from a copy (the sampler edits it),
-/// accepts the token, and takes its logprobs from the untouched row when asked.
+/// What a rank does with one raw logits row: samples it (sampler::sample(span) copies it only
+/// when the sampler must edit it), accepts the token, and takes its logprobs from the untouched
+/// row when asked.
 [[nodiscard]] picked_token pick_token(sampler& pick, std::span<const float> logits,
                                       std::optional<int32_t> num_top);
 

@@ -1,8 +1,10 @@
 // tests/model/test_generator.cpp
 // Single-rank generation: finish reasons, stop tokens and strings (vLLM semantics), streamed
-// text equal to the final text, KV blocks returned after every request.
+// text equal to the final text, KV blocks returned after every request, logprobs by hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "kernels/model/generator.hpp"
@@ -84,4 +86,42 @@ TEST_CASE_FIXTURE(gen_fixture, "a prompt that does not fit the context is reject
   CHECK_THROWS_AS(gen.run(long_prompt, {}), input_error);
   CHECK_THROWS_AS(gen.run({}, {}), input_error);
   CHECK(cache.num_free_blocks() == cache.num_blocks());
+}
+
+TEST_CASE_FIXTURE(gen_fixture, "logprobs: each output token's log-softmax and the top alternatives, by hand") {
+  if (!tok) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+    return;
+  }
+  sampling_params p{.temperature = 0.0f, .max_tokens = 4, .ignore_eos = true, .logprobs = 3};
+  const generation_result r = run(p);
+  REQUIRE(r.output_ids.size() == 4);
+  REQUIRE(r.logprobs.size() == r.output_ids.size());
+  // By hand, from the runner's own logits of the same tokens: log(softmax) in long double.
+  std::vector<int32_t> seq = {0, 300, 500, 700, 20};
+  for (size_t i = 0; i < r.output_ids.size(); ++i) {
+    CAPTURE(i);
+    sequence_kv kv;
+    REQUIRE(kv.reserve(cache, static_cast<int64_t>(seq.size())));
+    const std::vector<float> logits = runner.prefill(seq, kv, /*chunk_size=*/64);
+    kv.release(cache);
+    long double top = -1e300L, sum = 0.0L;
+    for (float x : logits)
+      top = std::max<long double>(top, x);
+    for (float x : logits)
+      sum += std::exp(static_cast<long double>(x) - top);
+    auto logprob = [&](int32_t id) { return static_cast<double>(logits[id] - top - std::log(sum)); };
+    const token_logprobs& t = r.logprobs[i];
+    CHECK(t.token_id == r.output_ids[i]);
+    CHECK(t.logprob == doctest::Approx(logprob(t.token_id)).epsilon(1e-5));
+    REQUIRE(t.top.size() == 3);
+    CHECK(t.top[0].token_id == t.token_id);                 // greedy: the most likely token
+    for (size_t k = 0; k < 3; ++k)
+      CHECK(t.top[k].logprob == doctest::Approx(logprob(t.top[k].token_id)).epsilon(1e-5));
+    CHECK(t.top[0].logprob >= t.top[1].logprob);
+    CHECK(t.top[1].logprob >= t.top[2].logprob);
+    seq.push_back(r.output_ids[i]);
+  }
+  p.logprobs.reset();
+  CHECK(run(p).logprobs.empty());
 }
