@@ -65,10 +65,12 @@ cluster_run run_single_rank(model_runner& runner, const std::vector<request_spec
       const request_spec& s = specs[next_spec];
       in_flight f{.spec = next_spec, .pick = std::make_unique<sampler>(s.sampling, s.prompt_ids),
                   .submitted = clock_type::now()};
-      if (!f.kv.reserve(cache, static_cast<int64_t>(s.prompt_ids.size()) + s.sampling.max_tokens))
+      const int64_t tokens = static_cast<int64_t>(s.prompt_ids.size()) + s.sampling.max_tokens;
+      if (!f.kv.reserve(cache, tokens))
         throw input_error("single rank: the KV pool (" + std::to_string(cache.num_blocks()) + " blocks of " +
-                          std::to_string(cache.block_size()) + ") cannot hold " + std::to_string(flying.size() + 1) +
-                          " requests at once");
+                          std::to_string(cache.block_size()) + " tokens) cannot hold request " +
+                          std::to_string(next_spec) + " (" + std::to_string(tokens) + " tokens) beside " +
+                          std::to_string(flying.size()) + " running");
       run.requests[next_spec].num_prompt_tokens = static_cast<int64_t>(s.prompt_ids.size());
       flying.push_back(std::move(f));
       ++next_spec;

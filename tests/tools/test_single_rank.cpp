@@ -86,7 +86,8 @@ TEST_CASE_FIXTURE(fixture, "single rank: refuses stop strings and a KV pool too 
   const std::vector<request_spec> big = {greedy(std::vector<int32_t>(50, 3), 10), greedy(std::vector<int32_t>(50, 4), 10),
                                          greedy(std::vector<int32_t>(50, 5), 10)};
   CHECK_THROWS_WITH_AS((void)tools::run_single_rank(runner, big, {.concurrency = 3}),
-                       "single rank: the KV pool (40 blocks of 4) cannot hold 3 requests at once", input_error);
+                       "single rank: the KV pool (40 blocks of 4 tokens) cannot hold request 2 (60 tokens) beside 2 running",
+                       input_error);
   CHECK(cache.num_free_blocks() == cache.num_blocks());
   CHECK(tools::run_single_rank(runner, big, {.concurrency = 2}).requests[2].result.output_ids.size() == 10);
   CHECK(cache.num_free_blocks() == cache.num_blocks());
