@@ -87,12 +87,10 @@ void pack_panel_fp8(const linear_weight& w, int64_t r0, int64_t n, uint16_t* pan
 // Column pairs a panel holds (both packers write whole steps of 32 pairs at most).
 [[nodiscard]] constexpr int64_t panel_pairs(int64_t k) noexcept { return round_up((k + 1) / 2, 32); }
 
-// out[m][j] = sum_kp dot(a[m] pair kp, panel[kp][j]) for m < MR, j < n. Meanwhile prefetches
-// the cache lines of [prefetch, prefetch + prefetch_bytes) into L2, one per kp step (see
-// gemm_rows_typed).
+// out[m][j] = sum_kp dot(a[m] pair kp, panel[kp][j]) for m < MR, j < n.
 template <int MR>
 void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out,
-                 int64_t ldo, int64_t n, const char* prefetch, int64_t prefetch_bytes) noexcept {
+                 int64_t ldo, int64_t n) noexcept {
   __m512 acc[MR][4];
   for (auto& row : acc)
     for (auto& v : row)
@@ -101,8 +99,6 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
   for (int m = 0; m < MR; ++m)
     ap[m] = reinterpret_cast<const int32_t*>(a[m]);
   for (int64_t kp = 0; kp < num_kp; ++kp) {
-    if (kp * 64 < prefetch_bytes)
-      _mm_prefetch(prefetch + kp * 64, _MM_HINT_T1);
     const uint16_t* b = panel + kp * panel_rows * 2;
     const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
     const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 32);
@@ -127,14 +123,14 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
 }
 
 void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel, int64_t num_kp,
-                     float* out, int64_t ldo, int64_t n, const char* prefetch, int64_t prefetch_bytes) noexcept {
+                     float* out, int64_t ldo, int64_t n) noexcept {
   switch (mr) {
-    case 1: tile_kernel<1>(a, panel, num_kp, out, ldo, n, prefetch, prefetch_bytes); break;
-    case 2: tile_kernel<2>(a, panel, num_kp, out, ldo, n, prefetch, prefetch_bytes); break;
-    case 3: tile_kernel<3>(a, panel, num_kp, out, ldo, n, prefetch, prefetch_bytes); break;
-    case 4: tile_kernel<4>(a, panel, num_kp, out, ldo, n, prefetch, prefetch_bytes); break;
-    case 5: tile_kernel<5>(a, panel, num_kp, out, ldo, n, prefetch, prefetch_bytes); break;
-    default: tile_kernel<6>(a, panel, num_kp, out, ldo, n, prefetch, prefetch_bytes); break;
+    case 1: tile_kernel<1>(a, panel, num_kp, out, ldo, n); break;
+    case 2: tile_kernel<2>(a, panel, num_kp, out, ldo, n); break;
+    case 3: tile_kernel<3>(a, panel, num_kp, out, ldo, n); break;
+    case 4: tile_kernel<4>(a, panel, num_kp, out, ldo, n); break;
+    case 5: tile_kernel<5>(a, panel, num_kp, out, ldo, n); break;
+    default: tile_kernel<6>(a, panel, num_kp, out, ldo, n); break;
   }
 }
 
@@ -157,19 +153,10 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
     else
       pack_panel_fp8(w, p0, n, panel);
     // Activation rows in near-equal tiles of <= 6 (32 rows: 6 6 5 5 5 5, not 6 6 6 6 6 2).
-    // The tiles bring the next panel's weight rows (adjacent in memory) into L2 as they compute,
-    // each its share: packing then reads them from L2 instead of waiting on DRAM with no
-    // compute beside it (with few activation rows, decode-sized batches, that wait was a large
-    // part of a panel's time).
     const int64_t tiles = (x.num_rows + tile_rows - 1) / tile_rows;
-    const int64_t row_bytes = w.in_features * dtype_size(T);
-    const auto* next = static_cast<const char*>(w.data) + (p0 + n) * row_bytes;
-    const int64_t next_bytes = std::min(panel_rows, r0 + nr - p0 - n) * row_bytes;
-    const int64_t share = round_up((next_bytes + tiles - 1) / tiles, 64);
     for (int64_t i = 0, m0 = 0; i < tiles; ++i) {
       const int64_t mr = x.num_rows / tiles + (i < x.num_rows % tiles ? 1 : 0);
-      tile_kernel_any(mr, a + m0, panel, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, next + i * share,
-                      std::min(share, next_bytes - i * share));
+      tile_kernel_any(mr, a + m0, panel, num_kp, out + m0 * ldo + (p0 - r0), ldo, n);
       m0 += mr;
     }
     p0 += n;
