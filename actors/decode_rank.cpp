@@ -56,7 +56,11 @@ struct decode_rank_state {
   std::vector<std::vector<running_request*>> step_rows;   // per micro-batch, in logits order
   static inline const char* name = "decode_rank";
 
-  ~decode_rank_state() { stream.reset(); }  // drain the stream before the model goes
+  ~decode_rank_state() {                      // stop waiting for peers, drain the stream before the model goes
+    if (core)
+      core->stop();
+    stream.reset();
+  }
 };
 
 using decode_pointer = decode_rank_actor::stateful_pointer<decode_rank_state>;

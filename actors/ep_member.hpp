@@ -14,11 +14,10 @@ namespace moe {
 using ep_member_actor = caf::typed_actor<
     // Joins an expert-parallel group: the peers in group-rank order and their global rank ids.
     caf::reacts_to<peers_atom, ep_membership>,
-    // A peer's tokens for the experts this rank holds, for one (step, layer, micro-batch).
-    caf::reacts_to<dispatch_atom, std::shared_ptr<const ep_dispatch>>,
-    // Weighted expert outputs answering this rank's dispatch.
-    caf::reacts_to<combine_atom, std::shared_ptr<const ep_combine>>,
-    // The rank's stream finished a pipeline stage: step, micro-batch, stage_kind, error (internal).
+    // A peer began step N: its dispatch for the experts this rank holds is in the rank's inbox
+    // (payloads themselves go from stream to inbox, not through actors).
+    caf::reacts_to<dispatch_atom, int64_t>,
+    // The rank's stream finished a step's LOGITS stage: step, micro-batch, stage_kind, error (internal).
     caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>>;
 
 /// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
@@ -27,8 +26,7 @@ template <class Behavior, class Self, class... Handlers>
 [[nodiscard]] Behavior ep_member_behavior(Self self, Handlers... own) {
   return {
     [=](peers_atom, ep_membership& m) { self->state.core->set_membership(std::move(m)); },
-    [=](dispatch_atom, std::shared_ptr<const ep_dispatch>& d) { self->state.core->on_dispatch(std::move(d)); },
-    [=](combine_atom, std::shared_ptr<const ep_combine>& c) { self->state.core->on_combine(std::move(c)); },
+    [=](dispatch_atom, int64_t step) { self->state.core->on_peer_step(step); },
     [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
       self->state.core->on_stage_done(step, mb, stage, error);
     },

@@ -1,11 +1,13 @@
 // actors/ep_rank_core.hpp
 // What prefill and decode ranks share: an expert-parallel group member that runs forward steps in
-// lockstep with its peers. It binds step_pipeline to the rank's stream (completions come back as
-// (stage_atom, ...) messages) and to its peers (dispatch/combine messages, delayed by the link
-// model when one is on), records trace spans, and starts step s + 1 when the rank has work or a
-// peer's dispatch for it arrives (an idle rank joins with empty micro-batches, as in DeepEP).
-// Lives in a rank actor's state; every method runs on that actor's thread, except send_dispatch /
-// send_combine, which the step's work calls on the stream (they read only what is fixed per run).
+// lockstep with its peers. It binds step_pipeline to the rank's stream (a stage that needs peers'
+// payloads waits for them on the stream, in the rank's inbox; LOGITS' completion comes back as a
+// (stage_atom, ...) message) and to its peers (payloads go straight into their inboxes, stamped
+// with the link model's arrival time when one is on), records trace spans, and starts step s + 1
+// when the rank has work or a peer's dispatch for it arrives (an idle rank joins with empty
+// micro-batches, as in DeepEP; the sender tells it with a (dispatch_atom, step) message).
+// Lives in a rank actor's state; every method runs on that actor's thread, except the
+// pipeline_io ones the step's work calls on the stream (they read only what is fixed per run).
 #pragma once
 
 #include <caf/actor.hpp>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "actors/atoms.hpp"
+#include "actors/ep_inbox.hpp"
 #include "actors/policy/link_model.hpp"
 #include "actors/rank_model.hpp"
 #include "actors/step_pipeline.hpp"
@@ -30,11 +33,12 @@ struct cluster_links {
   std::shared_ptr<trace_recorder> trace;    // null: no trace
 };
 
-/// A rank's group: its peers in rank order (itself included) and its global rank id (the link
-/// model's and the trace's numbering).
+/// A rank's group: its peers in rank order (itself included), their inboxes and global rank ids
+/// (the link model's and the trace's numbering).
 struct ep_membership {
   std::vector<caf::actor> peers;
-  std::vector<int64_t> global_ranks;        // per group rank
+  std::vector<std::shared_ptr<ep_inbox>> inboxes;   // per group rank
+  std::vector<int64_t> global_ranks;                // per group rank
 };
 
 class ep_rank_core final : public pipeline_io {
@@ -58,21 +62,25 @@ public:
   void maybe_start(bool has_work);
   /// Ends the step begun last; call from done_fn's aftermath when the owner is ready for the next.
   void finish_step();
+  /// The rank is stopping: stages waiting for peers give up, the rest of the program is skipped.
+  /// Call before the stream drains.
+  void stop();
 
   // message handlers
-  void on_dispatch(std::shared_ptr<const ep_dispatch> d);
-  void on_combine(std::shared_ptr<const ep_combine> c);
+  /// A peer began step `step` (its dispatch is in this rank's inbox).
+  void on_peer_step(int64_t step);
   void on_stage_done(int64_t step, int64_t micro_batch, int32_t stage, const std::string& error);
 
   // pipeline_io
-  void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::function<void()> work) override;
+  void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::optional<stage_input> input,
+               std::function<void()> work) override;
   void send_dispatch(int64_t dest_rank, std::shared_ptr<const ep_dispatch> d) override;
   void send_combine(int64_t dest_rank, std::shared_ptr<const ep_combine> c) override;
+  ep_inbox& inbox() override { return *inbox_; }
 
 private:
-  template <class Atom, class Payload>
-  void send_to_peer(int64_t dest_rank, Atom atom, std::shared_ptr<const Payload> p, size_t num_bytes,
-                    const char* what, const ep_key& key);
+  template <class Payload>
+  void send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload> p, size_t num_bytes, const char* what);
   void start_step();
 
   rank_model& model_;
@@ -84,14 +92,11 @@ private:
   plan_fn plan_;
   done_fn done_;
   ep_membership members_;
+  std::shared_ptr<ep_inbox> inbox_;         // members_.inboxes[group_.rank] (its own in a group of one)
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
   int64_t next_step_ = 0;                   // the step to begin next (== steps begun)
-  std::vector<std::shared_ptr<const ep_dispatch>> early_;   // peers' dispatches for a step not begun
-  std::string step_error_;
 };
 
 }  // namespace moe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const moe::ep_dispatch>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const moe::ep_combine>)

@@ -56,7 +56,11 @@ struct prefill_rank_state {
   std::vector<std::vector<prefill_task*>> step_rows;   // per micro-batch: whose logits row, in order
   static inline const char* name = "prefill_rank";
 
-  ~prefill_rank_state() { stream.reset(); }  // drain the stream before the model goes
+  ~prefill_rank_state() {                      // stop waiting for peers, drain the stream before the model goes
+    if (core)
+      core->stop();
+    stream.reset();
+  }
 };
 
 using prefill_pointer = prefill_rank_actor::stateful_pointer<prefill_rank_state>;

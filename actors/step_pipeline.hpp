@@ -1,21 +1,24 @@
 // actors/step_pipeline.hpp
-// One forward step of one rank in an expert-parallel group, as an event-driven machine over
-// micro-batches: per layer ATTN-0, ATTN-1 (+ gate), DISPATCH ∥ SHARED, MLP (the routed experts
-// this rank holds, over every rank's dispatched tokens), COMBINE. Work goes to the rank's stream
-// through pipeline_io; the owner feeds back stage completions and peer messages in any order.
-// With two micro-batches, one's dispatch/combine is in flight while the other computes.
+// One forward step of one rank in an expert-parallel group, as a stream program: per layer ATTN-0,
+// ATTN-1 (+ gate), DISPATCH ∥ SHARED, MLP (the routed experts this rank holds, over every rank's
+// dispatched tokens), COMBINE. start() enqueues the whole step at once, in DeepSeek's order, as a
+// GPU stream would take it: the stages that need peers' payloads (MLP: the dispatches, COMBINE: the
+// answers) wait on the stream for them in the rank's inbox, and payloads go from the sender's
+// stream into the receiver's inbox. With two micro-batches one's dispatch/combine is in flight
+// while the other computes. The owner hears only of LOGITS, the step's last stage.
 // CAF-free: the rank actors bind pipeline_io to their stream and peers; tests bind it to a loop.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "actors/ep_inbox.hpp"
 #include "kernels/model/expert_parallel.hpp"
 #include "kernels/model/forward_step.hpp"
 
@@ -30,13 +33,17 @@ enum class stage_kind : uint8_t { attn_0, attn_1, shared, mlp, combine, logits }
 class pipeline_io {
 public:
   virtual ~pipeline_io() = default;
-  /// Runs `work` on the stream after everything enqueued before; when it has run, the owner calls
-  /// step_pipeline::on_stage_done(micro_batch, stage) (or on_stage_failed).
-  virtual void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::function<void()> work) = 0;
-  /// Sends to a peer rank of the group (never to this rank: the pipeline keeps those itself).
+  /// Runs `work` (which never throws) on the stream after everything enqueued before, once
+  /// `input`, when given, is in inbox(). After the LOGITS stage has run, the owner calls
+  /// step_pipeline::on_logits_done().
+  virtual void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::optional<stage_input> input,
+                       std::function<void()> work) = 0;
+  /// Puts a payload into a peer's inbox (never this rank's: the pipeline fills its own).
   /// Called from inside enqueued work, on the stream, as soon as the payload exists: thread-safe.
   virtual void send_dispatch(int64_t dest_rank, std::shared_ptr<const ep_dispatch> d) = 0;
   virtual void send_combine(int64_t dest_rank, std::shared_ptr<const ep_combine> c) = 0;
+  /// This rank's receive side.
+  virtual ep_inbox& inbox() = 0;
 };
 
 /// This rank's place in its expert-parallel group.
@@ -68,14 +75,16 @@ public:
   step_pipeline(int64_t step, const ep_group& group, const step_model& model,
                 std::vector<std::vector<batch_entry>> micro_batches, pipeline_io& io);
 
-  /// Enqueues the first stages. Dispatches from peers may be fed before or after.
+  /// Enqueues every stage of the step (see program order in step_pipeline.cpp).
   void start();
-  void on_stage_done(int64_t micro_batch, stage_kind stage);
-  void on_dispatch(std::shared_ptr<const ep_dispatch> d);
-  void on_combine(std::shared_ptr<const ep_combine> c);
+  /// The LOGITS stage has run: the step is done.
+  void on_logits_done() noexcept { finished_ = true; }
 
   [[nodiscard]] int64_t step() const noexcept { return step_; }
-  [[nodiscard]] bool done() const noexcept;
+  [[nodiscard]] bool done() const noexcept { return finished_; }
+  /// After done(): the first error a stage met, empty if none. A stage that fails still sends
+  /// (empty dispatches, zero answers), so no peer waits for it, and the step runs to its end.
+  [[nodiscard]] const std::string& error() const noexcept { return error_; }
   /// After done(): each micro-batch's logits [rows, vocab] (forward_step::logits order).
   [[nodiscard]] const std::vector<float>& logits(int64_t micro_batch) const { return mbs_[micro_batch].logits; }
   [[nodiscard]] int64_t num_tokens() const noexcept;
@@ -84,46 +93,33 @@ private:
   struct micro_batch {
     std::vector<batch_entry> entries;
     std::unique_ptr<forward_step> fwd;
-    int64_t layer_idx = -1;                 // the layer begun last (its stages may still be queued)
-    // this layer's exchange
-    dispatch_plan plan;
-    std::vector<std::shared_ptr<ep_dispatch>> outgoing;
-    std::vector<std::shared_ptr<const ep_combine>> answers;     // by rank
-    std::vector<std::shared_ptr<ep_combine>> my_answers;        // to send after MLP
-    std::vector<int64_t> answer_dest;       // the rank each of my_answers goes to
-    int64_t num_answers = 0;
-    std::deque<std::pair<stage_kind, int64_t>> on_stream;   // its stages (and their layers) on the stream, in order
-    bool shared_queued = false;             // this layer's SHARED is on the stream
-    bool shared_done = false;
-    int64_t layers_finished = 0;            // layers whose last stage completed
-    bool layers_done = false;
-    bool finished = false;
+    int64_t next_layer = 0;                 // the first layer not yet enqueued
+    dispatch_plan plan;                     // this layer's exchange (written by ATTN-1, read by COMBINE)
     std::vector<float> logits;
   };
 
-  /// io_.enqueue, recording which layer the stage belongs to: a dense layer's stages may still
-  /// run after the micro-batch has begun the next layer.
-  void to_stream(int64_t mb, stage_kind stage, int64_t layer_idx, std::function<void()> work);
-  void begin_layer(int64_t mb, int64_t layer_idx);
-  /// SHARED (a dense layer: its MLP and residual add) of `mb`'s layer, once.
-  void enqueue_shared(int64_t mb, int64_t layer_idx);
-  void try_begin_waiting();
-  void try_mlp(int64_t mb, int64_t layer_idx);
-  void try_combine(int64_t mb);
-  /// Queues layer layer_idx + 1 of `mb` (when there is one) as soon as the order allows.
-  void begin_next(int64_t mb, int64_t layer_idx);
-  /// A layer's last stage completed; after the last layer of every micro-batch, LOGITS.
-  void layer_finished(int64_t mb);
+  /// io_.enqueue of `work`, which records the first error instead of throwing and is skipped once
+  /// the inbox is cancelled (the rank is stopping).
+  void to_stream(int64_t mb, stage_kind stage, int64_t layer_idx, std::optional<stage_input> input,
+                 std::function<void()> work);
+  /// Enqueues `mb`'s layers from its next one: dense layers whole, then a MoE layer's ATTN-0 and
+  /// ATTN-1 (whose dispatches leave from the stream).
+  void begin_layers(int64_t mb);
+  void enqueue_attn_1_moe(int64_t mb, int64_t layer_idx);
+  void enqueue_mlp(int64_t mb, int64_t layer_idx);
+  void enqueue_combine(int64_t mb, int64_t layer_idx);
   [[nodiscard]] bool is_moe(int64_t layer_idx) const noexcept;
+  [[nodiscard]] ep_key key_of(int64_t mb, int64_t layer_idx) const noexcept {
+    return {.step = step_, .layer_idx = layer_idx, .micro_batch = mb};
+  }
 
   int64_t step_;
   ep_group group_;
   step_model model_;
   pipeline_io& io_;
   std::vector<micro_batch> mbs_;
-  std::vector<int64_t> waiting_layer_;      // per micro-batch: the layer it may begin once allowed, -1: none
-  /// Dispatches received per (layer, micro-batch), from every rank of the group.
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::shared_ptr<const ep_dispatch>>> inbox_;
+  std::string error_;                       // written on the stream, read after done()
+  bool finished_ = false;
 };
 
 }  // namespace moe

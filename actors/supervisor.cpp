@@ -33,12 +33,13 @@ ep_group make_group(const model_weights& w, const topology_config& topo, int64_t
           .ep = ep_precision_of(topo), .num_micro_batches = topo.two_batch_overlap ? 2 : 1};
 }
 
-// Tells each rank of a group who its peers are.
+// Tells each rank of a group who its peers are and where their inboxes are.
 template <class Rank>
 void introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
   ep_membership m;
   for (size_t r = 0; r < ranks.size(); ++r) {
     m.peers.push_back(caf::actor_cast<caf::actor>(ranks[r]));
+    m.inboxes.push_back(std::make_shared<ep_inbox>());
     m.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
   }
   for (const Rank& rank : ranks)

@@ -1,87 +1,79 @@
 #!/usr/bin/python3
 # tools/overlap_model.py
-# A discrete-event model of one rank of a symmetric EP group running actors/step_pipeline: per
-# layer and micro-batch ATTN-0, ATTN-1 (-> dispatch), SHARED, MLP (after the dispatch arrives,
-# -> combine), COMBINE (after SHARED and the combine); one FIFO stream; one link port per sender
-# (a message leaves when the port is free and holds it for its transfer time). With --split-mlp
-# the MLP answers the peer first (prefill-sized batches, kernels/model answer_groups): its share
-# of the MLP (--peer-share, half in a group of two), the combine leaves, then this rank's own
-# tokens, which cross no link. It prints the
+# A model of one rank of a symmetric EP group running actors/step_pipeline's stream program: per
+# layer and micro-batch ATTN-0, ATTN-1 (-> dispatch), MLP (once the dispatch arrived -> combine),
+# SHARED, COMBINE (once the combine arrived), in the program's order (step_pipeline::start: every
+# micro-batch's ATTN stages, the MLPs, the SHAREDs, then each COMBINE and that micro-batch's next
+# layer; --order shared-first puts the SHAREDs before the MLPs, beside the dispatches); one FIFO
+# stream; one link port per sender (a message leaves when the port is free and holds it for its
+# transfer time); the peer mirrors this rank, so a payload arrives when this rank's own does.
+# With --split-mlp the MLP answers the peer first (prefill-sized batches, kernels/model
+# answer_groups): its share of the MLP (--peer-share, half in a group of two), the combine
+# leaves, then this rank's own tokens, which cross no link. It prints the
 # share of min(compute, comm) that two micro-batches hide, both ways bench-cluster --overlap
 # measures it (across runs, and in-trace: |compute ∩ port busy| / min(compute, comm)), for
 # comm = compute and several combine : dispatch byte ratios: the ceiling of the design, without
 # framework cost or noise.
 #
 #   /usr/bin/python3 tools/overlap_model.py            # stage times of the small preset (ms)
-#   /usr/bin/python3 tools/overlap_model.py --stages 20 82 22 106 18 --layers 7
+#   /usr/bin/python3 tools/overlap_model.py --stages 0.8 2.34 0.42 4.16 0.1 --order shared-first
 #   /usr/bin/python3 tools/overlap_model.py --layers 58          # DeepSeek-V3's depth
 #   /usr/bin/python3 tools/overlap_model.py --stages 8 34 4 60 2 --split-mlp   # prefill, 2 x 256 tokens
 import argparse
-import heapq
 
 
-def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0):
+def program(num_mb, layers, shared_first):
+    """The stream's stages in order, as step_pipeline::start enqueues them (all layers MoE)."""
+    prog = [(mb, st, 0) for mb in range(num_mb) for st in ("A0", "A1")]
+    for layer in range(layers):
+        exchange = ["S", "M"] if shared_first else ["M", "S"]
+        for st in exchange:
+            prog += [(mb, st, layer) for mb in range(num_mb)]
+        for mb in range(num_mb):
+            prog.append((mb, "C", layer))
+            if layer + 1 < layers:
+                prog += [(mb, "A0", layer + 1), (mb, "A1", layer + 1)]
+    return prog
+
+
+def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0, shared_first=False):
     """(wall time of one step, compute intervals, port-busy intervals); stages = whole-batch costs
     (ATTN-0, ATTN-1, SHARED, MLP, COMBINE); peer_share > 0: the MLP computes the peer's tokens
     (that share of it) first, and the combine leaves before the rest."""
     cost = dict(zip(("A0", "A1", "S", "M", "C"), (x / num_mb for x in stages)))
-    cost["Mp"], cost["M"] = cost["M"] * peer_share, cost["M"] * (1 - peer_share)
     dispatch, combine = dispatch / num_mb, combine / num_mb
-    queue, events, seq = [], [], [0]
-    port = [0.0]
+    now, port = 0.0, 0.0
+    arrives = {}
     computing, sending = [], []
-    shared_done, combined = [False] * num_mb, [False] * num_mb
 
-    def at(t, kind, mb, payload):
-        seq[0] += 1
-        heapq.heappush(events, (t, seq[0], kind, mb, payload))
+    def send(t, transfer, key):
+        nonlocal port
+        start = max(t, port)
+        port = start + transfer
+        sending.append((start, port))
+        arrives[key] = port
 
-    def send(now, transfer, kind, mb, layer):
-        start = max(now, port[0])
-        port[0] = start + transfer
-        sending.append((start, port[0]))
-        at(port[0], kind, mb, layer)
+    def run(start, duration):
+        computing.append((start, start + duration))
+        return start + duration
 
-    def begin(mb, layer):
-        queue.extend([(mb, "A0", layer), (mb, "A1", layer)])
-
-    for mb in range(num_mb):
-        begin(mb, 0)
-    now, busy = 0.0, False
-    while True:
-        if not busy and queue:
-            mb, stage, layer = queue.pop(0)
-            busy = True
-            at(now + cost[stage], "done", mb, (stage, layer))
-            computing.append((now, now + cost[stage]))
-        if not events:
-            return now, computing, sending
-        now, _, kind, mb, payload = heapq.heappop(events)
-        if kind == "done":
-            busy = False
-            stage, layer = payload
+    for mb, stage, layer in program(num_mb, layers, shared_first):
+        if stage == "M":
+            start = max(now, arrives[("dispatch", mb, layer)])
+            if peer_share:
+                now = run(start, cost["M"] * peer_share)
+                send(now, combine, ("combine", mb, layer))
+                now = run(now, cost["M"] * (1 - peer_share))
+            else:
+                now = run(start, cost["M"])
+                send(now, combine, ("combine", mb, layer))
+        elif stage == "C":
+            now = run(max(now, arrives[("combine", mb, layer)]), cost["C"])
+        else:
+            now = run(now, cost[stage])
             if stage == "A1":
-                send(now, dispatch, "dispatch", mb, layer)
-                queue.append((mb, "S", layer))
-            elif stage == "S":
-                shared_done[mb] = True
-                if combined[mb]:
-                    queue.append((mb, "C", layer))
-            elif stage == "Mp":              # the own share runs next, before anything else queued
-                send(now, combine, "combine", mb, layer)
-                queue.insert(0, (mb, "M", layer))
-            elif stage == "M" and not peer_share:
-                send(now, combine, "combine", mb, layer)
-            elif stage == "C":
-                shared_done[mb] = combined[mb] = False
-                if layer + 1 < layers:
-                    begin(mb, layer + 1)
-        elif kind == "dispatch":
-            queue.append((mb, "Mp" if peer_share else "M", payload))
-        elif kind == "combine":
-            combined[mb] = True
-            if shared_done[mb]:
-                queue.append((mb, "C", payload))
+                send(now, dispatch, ("dispatch", mb, layer))
+    return now, computing, sending
 
 
 def in_trace(computing, sending):
@@ -90,11 +82,12 @@ def in_trace(computing, sending):
     return both / min(sum(b - a for a, b in computing), sum(d - c for c, d in sending))
 
 
-def hidden(layers, stages, comm, ratio, peer_share):
+def hidden(layers, stages, comm, ratio, peer_share, shared_first):
     """(share hidden across runs, in-trace share with two micro-batches)."""
     dispatch = comm / (1 + ratio)
     combine = comm - dispatch
-    runs = {(link, mb): step_time(mb, layers, stages, dispatch if link else 0, combine if link else 0, peer_share)
+    runs = {(link, mb): step_time(mb, layers, stages, dispatch if link else 0, combine if link else 0, peer_share,
+                                  shared_first)
             for link in (False, True) for mb in (1, 2)}
     t = {key: run[0] for key, run in runs.items()}
     added = t[True, 1] - t[False, 1]
@@ -111,10 +104,12 @@ def main():
     p.add_argument("--comm", type=float, default=1.0, help="communication / compute")
     p.add_argument("--split-mlp", action="store_true", help="the MLP answers the peer before its own tokens")
     p.add_argument("--peer-share", type=float, default=0.5, help="with --split-mlp: the peer's share of the MLP")
+    p.add_argument("--order", choices=("mlp-first", "shared-first"), default="mlp-first",
+                   help="where SHARED runs: behind the MLPs (step_pipeline) or behind the ATTN stages")
     a = p.parse_args()
     for ratio in (8, 4, 2, 1):
         share, trace_share = hidden(a.layers, a.stages, a.comm * sum(a.stages), ratio,
-                                    a.peer_share if a.split_mlp else 0.0)
+                                    a.peer_share if a.split_mlp else 0.0, a.order == "shared-first")
         print(f"combine bytes = {ratio} x dispatch bytes: two micro-batches hide {100 * share:.1f} % "
               f"(in-trace {100 * trace_share:.1f} %)")
 

@@ -1,18 +1,19 @@
 // tests/actors/test_step_pipeline.cpp
-// Several ranks' step pipelines joined by an in-memory transport that delivers stream work and
-// messages in a random order: every request's logits equal a single rank's forward pass bit for
-// bit (reference backend), with an idle rank, redundant experts, one or two micro-batches and a
-// prompt split between the micro-batches, and with the MLP answering peers one by one (prefill-
-// sized batches) or all at once; peers' payloads leave from the sender's stream, split answers
-// before the stage's last expert batch; SHARED waits for no round trip where nothing else can run
-// first; a micro-batch goes from a dense layer straight into the next layer, so micro-batch 0's
-// first dispatch flies while micro-batch 1 computes its dense layers; a stage that throws still
-// takes part in the exchange, so the group's step completes.
+// Several ranks' step pipelines joined by an in-memory transport that runs stream work (a stage
+// that waits for payloads once they are in the rank's inbox) and delivers messages in a random
+// order: every request's logits equal a single rank's forward pass bit for bit (reference
+// backend), with an idle rank, redundant experts, one or two micro-batches and a prompt split
+// between the micro-batches, and with the MLP answering peers one by one (prefill-sized batches)
+// or all at once; peers' payloads leave from the sender's stream, split answers before the
+// stage's last expert batch; the stream program's order (both micro-batches' ATTN stages, both
+// MLPs, both SHAREDs while the combines fly, then each COMBINE followed by its next layer), and
+// micro-batch 0's first dispatch flies while micro-batch 1 computes its dense layers; a stage that throws still takes part in the exchange, so the group's step completes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <deque>
 #include <stdexcept>
+#include <optional>
 #include <random>
 #include <variant>
 
@@ -28,18 +29,22 @@ struct stream_item {
   int64_t micro_batch;
   stage_kind stage;
   int64_t layer_idx;
+  std::optional<stage_input> input;
   std::function<void()> work;
 };
 using message = std::variant<std::shared_ptr<const ep_dispatch>, std::shared_ptr<const ep_combine>>;
 
-// Every rank's stream and every message in flight; run() picks the next event at random.
+// Every rank's stream and every message in flight; run() picks the next event at random among
+// the streams whose next stage has its inputs and the messages in flight.
 struct loop_transport {
   struct rank_io final : pipeline_io {
     loop_transport* loop = nullptr;
     int64_t rank = 0;
     std::deque<stream_item> stream;
-    void enqueue(int64_t mb, stage_kind stage, int64_t layer_idx, std::function<void()> work) override {
-      stream.push_back({mb, stage, layer_idx, std::move(work)});
+    ep_inbox box;
+    void enqueue(int64_t mb, stage_kind stage, int64_t layer_idx, std::optional<stage_input> input,
+                 std::function<void()> work) override {
+      stream.push_back({mb, stage, layer_idx, input, std::move(work)});
     }
     void send_dispatch(int64_t dest, std::shared_ptr<const ep_dispatch> d) override {
       loop->count_send(rank);
@@ -51,22 +56,16 @@ struct loop_transport {
         loop->combine_sent_at.push_back(*loop->expert_calls[rank]);
       loop->in_flight.push_back({dest, std::move(c)});
     }
+    ep_inbox& inbox() override { return box; }
+    [[nodiscard]] bool runnable() const { return !stream.empty() && (!stream.front().input || box.complete(*stream.front().input)); }
   };
-  std::vector<rank_io> ios;
+  std::deque<rank_io> ios;
   std::vector<std::pair<int64_t, message>> in_flight;
   std::vector<step_pipeline*> pipelines;
   std::mt19937 rng{1};
   int64_t max_in_flight = 0;
-  int64_t num_layers = 0;
-  std::vector<int64_t> failed_ranks;         // one entry per stage that threw
-  int64_t combines_with_next_queued = 0, combines_alone = 0;   // micro-batch 0, not the last layer
   int64_t working_rank = -1;                 // whose stream work is running now, -1 between
   int64_t sends_from_stream = 0, sends_elsewhere = 0;
-  struct attn_1_run {
-    int64_t rank, micro_batch, layer_idx;
-    bool shared_queued;                      // its SHARED already on the stream behind it
-  };
-  std::vector<attn_1_run> attn_1_runs;
   struct stage_run {
     int64_t micro_batch;
     stage_kind stage;
@@ -92,52 +91,34 @@ struct loop_transport {
     for (;;) {
       std::vector<int64_t> choices;                          // rank r: its stream; R + i: message i
       for (size_t r = 0; r < ios.size(); ++r)
-        if (!ios[r].stream.empty())
+        if (ios[r].runnable())
           choices.push_back(static_cast<int64_t>(r));
       for (size_t i = 0; i < in_flight.size(); ++i)
         choices.push_back(static_cast<int64_t>(ios.size() + i));
       max_in_flight = std::max<int64_t>(max_in_flight, static_cast<int64_t>(in_flight.size()));
       if (choices.empty())
-        return;
+        break;
       const int64_t c = choices[std::uniform_int_distribution<size_t>(0, choices.size() - 1)(rng)];
       if (c < static_cast<int64_t>(ios.size())) {
         stream_item item = std::move(ios[c].stream.front());
         ios[c].stream.pop_front();
-        // A COMBINE runs with its micro-batch's next layer already queued behind it (micro-batch
-        // 0 waits for no other micro-batch to begin a layer).
-        if (item.stage == stage_kind::combine && item.micro_batch == 0 && item.layer_idx + 1 < num_layers) {
-          const bool queued = std::any_of(ios[c].stream.begin(), ios[c].stream.end(), [&](const stream_item& s) {
-            return s.micro_batch == 0 && s.stage == stage_kind::attn_0 && s.layer_idx == item.layer_idx + 1;
-          });
-          ++(queued ? combines_with_next_queued : combines_alone);
-        }
-        if (item.stage == stage_kind::attn_1) {
-          const bool queued = std::any_of(ios[c].stream.begin(), ios[c].stream.end(), [&](const stream_item& s) {
-            return s.micro_batch == item.micro_batch && s.stage == stage_kind::shared && s.layer_idx == item.layer_idx;
-          });
-          attn_1_runs.push_back({c, item.micro_batch, item.layer_idx, queued});
-        }
         ran[c].push_back({item.micro_batch, item.stage, item.layer_idx});
         working_rank = c;
-        try {
-          item.work();
-        } catch (const std::exception&) {    // as cpu_stream: reported, and the owner goes on
-          failed_ranks.push_back(c);
-        }
+        item.work();
         working_rank = -1;
         for (const int64_t calls : combine_sent_at)
           ++(calls < *expert_calls[c] ? combines_early : combines_late);
         combine_sent_at.clear();
-        pipelines[c]->on_stage_done(item.micro_batch, item.stage);
+        if (item.stage == stage_kind::logits)
+          pipelines[c]->on_logits_done();
       } else {
         auto [dest, msg] = std::move(in_flight[c - ios.size()]);
         in_flight.erase(in_flight.begin() + (c - static_cast<int64_t>(ios.size())));
-        if (auto* d = std::get_if<0>(&msg))
-          pipelines[dest]->on_dispatch(std::move(*d));
-        else
-          pipelines[dest]->on_combine(std::move(std::get<1>(msg)));
+        std::visit([&](auto& p) { (void)ios[dest].box.put(std::move(p), ep_inbox::clock::now()); }, msg);
       }
     }
+    for (const rank_io& io : ios)            // nothing left waiting: no deadlock
+      CHECK(io.stream.empty());
   }
 };
 
@@ -246,7 +227,6 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           mbs[1][0].push_back({.tokens = prompts[2], .kv = &kvs[2]});
 
           loop_transport loop(R);
-          loop.num_layers = cfg.num_hidden_layers;
           loop.rng.seed(seed);
           std::vector<std::unique_ptr<step_pipeline>> pipes;
           for (int64_t r = 0; r < R; ++r) {
@@ -262,36 +242,43 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           loop.run();
           for (auto& p : pipes)
             CHECK(p->done());
+          for (auto& p : pipes)
+            CHECK(p->error().empty());
           CHECK(loop.max_in_flight > 0);
           CHECK(loop.sends_from_stream > 0);
           CHECK(loop.sends_elsewhere == 0);
-          CHECK(loop.combines_with_next_queued > 0);
-          CHECK(loop.combines_alone == 0);
           // split: some peer's answer leaves while this rank's experts still run for others
           CHECK((loop.combines_early > 0) == (split_min == 0));
           CHECK(loop.combines_early + loop.combines_late > 0);
-          // SHARED goes straight behind ATTN-1 in dense layers and where no later micro-batch has
-          // tokens (rank 0's micro-batch 1, ranks 1 and 2); rank 0's micro-batch 0 lets micro-batch
-          // 1's ATTN stages go first in MoE layers.
-          CHECK(static_cast<int64_t>(loop.attn_1_runs.size()) == R * num_mb * cfg.num_hidden_layers);
-          for (const auto& run : loop.attn_1_runs) {
-            CAPTURE(run.rank);
-            CAPTURE(run.micro_batch);
-            CAPTURE(run.layer_idx);
-            const bool later_tokens = run.rank == 0 && run.micro_batch == 0 && num_mb == 2;
-            CHECK(run.shared_queued == (!w.layers[run.layer_idx].is_moe || !later_tokens));
-          }
-          // micro-batch 0 goes on from its dense layer into the first MoE layer (its dispatch on the
-          // wire) before micro-batch 1 computes its dense layer
-          if (num_mb == 2) {
+          for (int64_t r = 0; r < R; ++r) {
+            const auto& order = loop.ran[r];
+            const auto at = [&](int64_t mb, stage_kind stage, int64_t l) {
+              return std::find(order.begin(), order.end(), loop_transport::stage_run{mb, stage, l}) - order.begin();
+            };
+            const auto n = static_cast<std::ptrdiff_t>(order.size());
+            CHECK(n == num_mb * (cfg.num_hidden_layers * 3 + (cfg.num_hidden_layers - cfg.first_k_dense_replace) * 2) + 1);
+            CHECK(order.back() == loop_transport::stage_run{0, stage_kind::logits, cfg.num_hidden_layers - 1});
+            // micro-batch 0 goes on from its dense layer into the first MoE layer (its dispatch on
+            // the wire) before micro-batch 1 computes its dense layer
             const int64_t first_moe = cfg.first_k_dense_replace;
             REQUIRE(first_moe > 0);
-            const auto& order = loop.ran[0];
-            const auto at = [&](const loop_transport::stage_run& s) {
-              return std::find(order.begin(), order.end(), s) - order.begin();
-            };
-            CHECK(at({0, stage_kind::attn_1, first_moe}) < at({1, stage_kind::attn_0, 0}));
-            CHECK(at({1, stage_kind::attn_0, 0}) < static_cast<std::ptrdiff_t>(order.size()));
+            if (num_mb == 2)
+              CHECK(at(0, stage_kind::attn_1, first_moe) < at(1, stage_kind::attn_0, 0));
+            for (int64_t l = first_moe; l < cfg.num_hidden_layers; ++l) {
+              CAPTURE(r);
+              CAPTURE(l);
+              const int64_t last = num_mb - 1;
+              CHECK(at(0, stage_kind::attn_0, l) < at(0, stage_kind::attn_1, l));
+              CHECK(at(last, stage_kind::attn_1, l) < at(0, stage_kind::mlp, l));       // every ATTN first,
+              CHECK(at(last, stage_kind::mlp, l) < at(0, stage_kind::shared, l));       // every MLP,
+              CHECK(at(last, stage_kind::shared, l) < at(0, stage_kind::combine, l));   // the SHAREDs while combines fly
+              CHECK(at(last, stage_kind::combine, l) < n);
+              if (l + 1 < cfg.num_hidden_layers) {    // a micro-batch's next layer right behind its COMBINE
+                CHECK(at(0, stage_kind::attn_0, l + 1) == at(0, stage_kind::combine, l) + 1);
+                if (num_mb == 2)
+                  CHECK(at(0, stage_kind::attn_1, l + 1) < at(1, stage_kind::combine, l));
+              }
+            }
           }
           const int64_t V = cfg.vocab_size;
           // rank 0: prompt 0's row is in the last micro-batch, prompt 1's in micro-batch 0
@@ -339,7 +326,6 @@ TEST_CASE("a stage that throws still takes part in the exchange: the group's ste
         }
         ranks[1]->device = std::make_unique<failing_backend>(op, nth);
         loop_transport loop(R);
-        loop.num_layers = cfg.num_hidden_layers;
         std::vector<std::unique_ptr<step_pipeline>> pipes;
         for (int64_t r = 0; r < R; ++r) {
           loop.expert_calls.push_back(&ranks[r]->expert_calls);
@@ -357,7 +343,8 @@ TEST_CASE("a stage that throws still takes part in the exchange: the group's ste
         loop.run();
         for (auto& p : pipes)
           CHECK(p->done());                   // nobody waits for the failed rank's messages
-        CHECK(loop.failed_ranks == std::vector<int64_t>{1});
+        CHECK(pipes[0]->error().empty());
+        CHECK(pipes[1]->error() == "injected failure");
         for (int64_t r = 0; r < R; ++r)
           kvs[r].release(ranks[r]->cache);
       }

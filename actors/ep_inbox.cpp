@@ -1,0 +1,113 @@
+// actors/ep_inbox.cpp
+#include "actors/ep_inbox.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+template <class Payload>
+bool ep_inbox::put_into(std::map<ep_key, slot<Payload>>& slots, std::shared_ptr<const Payload> p,
+                        clock::time_point at) {
+  bool not_begun = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (cancelled_)
+      return false;
+    not_begun = p->key.step >= next_step_;
+    slot<Payload>& s = slots[p->key];
+    s.arrives = std::max(s.arrives, at);
+    s.payloads.push_back(std::move(p));
+  }
+  arrived_.notify_all();
+  return not_begun;
+}
+
+bool ep_inbox::put(std::shared_ptr<const ep_dispatch> d, clock::time_point at) {
+  return put_into(dispatches_, std::move(d), at);
+}
+
+bool ep_inbox::put(std::shared_ptr<const ep_combine> c, clock::time_point at) {
+  return put_into(combines_, std::move(c), at);
+}
+
+void ep_inbox::begin_step(int64_t step) {
+  std::lock_guard lock(mutex_);
+  next_step_ = std::max(next_step_, step + 1);
+}
+
+bool ep_inbox::has_step(int64_t step) const {
+  std::lock_guard lock(mutex_);
+  const auto it = dispatches_.lower_bound(ep_key{.step = step, .layer_idx = std::numeric_limits<int64_t>::min(), .micro_batch = std::numeric_limits<int64_t>::min()});
+  return it != dispatches_.end() && it->first.step == step;
+}
+
+int64_t ep_inbox::count_of(const stage_input& in, clock::time_point* arrives) const {
+  const auto count = [&](const auto& slots) -> int64_t {
+    const auto it = slots.find(in.key);
+    if (it == slots.end())
+      return 0;
+    if (arrives)
+      *arrives = it->second.arrives;
+    return static_cast<int64_t>(it->second.payloads.size());
+  };
+  return in.kind == ep_payload::dispatch ? count(dispatches_) : count(combines_);
+}
+
+bool ep_inbox::complete(const stage_input& in) const {
+  std::lock_guard lock(mutex_);
+  return count_of(in, nullptr) >= in.count;
+}
+
+void ep_inbox::wait(const stage_input& in) {
+  std::unique_lock lock(mutex_);
+  clock::time_point arrives;
+  arrived_.wait(lock, [&] { return cancelled_ || count_of(in, &arrives) >= in.count; });
+  // the payloads are here; the link model says when the last of them is
+  arrived_.wait_until(lock, arrives, [&] { return cancelled_; });
+  if (cancelled_)
+    throw std::runtime_error("the rank stopped while a stage waited for its peers");
+}
+
+template <class Payload>
+std::vector<std::shared_ptr<const Payload>> ep_inbox::take_from(std::map<ep_key, slot<Payload>>& slots,
+                                                                 const ep_key& key, int64_t count, const char* what) {
+  std::lock_guard lock(mutex_);
+  const auto it = slots.find(key);
+  const int64_t here = it == slots.end() ? 0 : static_cast<int64_t>(it->second.payloads.size());
+  if (here != count)
+    throw std::logic_error(std::string("ep_inbox: ") + std::to_string(here) + " " + what + " for step " +
+                           std::to_string(key.step) + " layer " + std::to_string(key.layer_idx) + " micro-batch " +
+                           std::to_string(key.micro_batch) + ", expected " + std::to_string(count));
+  std::vector<std::shared_ptr<const Payload>> out = std::move(it->second.payloads);
+  slots.erase(it);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->src_rank < b->src_rank; });
+  return out;
+}
+
+std::vector<std::shared_ptr<const ep_dispatch>> ep_inbox::take_dispatches(const ep_key& key, int64_t count) {
+  return take_from(dispatches_, key, count, "dispatches");
+}
+
+std::vector<std::shared_ptr<const ep_combine>> ep_inbox::take_combines(const ep_key& key, int64_t count) {
+  return take_from(combines_, key, count, "combines");
+}
+
+void ep_inbox::cancel() {
+  {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    dispatches_.clear();
+    combines_.clear();
+  }
+  arrived_.notify_all();
+}
+
+bool ep_inbox::cancelled() const {
+  std::lock_guard lock(mutex_);
+  return cancelled_;
+}
+
+}  // namespace moe
