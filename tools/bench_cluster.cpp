@@ -10,9 +10,11 @@
 //    waits for the last combine and the dense layers exchange nothing, in any schedule);
 //    calibrated from traced runs.
 //    comm = t(link, 1 mb) - t(no link, 1 mb), hidden = (compute_2mb + comm - t(link, 2 mb)) /
-//    min(compute_2mb, comm) ("n/a" when noise puts it outside [0, 1]); in-trace: per rank of the phase, |compute ∩ comm| / min(|compute|,
-//    |comm|) within each +link run (comm = its messages on the link). Times come from the trace: the median decode step of the busiest
-//    decode rank, the longest prefill step; each the best of --repeat runs (a busy machine only adds).
+//    min(compute_2mb, comm), per round of the four runs (rounds where noise puts it outside [0, 1]
+//    are left out and counted); in-trace: per rank of the phase, |compute ∩ comm| / min(|compute|,
+//    |comm|) within each +link run (comm = its messages on the link). Times come from the trace: the
+//    median decode step of the busiest decode rank, the longest prefill step. Every figure is the
+//    median over --repeat rounds of the four configurations.
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -46,7 +48,7 @@ struct bench_options {
   bool single_rank = false;                 // also the "1 rank" baseline (tools/single_rank.hpp)
   int64_t repeat = 1;
   uint64_t seed = 1;
-  std::string trace_file;                   // the last run's Chrome trace
+  std::string trace_file;                   // the last run's Chrome trace (overlap: one per phase)
 };
 
 std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int64_t output_len, int64_t vocab,
@@ -271,8 +273,8 @@ void run(bench_options& o) {
       run_single_rank_levels(o, *s);
     return;
   }
-  // overlap: compute alone (link model off) with one and two micro-batches, then the link model
-  // set so a step's communication is about the compute it can hide under, then both again
+  // overlap: compute alone (link model off) with one and two micro-batches, and with the link
+  // model set so a step's communication is about the compute it can hide under
   const int64_t conc = o.concurrency.front();
   const auto decode_specs = random_requests(conc, 8, o.output_len, vocab, o.seed);
   const auto prefill_specs = random_requests(topo.prefill_ranks, o.prompt_len, 1, vocab, o.seed + 1);
@@ -281,81 +283,84 @@ void run(bench_options& o) {
   // The link: bandwidth-bound, as DeepEP's normal kernels are (a small fixed latency), so a
   // micro-batch's messages take half as long as the whole batch's.
   link_spec link[2] = {{.latency_us = 20.0, .bandwidth_gb_s = 1.0}, {.latency_us = 20.0, .bandwidth_gb_s = 1.0}};
-  // the best of o.repeat runs by `time_of`
-  auto best = [&](bool decode, bool on, bool two) {
+  auto once = [&](bool decode, bool on, bool two) {
     t.link_model = on;
     t.two_batch_overlap = two;
     t.intra_node = t.inter_node = link[decode ? 0 : 1];
-    level_result r;
-    for (int64_t i = 0; i < o.repeat; ++i) {
-      const level_result x = decode ? run_level(*s, weights, t, o.session.reference, decode_specs, conc, o.trace_file)
-                                    : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, o.trace_file);
-      const auto time_of = [decode](const level_result& y) { return decode ? y.decode_step_s : y.prefill_step_s; };
-      if (i == 0 || time_of(x) < time_of(r))
-        r = x;
+    // the trace of the last +link two-micro-batch run of each phase: FILE with .decode / .prefill
+    // before its extension
+    std::string trace;
+    if (!o.trace_file.empty() && on && two) {
+      const size_t dot = o.trace_file.rfind('.');
+      const size_t cut = dot == std::string::npos || dot < o.trace_file.find_last_of('/') + 1 ? o.trace_file.size() : dot;
+      trace = o.trace_file.substr(0, cut) + (decode ? ".decode" : ".prefill") + o.trace_file.substr(cut);
     }
-    return r;
+    return decode ? run_level(*s, weights, t, o.session.reference, decode_specs, conc, trace)
+                  : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, trace);
   };
   // warm-up: the first touch of mmapped weights is many times slower than the steady state
-  (void)best(true, false, false);
-  (void)best(false, false, false);
-  double step[2][2] = {}, prefill[2][2] = {};           // [link model][micro-batches - 1]
-  level_result decode_alone[2], prefill_alone[2];      // [micro-batches - 1], no link
-  for (int mb = 0; mb < 2; ++mb) {
-    decode_alone[mb] = best(true, false, mb == 1);
-    prefill_alone[mb] = best(false, false, mb == 1);
-    step[0][mb] = decode_alone[mb].decode_step_s;
-    prefill[0][mb] = prefill_alone[mb].prefill_step_s;
-  }
+  (void)once(true, false, false);
+  (void)once(false, false, false);
   // calibrate: transfer time scales as 1 / bandwidth, so the traced comm time of one probe at
   // 1 GB/s gives the bandwidth at which a step's communication takes as long as the compute that
-  // is to hide it: the MoE layers' stages with two micro-batches (traced above)
+  // is to hide it: the MoE layers' stages with two micro-batches (traced without the link)
   auto per_step = [](double total, const level_result& r) {
     return total / static_cast<double>(std::max<int64_t>(1, r.num_decode_steps));
   };
+  const level_result alone_d = once(true, false, true), alone_p = once(false, false, true);
   link[0] = link[1] = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
-  const level_result probe_d = best(true, true, false), probe_p = best(false, true, false);
-  const double moe_decode = per_step(decode_alone[1].max_decode_moe_s, decode_alone[1]);
-  const double moe_prefill = prefill_alone[1].max_prefill_moe_s;
+  const level_result probe_d = once(true, true, false), probe_p = once(false, true, false);
+  const double moe_decode = per_step(alone_d.max_decode_moe_s, alone_d);
+  const double moe_prefill = alone_p.max_prefill_moe_s;
   link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, per_step(probe_d.max_decode_comm_s, probe_d) / moe_decode)};
   link[1] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_p.max_prefill_comm_s / moe_prefill)};
-  std::printf("MoE-layer compute per step, two micro-batches (one): decode %.2f ms (%.2f), prefill %.2f ms (%.2f); "
+  std::printf("MoE-layer compute per step, two micro-batches: decode %.2f ms, prefill %.2f ms; "
               "the rest is dense layers and LOGITS\n",
-              1e3 * moe_decode, 1e3 * per_step(decode_alone[0].max_decode_moe_s, decode_alone[0]), 1e3 * moe_prefill,
-              1e3 * prefill_alone[0].max_prefill_moe_s);
+              1e3 * moe_decode, 1e3 * moe_prefill);
   std::printf("link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ MoE compute)\n",
               link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
-  double in_trace[2][2] = {};                            // [decode, prefill][micro-batches - 1]
-  for (int mb = 0; mb < 2; ++mb) {
-    const level_result d = best(true, true, mb == 1), p = best(false, true, mb == 1);
-    step[1][mb] = d.decode_step_s;
-    prefill[1][mb] = p.prefill_step_s;
-    in_trace[0][mb] = d.decode_overlap;
-    in_trace[1][mb] = p.prefill_overlap;
-  }
-  // comm = what the link model adds to one micro-batch; hidden = the part of min(compute, comm)
-  // that two micro-batches take off their own compute + comm
-  // (empty when run-to-run noise swamps it: the link added nothing, or the share left [0, 1])
-  auto hidden = [](const double (&x)[2][2]) -> std::string {
-    const double comm = x[1][0] - x[0][0], compute = x[0][1];
-    const double denom = std::min(compute, comm);
-    const double share = denom > 0 ? (compute + comm - x[1][1]) / denom : -1.0;
-    if (share < 0.0 || share > 1.0)
-      return "n/a";
-    char text[16];
-    std::snprintf(text, sizeof text, "%.1f%%", 100.0 * share);
-    return text;
-  };
+  // Rounds: every configuration once per round, so that a slow phase of the VM (run-to-run
+  // differences of 20-40 % on two cores) falls on all four alike; figures are medians over rounds.
+  struct phase_runs {
+    std::vector<double> time[2][2];         // [link model][micro-batches - 1]: step time per round
+    std::vector<double> in_trace[2];        // [micro-batches - 1], +link runs
+    std::vector<double> hidden;             // per round, where the noise left it in [0, 1]
+  } phases[2];                              // decode, prefill
+  for (int64_t round = 0; round < o.repeat; ++round)
+    for (int phase = 0; phase < 2; ++phase) {
+      const bool decode = phase == 0;
+      phase_runs& pr = phases[phase];
+      double x[2][2];
+      for (int on = 0; on < 2; ++on)
+        for (int mb = 0; mb < 2; ++mb) {
+          const level_result r = once(decode, on == 1, mb == 1);
+          x[on][mb] = decode ? r.decode_step_s : r.prefill_step_s;
+          pr.time[on][mb].push_back(x[on][mb]);
+          if (on == 1)
+            pr.in_trace[mb].push_back(decode ? r.decode_overlap : r.prefill_overlap);
+        }
+      // comm = what the link model adds to one micro-batch; hidden = the part of min(compute,
+      // comm) that two micro-batches take off their own compute + comm
+      const double comm = x[1][0] - x[0][0], compute = x[0][1];
+      const double share = std::min(compute, comm) > 0 ? (compute + comm - x[1][1]) / std::min(compute, comm) : -1.0;
+      if (share >= 0.0 && share <= 1.0)
+        pr.hidden.push_back(share);
+    }
   // in the trace: the share of min(compute, comm) during which a rank both computes and has a
-  // message on its link, in the +link runs (one run: no cross-run noise)
-  std::printf("%8s %12s %12s %12s %12s %8s %13s %13s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb",
+  // message on its link, in the +link runs (within one run: no cross-run noise)
+  std::printf("medians of %ld rounds\n", static_cast<long>(o.repeat));
+  std::printf("%8s %12s %12s %12s %12s %14s %13s %13s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb",
               "+link 2mb", "hidden", "in-trace 1mb", "in-trace 2mb");
-  int phase = 0;
-  for (const auto& [name, x] : {std::pair{"decode", &step}, std::pair{"prefill", &prefill}}) {
-    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %8s %12.1f%% %12.1f%%\n", name, 1e3 * (*x)[0][0],
-                1e3 * (*x)[0][1], 1e3 * (*x)[1][0], 1e3 * (*x)[1][1], hidden(*x).c_str(), 100.0 * in_trace[phase][0],
-                100.0 * in_trace[phase][1]);
-    ++phase;
+  for (int phase = 0; phase < 2; ++phase) {
+    const phase_runs& pr = phases[phase];
+    char hidden_text[32] = "n/a";           // no round where the noise left the share in [0, 1]
+    if (!pr.hidden.empty())
+      std::snprintf(hidden_text, sizeof hidden_text, "%.1f%% (%zu/%ld)", 100.0 * median(pr.hidden), pr.hidden.size(),
+                    static_cast<long>(o.repeat));
+    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %14s %12.1f%% %12.1f%%\n", phase == 0 ? "decode" : "prefill",
+                1e3 * median(pr.time[0][0]), 1e3 * median(pr.time[0][1]), 1e3 * median(pr.time[1][0]),
+                1e3 * median(pr.time[1][1]), hidden_text, 100.0 * median(pr.in_trace[0]),
+                100.0 * median(pr.in_trace[1]));
   }
 }
 
@@ -377,10 +382,13 @@ void add_bench_cluster(CLI::App& app) {
   cmd->add_flag("--single-rank", o->single_rank,
                 "also run each level through one model_runner on --threads (the \"1 rank\" baseline: no ranks, "
                 "continuous batching)");
-  cmd->add_option("--repeat", o->repeat, "overlap: runs per configuration, the fastest counts (default 1)")
+  cmd->add_option("--repeat", o->repeat,
+                  "overlap: rounds of every configuration; each figure is the median over rounds (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{20}));
   cmd->add_option("--seed", o->seed, "prompt RNG seed");
-  cmd->add_option("--trace", o->trace_file, "write the last run's Chrome trace (JSON) to this file");
+  cmd->add_option("--trace", o->trace_file,
+                  "write the last run's Chrome trace (JSON) to this file (--overlap: the last +link two-micro-batch "
+                  "runs, to FILE with .decode / .prefill before its extension)");
   cmd->callback([o] { run(*o); });
 }
 
