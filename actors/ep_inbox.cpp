@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace moe {
 
@@ -65,9 +66,16 @@ void ep_inbox::wait(const stage_input& in) {
   std::unique_lock lock(mutex_);
   clock::time_point arrives;
   arrived_.wait(lock, [&] { return cancelled_ || count_of(in, &arrives) >= in.count; });
-  // the payloads are here; the link model says when the last of them is
-  arrived_.wait_until(lock, arrives, [&] { return cancelled_; });
+  // The payloads are here; the link model says when the last of them is. Sleep until shortly
+  // before, then spin (yielding the core): a sleeping thread wakes a median 90-150 us late on
+  // this VM, against decode stages of 0.1-2 ms.
+  arrived_.wait_until(lock, arrives - spin_before_arrival, [&] { return cancelled_; });
   if (cancelled_)
+    throw std::runtime_error("the rank stopped while a stage waited for its peers");
+  lock.unlock();
+  while (clock::now() < arrives && !spin_cancelled_.load(std::memory_order_relaxed))
+    std::this_thread::yield();
+  if (spin_cancelled_.load(std::memory_order_relaxed))
     throw std::runtime_error("the rank stopped while a stage waited for its peers");
 }
 
@@ -99,6 +107,7 @@ void ep_inbox::cancel() {
   {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
+    spin_cancelled_ = true;
     dispatches_.clear();
     combines_.clear();
   }

@@ -7,6 +7,7 @@
 // CAF-free and thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -71,8 +72,12 @@ private:
                                                         int64_t count, const char* what);
   [[nodiscard]] int64_t count_of(const stage_input& in, clock::time_point* arrives) const;
 
+  /// How long before a payload's arrival wait() stops sleeping and spins.
+  static constexpr std::chrono::microseconds spin_before_arrival{200};
+
   mutable std::mutex mutex_;
   std::condition_variable arrived_;
+  std::atomic<bool> spin_cancelled_{false};   // cancelled_, for the spin outside the lock
   std::map<ep_key, slot<ep_dispatch>> dispatches_;
   std::map<ep_key, slot<ep_combine>> combines_;
   int64_t next_step_ = 0;                   // steps below it have begun
