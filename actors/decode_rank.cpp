@@ -163,7 +163,7 @@ void sample_step(decode_pointer self, step_pipeline& pipeline, const std::string
   auto result = std::make_shared<decode_step_result>();
   result->error = error;
   const int64_t vocab = st.model->weights->config.vocab_size;
-  st.stream->enqueue(
+  st.core->enqueue_sampling(
       [rows = st.step_rows, &pipeline, result, vocab] {
         for (size_t mb = 0; mb < rows.size(); ++mb)
           for (size_t i = 0; i < rows[mb].size(); ++i) {

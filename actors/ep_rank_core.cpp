@@ -60,30 +60,38 @@ void ep_rank_core::on_stage_done(int64_t step, int64_t /*micro_batch*/, int32_t 
   done_(*pipeline_, error.empty() ? pipeline_->error() : error);
 }
 
+std::function<void()> ep_rank_core::traced(std::string name, std::function<void()> work) const {
+  std::shared_ptr<trace_recorder> trace = links_.trace;
+  if (!trace || !trace->enabled())
+    return work;
+  const int64_t grank = members_.global_ranks.empty() ? group_.rank : members_.global_ranks[group_.rank];
+  return [work = std::move(work), trace, grank, name = std::move(name), role = role_] {
+    const auto begin = std::chrono::steady_clock::now();
+    work();
+    trace->add({.rank = grank, .lane = trace_lane::compute, .name = name, .category = role, .begin = begin,
+                .end = std::chrono::steady_clock::now()});
+  };
+}
+
 void ep_rank_core::enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx,
                            std::optional<stage_input> input, std::function<void()> work) {
   const int64_t step = next_step_ - 1;
-  std::shared_ptr<trace_recorder> trace = links_.trace;
-  const bool traced = trace && trace->enabled();
-  const int64_t grank = members_.global_ranks.empty() ? group_.rank : members_.global_ranks[group_.rank];
-  // the wait for peers' payloads comes first and is no part of the stage's compute span
-  work = [work = std::move(work), input, inbox = inbox_, traced, trace, grank, micro_batch, stage, layer_idx,
-          role = role_] {
-    if (input)
-      inbox->wait(*input);                  // throws once the rank stops
-    const auto begin = std::chrono::steady_clock::now();
-    work();
-    if (traced)
-      trace->add({.rank = grank, .lane = trace_lane::compute,
-                  .name = std::string(to_string(stage)) + " mb" + std::to_string(micro_batch) + " L" +
-                          std::to_string(layer_idx),
-                  .category = role, .begin = begin, .end = std::chrono::steady_clock::now()});
-  };
+  work = traced(std::string(to_string(stage)) + " mb" + std::to_string(micro_batch) + " L" + std::to_string(layer_idx),
+                std::move(work));
+  if (input)                                // the wait for peers' payloads is no part of the stage's span
+    work = [work = std::move(work), input = *input, inbox = inbox_] {
+      inbox->wait(input);                   // throws once the rank stops
+      work();
+    };
   if (stage != stage_kind::logits)          // the pipeline keeps its stages' errors; only the end is news
     return stream_.enqueue(std::move(work), nullptr);
   stream_.enqueue(std::move(work), [self = self_, step, micro_batch, stage](const std::string& error) {
     caf::anon_send(self, stage_atom::value, step, micro_batch, static_cast<int32_t>(stage), error);
   });
+}
+
+void ep_rank_core::enqueue_sampling(std::function<void()> work, std::function<void(const std::string&)> on_done) {
+  stream_.enqueue(traced("SAMPLE", std::move(work)), std::move(on_done));
 }
 
 template <class Payload>

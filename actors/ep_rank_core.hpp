@@ -62,6 +62,9 @@ public:
   void maybe_start(bool has_work);
   /// Ends the step begun last; call from done_fn's aftermath when the owner is ready for the next.
   void finish_step();
+  /// Runs the owner's sampling of the step's logits on the stream, after the step's stages,
+  /// traced as a SAMPLE span; `on_done` as cpu_stream::enqueue's.
+  void enqueue_sampling(std::function<void()> work, std::function<void(const std::string&)> on_done);
   /// The rank is stopping: stages waiting for peers give up, the rest of the program is skipped.
   /// Call before the stream drains.
   void stop();
@@ -82,6 +85,8 @@ private:
   template <class Payload>
   void send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload> p, size_t num_bytes, const char* what);
   void start_step();
+  /// `work` recording a compute span `name` when the trace is on.
+  [[nodiscard]] std::function<void()> traced(std::string name, std::function<void()> work) const;
 
   rank_model& model_;
   cpu_stream& stream_;

@@ -140,7 +140,7 @@ void sample_step(prefill_pointer self, step_pipeline& pipeline, const std::strin
   auto result = std::make_shared<prefill_step_result>();
   result->error = error;
   rank_model* m = st.model.get();
-  st.stream->enqueue(
+  st.core->enqueue_sampling(
       [rows = st.step_rows, &pipeline, result, m] {
         if (!result->error.empty())
           return;

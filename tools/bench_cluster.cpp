@@ -256,14 +256,14 @@ void run(bench_options& o) {
     }
     std::printf("step-time breakdown of the busiest decode rank (trace compute spans), ms per decode step; "
                 "outside = waits for peers and framework:\n%12s", "concurrency");
-    for (const char* stage : {"ATTN-0", "ATTN-1", "SHARED", "MLP", "COMBINE", "LOGITS", "outside"})
+    for (const char* stage : {"ATTN-0", "ATTN-1", "SHARED", "MLP", "COMBINE", "LOGITS", "SAMPLE", "outside"})
       std::printf(" %8s", stage);
     std::printf("\n");
     for (size_t i = 0; i < breakdowns.size(); ++i) {
       const level_result& r = breakdowns[i];
       const double steps = static_cast<double>(std::max<int64_t>(1, r.num_decode_steps));
       std::printf("%12ld", static_cast<long>(o.concurrency[i]));
-      for (const char* stage : {"ATTN-0", "ATTN-1", "SHARED", "MLP", "COMBINE", "LOGITS"}) {
+      for (const char* stage : {"ATTN-0", "ATTN-1", "SHARED", "MLP", "COMBINE", "LOGITS", "SAMPLE"}) {
         const auto it = r.busiest_stage_s.find(stage);
         std::printf(" %8.2f", it == r.busiest_stage_s.end() ? 0.0 : 1e3 * it->second / steps);
       }
