@@ -68,7 +68,7 @@ int64_t step_pipeline::num_tokens() const noexcept {
 // dispatch: the combine carries twice the dispatch's bytes (BF16 against FP8) and is the exchange
 // that runs short of compute to hide under; the later micro-batch's ATTN stages already cover the
 // earlier one's dispatch. With comm = compute and a decode step's stage mix the model
-// (tools/overlap_model.py --order) puts the share hidden at 83 % this way, 78 % the other.
+// (tools/overlap_model.py --order) puts the share hidden at 82 % this way, 77 % the other.
 // Micro-batch m begins a layer after micro-batch m - 1 has (a prompt split between them needs the
 // first part's latent KV stored before the second part attends), and micro-batch 0 reaches its
 // first dispatch before micro-batch 1 computes its dense layers, which then hide that dispatch.
