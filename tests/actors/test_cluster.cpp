@@ -74,6 +74,17 @@ std::shared_ptr<const model_weights> tiny_weights() {
   return std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
 }
 
+// P prefill + D decode ranks with KV pools sized for the tiny model's short requests.
+topology_config small_topology(int64_t prefill_ranks, int64_t decode_ranks) {
+  topology_config topo;
+  topo.prefill_ranks = prefill_ranks;
+  topo.decode_ranks = decode_ranks;
+  topo.kv_blocks = 96;
+  topo.page_size = 4;
+  topo.max_context = 128;
+  return topo;
+}
+
 // Submits specs[0, n) and collects every stream and result by request id; index_of: id -> i.
 std::map<uint64_t, collected> run_all(testing::actor_fixture& f, const cluster& c, const std::vector<request_spec>& specs,
                                       int64_t n, std::map<uint64_t, size_t>& index_of) {
@@ -123,18 +134,13 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
     CAPTURE(cc.overlap);
     CAPTURE(cc.chunk);
     CAPTURE(cc.combine);
-    topology_config topo;
+    topology_config topo = small_topology(cc.prefill_ranks, cc.decode_ranks);
     topo.combine = cc.combine;
-    topo.prefill_ranks = cc.prefill_ranks;
-    topo.decode_ranks = cc.decode_ranks;
     topo.redundant_experts = cc.redundant;
     topo.two_batch_overlap = cc.overlap;
     topo.chunked_prefill_size = cc.chunk;
     topo.max_prefill_tokens = 2 * cc.chunk;
     topo.max_running_requests = 8;
-    topo.kv_blocks = 96;
-    topo.page_size = 4;
-    topo.max_context = 128;
     const cluster_config cfg{.topology = topo, .reference = true};
 
     // the single-rank baseline with the same payload types
@@ -200,12 +206,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the reduced combine gives the same ou
     return;
   auto weights = tiny_weights();
   const std::vector<request_spec> specs = mixed_requests(12, 1000, 8);
-  topology_config topo;
-  topo.prefill_ranks = topo.decode_ranks = 2;
+  topology_config topo = small_topology(2, 2);
   topo.combine = "reduced";
-  topo.kv_blocks = 96;
-  topo.page_size = 4;
-  topo.max_context = 128;
   std::vector<std::vector<int32_t>> first;
   for (int run = 0; run < 2; ++run) {
     cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
@@ -234,13 +236,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "cancelled requests end with abort whe
   if (!tok)
     return;
   auto weights = tiny_weights();
-  topology_config topo;
-  topo.prefill_ranks = 1;
-  topo.decode_ranks = 2;
+  topology_config topo = small_topology(1, 2);
   topo.max_running_requests = 1;            // 2 running cluster-wide: the rest wait in the queue
-  topo.kv_blocks = 96;
-  topo.page_size = 4;
-  topo.max_context = 128;
   topo.chunked_prefill_size = 16;
   topo.max_prefill_tokens = 16;
   cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
@@ -297,11 +294,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "traced under the link model, every st
     return;
   auto weights = tiny_weights();
   const std::vector<request_spec> specs = mixed_requests(6, 1000, 5);
-  topology_config topo;
-  topo.prefill_ranks = topo.decode_ranks = 2;
-  topo.kv_blocks = 96;
-  topo.page_size = 4;
-  topo.max_context = 128;
+  topology_config topo = small_topology(2, 2);
   topo.link_model = true;                   // 300 us + bytes at 0.5 GB/s: arrivals well after departures
   topo.intra_node = topo.inter_node = link_spec{.latency_us = 300.0, .bandwidth_gb_s = 0.5};
   cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .trace = true});
