@@ -5,6 +5,7 @@
 #include <charconv>
 #include <filesystem>
 
+#include "kernels/cpu/gemm_panels.hpp"
 #include "tools/load_progress.hpp"
 
 namespace moe::tools {
@@ -46,6 +47,8 @@ std::unique_ptr<model_session> load_model(const session_options& opts, bool need
   s->ckpt = checkpoint::open(opts.model_dir, opts.mmap_weights ? weight_memory::mmap : weight_memory::copy,
                              stderr_load_progress());
   s->weights = load_model_weights(s->ckpt);
+  if (!opts.reference)                      // the fast path's batched LOGITS skip packing
+    fast::prepack_lm_head(s->weights);
   const std::filesystem::path tok_file = std::filesystem::path(opts.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_file))
     s->tok = tokenizer::load(opts.model_dir);

@@ -7,6 +7,9 @@
 // the weight); their block scales go on the activations (fast_linear.hpp), so a panel never
 // straddles a scale row block.
 #include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
 
 #include "kernels/cpu/fast_linear.hpp"
 
@@ -134,6 +137,14 @@ void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel
   }
 }
 
+// Panel of rows [p0, p0 + n) ready in w.gemm_panels: p0 starts a panel (tasks split the rows in
+// whole panels; the last one may be short and is packed short).
+[[nodiscard]] const uint16_t* packed_panel(const linear_weight& w, int64_t p0) noexcept {
+  if (w.gemm_panels == nullptr || p0 % panel_rows != 0)
+    return nullptr;
+  return w.gemm_panels + (p0 / panel_rows) * panel_size(w.in_features);
+}
+
 template <dtype T>
 void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                      int64_t ldo, thread_scratch& s) {
@@ -148,15 +159,20 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
       row_block = p0 / block_rows;
       a = bf16_rows(x, w, T == dtype::f8_e4m3 ? row_block : 0, s);
     }
-    if constexpr (T == dtype::bf16)
-      pack_panel_bf16(w, p0, n, panel);
-    else
+    const uint16_t* b = panel;
+    if constexpr (T == dtype::bf16) {
+      if (const uint16_t* ready = packed_panel(w, p0))
+        b = ready;
+      else
+        pack_panel_bf16(w, p0, n, panel);
+    } else {
       pack_panel_fp8(w, p0, n, panel);
+    }
     // Activation rows in near-equal tiles of <= 6 (32 rows: 6 6 5 5 5 5, not 6 6 6 6 6 2).
     const int64_t tiles = (x.num_rows + tile_rows - 1) / tile_rows;
     for (int64_t i = 0, m0 = 0; i < tiles; ++i) {
       const int64_t mr = x.num_rows / tiles + (i < x.num_rows % tiles ? 1 : 0);
-      tile_kernel_any(mr, a + m0, panel, num_kp, out + m0 * ldo + (p0 - r0), ldo, n);
+      tile_kernel_any(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n);
       m0 += mr;
     }
     p0 += n;
@@ -164,6 +180,30 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
 }
 
 }  // namespace
+
+int64_t panel_size(int64_t k) noexcept { return panel_pairs(k) * panel_rows * 2; }
+
+std::shared_ptr<const uint16_t> pack_gemm_panels(const linear_weight& w) {
+  if (w.type != dtype::bf16)
+    throw std::invalid_argument("pack_gemm_panels: only BF16 weights are packed ahead");
+  const int64_t panels = (w.out_features + panel_rows - 1) / panel_rows, size = panel_size(w.in_features);
+  const auto bytes = static_cast<size_t>(panels * size * 2);
+  auto* data = static_cast<uint16_t*>(std::aligned_alloc(64, bytes));
+  if (data == nullptr)
+    throw std::bad_alloc();
+  std::shared_ptr<uint16_t> out(data, [](uint16_t* p) { std::free(p); });
+  std::fill_n(data, panels * size, uint16_t{0});            // a short last panel's missing rows
+  for (int64_t p = 0; p < panels; ++p)
+    pack_panel_bf16(w, p * panel_rows, std::min(panel_rows, w.out_features - p * panel_rows), data + p * size);
+  return out;
+}
+
+void prepack_lm_head(model_weights& w) {
+  if (w.lm_head.type != dtype::bf16 || w.lm_head.gemm_panels != nullptr)
+    return;
+  w.lm_head_panels = pack_gemm_panels(w.lm_head);
+  w.lm_head.gemm_panels = w.lm_head_panels.get();
+}
 
 void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                int64_t ldo, thread_scratch& s) {

@@ -7,7 +7,8 @@
 //   GEMM (more rows, fast_gemm.cpp): 64 weight rows at a time packed into a bf16 panel
 //     [K/2][64][2] (FP8 expanded exactly), then 6x64 AVX512-BF16 register tiles over all
 //     activation rows, so each weight is read once per call and reused from L2. Panels are
-//     packed per call (no cached copies: no extra memory; ~25% of a 64-row GEMM's time).
+//     packed per call (~25-45 % of a 32-64-row GEMM's time), except for a BF16 weight packed
+//     once ahead (linear_weight::gemm_panels: the lm_head, which runs in every batched decode step).
 // Activations are rounded to bf16 at the kernel inputs, accumulation is fp32.
 // FP8 block scales go on the activations: for output rows in scale row block b, the inputs are
 // x[k] * scale_inv[b, k / 128] rounded to bf16, so weights are never rounded.
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/fast_simd.hpp"
+#include "kernels/cpu/gemm_panels.hpp"
 #include "kernels/model/weights.hpp"
 
 namespace moe::fast {
@@ -61,6 +63,9 @@ void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t 
 /// BF16, else converted into s.act (FP8: times the scales of weight row block `row_block`).
 [[nodiscard]] const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w,
                                                int64_t row_block, thread_scratch& s);
+
+/// uint16 values one packed panel of a weight with `k` input features holds (gemm_panels.hpp).
+[[nodiscard]] int64_t panel_size(int64_t k) noexcept;
 
 // The kernels behind linear_rows.
 void gemv_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,

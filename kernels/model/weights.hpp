@@ -23,6 +23,10 @@ struct linear_weight {
   const float* scale_inv = nullptr;         // f8_e4m3 only: [ceil(out/block_rows), ceil(in/block_cols)]
   int64_t block_rows = 128;
   int64_t block_cols = 128;
+  /// BF16 only: the same weight already packed in the fast GEMM's panel layout
+  /// (kernels/cpu/fast_linear.hpp pack_gemm_panels), owned by its model_weights; null: the
+  /// GEMM packs per call.
+  const uint16_t* gemm_panels = nullptr;
 
   /// Dequantised element W[o, i] (FP8: value * scale_inv[o / block_rows, i / block_cols]).
   [[nodiscard]] float at(int64_t o, int64_t i) const noexcept {
@@ -88,6 +92,7 @@ struct model_weights {
   linear_weight lm_head;                    // [V, D]
   std::shared_ptr<const checkpoint> source;
   std::vector<std::vector<float>> owned;    // scales converted to f32, realigned tensors
+  std::shared_ptr<const uint16_t> lm_head_panels;   // owns lm_head.gemm_panels (fast sessions)
 };
 
 /// Loads every tensor the forward pass needs, checking names, dtypes and shapes. MTP layers
