@@ -10,14 +10,6 @@
 
 using namespace moe;
 
-namespace {
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-}  // namespace
-
 TEST_CASE("fast: rms_norm, silu_mul, add and embedding match the reference") {
   MOE_SKIP_WITHOUT_FAST_PATH();
   cpu_reference_backend ref;
@@ -45,7 +37,7 @@ TEST_CASE("fast: rms_norm, silu_mul, add and embedding match the reference") {
     std::vector<float> a_want = up, a_got = up;
     ref.add({.out = a_want.data(), .x = x.data(), .n = tokens * dim});
     fast.add({.out = a_got.data(), .x = x.data(), .n = tokens * dim});
-    CHECK(same_bits(a_got, a_want));
+    CHECK(test::same_bits(a_got, a_want));
 
     for (dtype type : {dtype::bf16, dtype::f32, dtype::f8_e4m3}) {
       const auto table = test::random_weight(type, 300, dim, 4);
@@ -55,7 +47,7 @@ TEST_CASE("fast: rms_norm, silu_mul, add and embedding match the reference") {
       std::vector<float> e_want(tokens * dim), e_got(tokens * dim);
       ref.embedding({.table = &table->w, .ids = ids.data(), .out = e_want.data(), .num_tokens = tokens});
       fast.embedding({.table = &table->w, .ids = ids.data(), .out = e_got.data(), .num_tokens = tokens});
-      CHECK(same_bits(e_got, e_want));
+      CHECK(test::same_bits(e_got, e_want));
     }
   }
 }
@@ -79,7 +71,7 @@ TEST_CASE("fast: rope and moe_gate split by tokens are bit-identical to the refe
               .token_stride = heads * head_stride, .head_stride = head_stride, .rope_dim = rope_dim,
               .positions = positions.data(), .inv_freq = inv_freq.data(), .attention_factor = 1.2f});
     }
-    CHECK(same_bits(got, want));
+    CHECK(test::same_bits(got, want));
 
     const int64_t experts = 64, top_k = 8;
     const auto logits = test::random_floats(tokens * experts, 7);
@@ -95,6 +87,6 @@ TEST_CASE("fast: rope and moe_gate split by tokens are bit-identical to the refe
     ref.moe_gate(g1);
     fast.moe_gate(g2);
     CHECK(ids_got == ids_want);
-    CHECK(same_bits(w_got, w_want));
+    CHECK(test::same_bits(w_got, w_want));
   }
 }

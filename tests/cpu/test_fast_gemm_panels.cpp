@@ -15,20 +15,6 @@
 
 using namespace moe;
 
-namespace {
-
-std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vector<float>& x, int64_t tokens) {
-  std::vector<float> out(static_cast<size_t>(tokens * w.out_features), -7.0f);
-  b.linear({.x = x.data(), .w = &w, .out = out.data(), .num_tokens = tokens});
-  return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-}  // namespace
-
 TEST_CASE("fast: a GEMM over a weight packed ahead equals packing per call, and reads the packed copy") {
   MOE_SKIP_WITHOUT_FAST_PATH();
   cpu_fast_backend fast1(1), fast2(2), fast3(3);
@@ -43,19 +29,19 @@ TEST_CASE("fast: a GEMM over a weight packed ahead equals packing per call, and 
     for (const int64_t tokens : {9, 17, 40}) {              // GEMM shapes (> gemv_max_rows)
       CAPTURE(tokens);
       const std::vector<float> x = test::random_floats(tokens * in, 11u + static_cast<uint32_t>(tokens));
-      const std::vector<float> expected = run_linear(fast1, o->w, x, tokens);
+      const std::vector<float> expected = test::run_linear(fast1, o->w, x, tokens);
       for (backend* b : {static_cast<backend*>(&fast1), static_cast<backend*>(&fast2), static_cast<backend*>(&fast3)})
-        CHECK(same_bits(run_linear(*b, packed, x, tokens), expected));
+        CHECK(test::same_bits(test::run_linear(*b, packed, x, tokens), expected));
     }
     // overwrite the stored weight: the GEMM still computes with the packed copy, the GEMV does not
     const std::vector<float> x = test::random_floats(17 * in, 5u);
-    const std::vector<float> before = run_linear(fast2, packed, x, 17);
+    const std::vector<float> before = test::run_linear(fast2, packed, x, 17);
     const std::vector<float> x1(x.begin(), x.begin() + in);
-    const std::vector<float> gemv_before = run_linear(fast2, packed, x1, 1);
+    const std::vector<float> gemv_before = test::run_linear(fast2, packed, x1, 1);
     std::memset(o->bytes.data(), 0, o->bytes.size());
-    CHECK(same_bits(run_linear(fast2, packed, x, 17), before));
-    const std::vector<float> gemv_after = run_linear(fast2, packed, x1, 1);
-    CHECK_FALSE(same_bits(gemv_after, gemv_before));
+    CHECK(test::same_bits(test::run_linear(fast2, packed, x, 17), before));
+    const std::vector<float> gemv_after = test::run_linear(fast2, packed, x1, 1);
+    CHECK_FALSE(test::same_bits(gemv_after, gemv_before));
     CHECK(std::all_of(gemv_after.begin(), gemv_after.end(), [](float v) { return v == 0.0f; }));
   }
 }

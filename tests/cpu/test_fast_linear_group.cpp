@@ -41,16 +41,6 @@ std::vector<std::vector<float>> run_group(backend& b, const group_case& g, const
   return out;
 }
 
-std::vector<float> run_one(backend& b, const linear_weight& w, const std::vector<float>& x, int64_t tokens) {
-  std::vector<float> out(static_cast<size_t>(tokens * w.out_features), -7.0f);
-  b.linear({.x = x.data(), .w = &w, .out = out.data(), .num_tokens = tokens});
-  return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("fast: linear_group equals one linear per weight, bit for bit, on any thread count") {
@@ -79,8 +69,8 @@ TEST_CASE("fast: linear_group equals one linear per weight, bit for bit, on any 
           const auto got = run_group(*fast, g, x, tokens);
           for (size_t i = 0; i < g.w.size(); ++i) {
             CAPTURE(i);
-            CHECK(same_bits(got[i], run_one(*fast, *g.w[i], x, tokens)));
-            CHECK(same_bits(want_ref[i], run_one(ref, *g.w[i], x, tokens)));
+            CHECK(test::same_bits(got[i], test::run_linear(*fast, *g.w[i], x, tokens)));
+            CHECK(test::same_bits(want_ref[i], test::run_linear(ref, *g.w[i], x, tokens)));
             // bf16 activations (precision per element: test_fast_linear); here the whole output
             const bool rounded = type != dtype::f32;
             CHECK(test::rms_rel_error(got[i], want_ref[i]) < (rounded ? 5e-3 : 1e-6));

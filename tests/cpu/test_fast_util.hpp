@@ -105,4 +105,18 @@ inline double rms_rel_error(const std::vector<float>& a, const std::vector<float
   return std::sqrt(s / double(std::max<size_t>(1, a.size()))) / std::max(rms(b), 1e-30);
 }
 
+/// The two vectors hold the same floats, bit for bit.
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// y = x W^T for `tokens` rows through b.linear, into a buffer pre-filled with -7 so a row left
+/// unwritten shows.
+inline std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vector<float>& x,
+                                     int64_t tokens) {
+  std::vector<float> out(static_cast<size_t>(tokens * w.out_features), -7.0f);
+  b.linear({.x = x.data(), .w = &w, .out = out.data(), .num_tokens = tokens});
+  return out;
+}
+
 }  // namespace moe::test
