@@ -77,11 +77,10 @@ private:
 
   mutable std::mutex mutex_;
   std::condition_variable arrived_;
-  std::atomic<bool> spin_cancelled_{false};   // cancelled_, for the spin outside the lock
   std::map<ep_key, slot<ep_dispatch>> dispatches_;
   std::map<ep_key, slot<ep_combine>> combines_;
   int64_t next_step_ = 0;                   // steps below it have begun
-  bool cancelled_ = false;
+  std::atomic<bool> cancelled_{false};      // set under mutex_; read also by the spin outside it
 };
 
 }  // namespace moe

@@ -21,6 +21,7 @@
 #include <caf/scoped_actor.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
@@ -283,18 +284,20 @@ void run(bench_options& o) {
   // The link: bandwidth-bound, as DeepEP's normal kernels are (a small fixed latency), so a
   // micro-batch's messages take half as long as the whole batch's.
   link_spec link[2] = {{.latency_us = 20.0, .bandwidth_gb_s = 1.0}, {.latency_us = 20.0, .bandwidth_gb_s = 1.0}};
+  // the trace of the last +link two-micro-batch run of each phase: FILE with .decode / .prefill
+  // before its extension
+  std::string trace_of[2];                  // decode, prefill
+  if (!o.trace_file.empty())
+    for (int phase = 0; phase < 2; ++phase) {
+      std::filesystem::path f = o.trace_file;
+      const std::string ext = f.extension().string();
+      trace_of[phase] = f.replace_extension((phase == 0 ? ".decode" : ".prefill") + ext).string();
+    }
   auto once = [&](bool decode, bool on, bool two) {
     t.link_model = on;
     t.two_batch_overlap = two;
     t.intra_node = t.inter_node = link[decode ? 0 : 1];
-    // the trace of the last +link two-micro-batch run of each phase: FILE with .decode / .prefill
-    // before its extension
-    std::string trace;
-    if (!o.trace_file.empty() && on && two) {
-      const size_t dot = o.trace_file.rfind('.');
-      const size_t cut = dot == std::string::npos || dot < o.trace_file.find_last_of('/') + 1 ? o.trace_file.size() : dot;
-      trace = o.trace_file.substr(0, cut) + (decode ? ".decode" : ".prefill") + o.trace_file.substr(cut);
-    }
+    const std::string trace = on && two ? trace_of[decode ? 0 : 1] : std::string();
     return decode ? run_level(*s, weights, t, o.session.reference, decode_specs, conc, trace)
                   : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, trace);
   };

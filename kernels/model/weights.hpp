@@ -24,7 +24,7 @@ struct linear_weight {
   int64_t block_rows = 128;
   int64_t block_cols = 128;
   /// BF16 only: the same weight already packed in the fast GEMM's panel layout
-  /// (kernels/cpu/fast_linear.hpp pack_gemm_panels), owned by its model_weights; null: the
+  /// (kernels/cpu/gemm_panels.hpp pack_gemm_panels), owned by its model_weights; null: the
   /// GEMM packs per call.
   const uint16_t* gemm_panels = nullptr;
 
