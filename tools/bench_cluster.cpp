@@ -232,6 +232,9 @@ void run_single_rank_levels(const bench_options& o, const model_session& s) {
 
 void run(bench_options& o) {
   const topology_config topo = resolve_topology(o.topology);
+  if (const std::filesystem::path dir = std::filesystem::path(o.trace_file).parent_path();
+      !o.trace_file.empty() && !dir.empty() && !std::filesystem::is_directory(dir))   // not minutes later
+    throw input_error("--trace: no directory " + dir.string() + " to write " + o.trace_file + " into");
   std::shared_ptr<const model_session> s = load_model(o.session, /*need_tokenizer=*/true);
   std::shared_ptr<const model_weights> weights(s, &s->weights);
   const int64_t vocab = s->weights.config.vocab_size;
