@@ -9,7 +9,8 @@
 # transfer time); the peer mirrors this rank, so a payload arrives when this rank's own does.
 # With --split-mlp the MLP answers the peer first (prefill-sized batches, kernels/model
 # answer_groups): its share of the MLP (--peer-share, half in a group of two), the combine
-# leaves, then this rank's own tokens, which cross no link. It prints the
+# leaves, then this rank's own tokens, which cross no link. --first-share gives micro-batch 0
+# that share of every stage and message (prefill: actors/policy prefill_first_share). It prints the
 # share of min(compute, comm) that two micro-batches hide, both ways bench-cluster --overlap
 # measures it (across runs, and in-trace: |compute ∩ port busy| / min(compute, comm)), for
 # comm = compute and several combine : dispatch byte ratios: the ceiling of the design, without
@@ -18,7 +19,7 @@
 #   /usr/bin/python3 tools/overlap_model.py            # stage times of the small preset (ms)
 #   /usr/bin/python3 tools/overlap_model.py --stages 0.8 2.34 0.42 4.16 0.1 --order shared-first
 #   /usr/bin/python3 tools/overlap_model.py --layers 58          # DeepSeek-V3's depth
-#   /usr/bin/python3 tools/overlap_model.py --stages 8 34 4 60 2 --split-mlp   # prefill, 2 x 256 tokens
+#   /usr/bin/python3 tools/overlap_model.py --stages 6.7 31 3.1 37 1.1 --split-mlp --first-share 0.57   # prefill
 import argparse
 
 
@@ -36,12 +37,14 @@ def program(num_mb, layers, shared_first):
     return prog
 
 
-def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0, shared_first=False):
+def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0, shared_first=False, first_share=0.5):
     """(wall time of one step, compute intervals, port-busy intervals); stages = whole-batch costs
     (ATTN-0, ATTN-1, SHARED, MLP, COMBINE); peer_share > 0: the MLP computes the peer's tokens
-    (that share of it) first, and the combine leaves before the rest."""
-    cost = dict(zip(("A0", "A1", "S", "M", "C"), (x / num_mb for x in stages)))
-    dispatch, combine = dispatch / num_mb, combine / num_mb
+    (that share of it) first, and the combine leaves before the rest; with two micro-batches,
+    micro-batch 0 takes first_share of every stage and message."""
+    shares = [1.0] if num_mb == 1 else [first_share, 1.0 - first_share]
+    costs = [dict(zip(("A0", "A1", "S", "M", "C"), (x * f for x in stages))) for f in shares]
+    dispatches, combines = [dispatch * f for f in shares], [combine * f for f in shares]
     now, port = 0.0, 0.0
     arrives = {}
     computing, sending = [], []
@@ -58,6 +61,7 @@ def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0, shared_
         return start + duration
 
     for mb, stage, layer in program(num_mb, layers, shared_first):
+        cost, dispatch, combine = costs[mb], dispatches[mb], combines[mb]
         if stage == "M":
             start = max(now, arrives[("dispatch", mb, layer)])
             if peer_share:
@@ -82,12 +86,12 @@ def in_trace(computing, sending):
     return both / min(sum(b - a for a, b in computing), sum(d - c for c, d in sending))
 
 
-def hidden(layers, stages, comm, ratio, peer_share, shared_first):
+def hidden(layers, stages, comm, ratio, peer_share, shared_first, first_share):
     """(share hidden across runs, in-trace share with two micro-batches)."""
     dispatch = comm / (1 + ratio)
     combine = comm - dispatch
     runs = {(link, mb): step_time(mb, layers, stages, dispatch if link else 0, combine if link else 0, peer_share,
-                                  shared_first)
+                                  shared_first, first_share)
             for link in (False, True) for mb in (1, 2)}
     t = {key: run[0] for key, run in runs.items()}
     added = t[True, 1] - t[False, 1]
@@ -106,10 +110,15 @@ def main():
     p.add_argument("--peer-share", type=float, default=0.5, help="with --split-mlp: the peer's share of the MLP")
     p.add_argument("--order", choices=("mlp-first", "shared-first"), default="mlp-first",
                    help="where SHARED runs: behind the MLPs (step_pipeline) or behind the ATTN stages")
+    p.add_argument("--first-share", type=float, default=0.5,
+                   help="micro-batch 0's share of the work (0.5: equal micro-batches)")
     a = p.parse_args()
+    if not 0.0 < a.first_share < 1.0:
+        p.error("--first-share must be in (0, 1)")
     for ratio in (8, 4, 2, 1):
         share, trace_share = hidden(a.layers, a.stages, a.comm * sum(a.stages), ratio,
-                                    a.peer_share if a.split_mlp else 0.0, a.order == "shared-first")
+                                    a.peer_share if a.split_mlp else 0.0, a.order == "shared-first",
+                                    a.first_share)
         print(f"combine bytes = {ratio} x dispatch bytes: two micro-batches hide {100 * share:.1f} % "
               f"(in-trace {100 * trace_share:.1f} %)")
 

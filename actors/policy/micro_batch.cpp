@@ -2,6 +2,8 @@
 #include "actors/policy/micro_batch.hpp"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace moe {
 
@@ -36,27 +38,30 @@ double segment_cost(const prefill_segment& s, const step_cost& cost) noexcept {
 }
 
 std::array<std::vector<prefill_segment>, 2> split_micro_batches(const std::vector<prefill_segment>& batch,
-                                                               const step_cost& cost) {
+                                                               const step_cost& cost, double first_share) {
+  if (!(first_share > 0.0 && first_share < 1.0))
+    throw std::invalid_argument("split_micro_batches: first_share must be in (0, 1), got " +
+                                std::to_string(first_share));
   double total = 0.0;
   for (const prefill_segment& s : batch)
     total += segment_cost(s, cost);
-  const double half = total / 2.0;
+  const double target = total * first_share;
   std::array<std::vector<prefill_segment>, 2> out;
   double acc = 0.0;
   size_t i = 0;
   for (; i < batch.size(); ++i) {
     const prefill_segment& s = batch[i];
     const double c = segment_cost(s, cost);
-    if (acc + c <= half) {
+    if (acc + c <= target) {
       out[0].push_back(s);
       acc += c;
       continue;
     }
-    // split s after k tokens, k chosen so acc + cost(first k) is closest to half
+    // split s after k tokens, k chosen so acc + cost(first k) is closest to the target
     int64_t best_k = 0;
-    double best_gap = std::fabs(acc - half);
+    double best_gap = std::fabs(acc - target);
     for (int64_t k = 1; k <= s.num_tokens; ++k) {
-      const double gap = std::fabs(acc + segment_cost({s.request_idx, s.start, k}, cost) - half);
+      const double gap = std::fabs(acc + segment_cost({s.request_idx, s.start, k}, cost) - target);
       if (gap <= best_gap) {                                 // ties: more tokens in micro-batch 0
         best_gap = gap;
         best_k = k;

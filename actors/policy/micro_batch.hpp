@@ -36,10 +36,21 @@ struct prefill_segment {
 /// A segment's cost: per_token x tokens + per_key x attention_cost.
 [[nodiscard]] double segment_cost(const prefill_segment& s, const step_cost& cost) noexcept;
 
-/// Two micro-batches whose costs are as equal as a token boundary allows. Segments keep their
-/// order; at most one segment is split (its first part in micro-batch 0). A batch of one token
-/// puts it in micro-batch 0 and leaves micro-batch 1 empty.
+/// The share of a prefill batch's cost that micro-batch 0 takes. Not a half: in the stream program
+/// (actors/step_pipeline) micro-batch 1's ATTN stages sit on the exchange's critical loop. Its
+/// combine arrives last, and its next dispatch cannot leave before its ATTN is done, while the link
+/// has only micro-batch 0's dispatch to carry; when that dispatch is the shorter, the link idles.
+/// Micro-batch 0's ATTN runs while micro-batch 1's combine is on the wire, so it can grow. With
+/// communication about equal to compute and the small preset's prefill stage times,
+/// tools/overlap_model.py (--first-share) hides 84 % at one half and 92 % at 0.57 (7 MoE layers);
+/// with little communication any share near a half hides all of it. The total work is the same.
+inline constexpr double prefill_first_share = 0.57;
+
+/// Two micro-batches, micro-batch 0 taking `first_share` of the cost (a half: equal costs) as
+/// closely as a token boundary allows. Segments keep their order; at most one segment is split
+/// (its first part in micro-batch 0). A batch of one token puts it in micro-batch 0 and leaves
+/// micro-batch 1 empty. Throws std::invalid_argument unless 0 < first_share < 1.
 [[nodiscard]] std::array<std::vector<prefill_segment>, 2> split_micro_batches(
-    const std::vector<prefill_segment>& batch, const step_cost& cost = {});
+    const std::vector<prefill_segment>& batch, const step_cost& cost = {}, double first_share = 0.5);
 
 }  // namespace moe

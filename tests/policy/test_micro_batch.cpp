@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "actors/policy/micro_batch.hpp"
 
@@ -83,4 +84,25 @@ TEST_CASE("with linear work in the cost, a prompt splits near its middle") {
   // tokens alone: an even split
   const auto even = split_micro_batches({{0, 0, 100}}, {.per_token = 1.0, .per_key = 0.0});
   CHECK(even[0][0].num_tokens == 50);
+}
+
+TEST_CASE("micro-batch 0 takes the share of the cost it is given") {
+  // tokens alone, 100 tokens: 0.57 of the cost is 57 tokens
+  const auto tokens = split_micro_batches({{0, 0, 100}}, {.per_token = 1.0, .per_key = 0.0}, 0.57);
+  CHECK(tokens[0][0].num_tokens == 57);
+  CHECK(tokens[1][0].num_tokens == 43);
+  // attention alone, 100 tokens: total 5050, 0.75 of it 3787.5; k(k+1)/2: k = 86 gives 3741 (gap
+  // 46.5), k = 87 gives 3828 (gap 40.5) -> 87
+  const auto attention = split_micro_batches({{0, 0, 100}}, {}, 0.75);
+  CHECK(attention[0][0].num_tokens == 87);
+  CHECK(attention[1][0].start == 87);
+  // whole prompts: 4 x 8 tokens, 0.75 -> three prompts in micro-batch 0, none cut
+  const auto prompts = split_micro_batches({{0, 0, 8}, {1, 0, 8}, {2, 0, 8}, {3, 0, 8}},
+                                           {.per_token = 1.0, .per_key = 0.0}, 0.75);
+  CHECK(prompts[0].size() == 3);
+  REQUIRE(prompts[1].size() == 1);
+  CHECK(prompts[1][0].request_idx == 3);
+  CHECK(prompts[1][0].num_tokens == 8);
+  CHECK_THROWS_AS((void)split_micro_batches({{0, 0, 8}}, {}, 0.0), std::invalid_argument);
+  CHECK_THROWS_AS((void)split_micro_batches({{0, 0, 8}}, {}, 1.0), std::invalid_argument);
 }
