@@ -1,7 +1,8 @@
 // actors/policy/micro_batch.hpp
-// Splitting a prefill batch into two micro-batches of equal cost; a prompt may be split between
-// them (DeepSeek profile-data: "the same prompt may be split"). The cost of a token is its linear
-// work (projections, experts) plus its core attention (one unit per key it attends to).
+// Splitting a prefill batch into two micro-batches by cost, micro-batch 0 taking a chosen share; a
+// prompt may be split between them (DeepSeek profile-data: "the same prompt may be split"). The
+// cost of a token is its linear work (projections, experts) plus its core attention (one unit per
+// key it attends to).
 #pragma once
 
 #include <array>

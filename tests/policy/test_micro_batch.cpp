@@ -1,6 +1,6 @@
 // tests/policy/test_micro_batch.cpp
-// Two micro-batches of equal cost (attention alone, or with the linear work per token), splitting
-// one prompt when that balances better.
+// Two micro-batches of equal cost, or with micro-batch 0 taking a given share (attention alone, or
+// with the linear work per token), splitting one prompt when that comes closer.
 #include <doctest/doctest.h>
 
 #include <cmath>
