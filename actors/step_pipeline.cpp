@@ -185,15 +185,12 @@ void step_pipeline::enqueue_mlp(int64_t mb, int64_t l) {
         std::vector<std::shared_ptr<const ep_dispatch>> part;
         for (const size_t i : group)
           part.push_back(received[i]);
-        // a group of peers and this rank (decode-sized): the experts peers need first, their
-        // answers, then the rest
-        run_dispatched_experts(*model_.device, model_.weights->layers[l].moe, (*group_.placements)[l], group_.rank,
-                               part, D,
-                               [&](size_t j, std::shared_ptr<ep_combine> c) {
-                                 answered[group[j]] = true;
-                                 answer(group[j], std::move(c));
-                               },
-                               /*peers_first=*/true);
+        std::vector<std::shared_ptr<ep_combine>> answers = run_dispatched_experts(
+            *model_.device, model_.weights->layers[l].moe, (*group_.placements)[l], group_.rank, part, D);
+        for (size_t j = 0; j < group.size(); ++j) {
+          answered[group[j]] = true;
+          answer(group[j], std::move(answers[j]));
+        }
       }
     } catch (...) {                         // answer zeros to the rest, so no peer waits
       for (size_t i = 0; i < received.size(); ++i)

@@ -7,10 +7,9 @@
 # layer; --order shared-first puts the SHAREDs before the MLPs, beside the dispatches); one FIFO
 # stream; one link port per sender (a message leaves when the port is free and holds it for its
 # transfer time); the peer mirrors this rank, so a payload arrives when this rank's own does.
-# With --split-mlp the MLP answers the peer first: its share of the MLP (--peer-share), the combine
-# leaves, then the rest, which crosses no link. Prefill-sized batches split by source (kernels/model
-# answer_groups: half in a group of two); decode-sized ones run the experts the peer needs first
-# (run_dispatched_experts' peers_first: ~0.88 at 16 tokens per micro-batch and rank). --first-share gives micro-batch 0
+# With --split-mlp the MLP answers the peer first (prefill-sized batches, kernels/model
+# answer_groups): its share of the MLP (--peer-share, half in a group of two), the combine
+# leaves, then this rank's own tokens, which cross no link. --first-share gives micro-batch 0
 # that share of every stage and message (prefill: actors/policy prefill_first_share). It prints the
 # share of min(compute, comm) that two micro-batches hide, both ways bench-cluster --overlap
 # measures it (across runs, and in-trace: |compute ∩ port busy| / min(compute, comm)), for
@@ -21,7 +20,6 @@
 #   /usr/bin/python3 tools/overlap_model.py --stages 0.8 2.34 0.42 4.16 0.1 --order shared-first
 #   /usr/bin/python3 tools/overlap_model.py --layers 58          # DeepSeek-V3's depth
 #   /usr/bin/python3 tools/overlap_model.py --stages 6.7 31 3.1 37 1.1 --split-mlp --first-share 0.57   # prefill
-#   /usr/bin/python3 tools/overlap_model.py --stages 0.44 1.21 0.54 2.14 0.05 --split-mlp --peer-share 0.88  # decode
 import argparse
 
 

@@ -104,141 +104,61 @@ std::vector<std::vector<size_t>> answer_groups(std::span<const std::shared_ptr<c
   return groups;
 }
 
-namespace {
-
-// The pairs of every received dispatch gathered for the experts, those of the first pass ahead
-// of the rest, each pass in received order (so an expert sees its rows in the same order
-// whichever pass runs it); pos[p]: where received pair p (counted across `received`) went.
-struct gathered_pairs {
-  std::vector<float> x, y;
-  std::vector<int32_t> ids;
-  std::vector<float> w;
-  std::vector<int64_t> pos;
-  int64_t first_pass = 0;                   // pairs [0, first_pass) run in the first pass
-  bool round_bf16 = false;
-};
-
-gathered_pairs gather_pairs(const layer_placement& placement, int64_t rank,
-                            std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden,
-                            const std::vector<bool>& first) {
-  gathered_pairs g;
+std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
+    backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
+    std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden) {
   int64_t num_pairs = 0;
   for (const auto& d : received)
     num_pairs += d->num_pairs();
-  g.x.resize(static_cast<size_t>(num_pairs * hidden));
-  g.y.resize(g.x.size());
-  g.ids.resize(static_cast<size_t>(num_pairs));
-  g.w.resize(static_cast<size_t>(num_pairs));
-  g.pos.resize(static_cast<size_t>(num_pairs));
+  // every pair as its own row with top_k = 1, so each output row is one weighted expert output
+  std::vector<float> x(static_cast<size_t>(num_pairs * hidden)), y(x.size()), rows;
+  std::vector<int32_t> ids(static_cast<size_t>(num_pairs));
+  std::vector<float> w(static_cast<size_t>(num_pairs));
   const int64_t first_slot = rank * placement.slots_per_rank;
   const auto owned = std::span(placement.slot_expert).subspan(first_slot, placement.slots_per_rank);
   int64_t p = 0;
-  for (const auto& d : received)
+  bool round_bf16 = false;
+  for (const auto& d : received) {
+    rows.resize(static_cast<size_t>(d->rows.num_rows * hidden));
+    decode_rows(d->rows, rows.data());
+    round_bf16 = d->combine_type == payload_dtype::bf16;
     for (int64_t i = 0; i < d->num_pairs(); ++i, ++p) {
       const int32_t e = d->pair_expert[i];
       if (std::find(owned.begin(), owned.end(), e) == owned.end())
         throw std::logic_error("expert parallelism: rank " + std::to_string(rank) + " got a token for expert " +
                                std::to_string(e) + ", which it does not hold");
-      g.first_pass += first[static_cast<size_t>(e)] ? 1 : 0;
+      std::copy_n(rows.data() + d->pair_row[i] * hidden, hidden, x.data() + p * hidden);
+      ids[p] = e;
+      w[p] = d->pair_weight[i];
     }
-  int64_t next[2] = {0, g.first_pass};
-  std::vector<float> rows;
+  }
+  if (num_pairs > 0)
+    device.moe_experts({.x = x.data(), .topk_ids = ids.data(), .topk_weights = w.data(), .out = y.data(),
+                        .num_tokens = num_pairs, .hidden = hidden, .top_k = 1, .experts = &weights.experts,
+                        .expert_begin = 0, .expert_end = static_cast<int64_t>(weights.experts.size()),
+                        .round_outputs_bf16 = round_bf16});
+  std::vector<std::shared_ptr<ep_combine>> answers;
+  std::vector<float> sums;
   p = 0;
   for (const auto& d : received) {
-    rows.resize(static_cast<size_t>(d->rows.num_rows * hidden));
-    decode_rows(d->rows, rows.data());
-    g.round_bf16 = d->combine_type == payload_dtype::bf16;
-    for (int64_t i = 0; i < d->num_pairs(); ++i, ++p) {
-      const int32_t e = d->pair_expert[i];
-      const int64_t at = next[first[static_cast<size_t>(e)] ? 0 : 1]++;
-      g.pos[p] = at;
-      std::copy_n(rows.data() + d->pair_row[i] * hidden, hidden, g.x.data() + at * hidden);
-      g.ids[at] = e;
-      g.w[at] = d->pair_weight[i];
+    const float* pairs = y.data() + p * hidden;
+    token_payload outputs;
+    if (d->sum == combine_sum::per_pair) {
+      outputs = encode_rows(pairs, d->num_pairs(), hidden, d->combine_type);
+    } else {                                // a row's pairs are in k order: sum them in that order
+      sums.assign(static_cast<size_t>(d->rows.num_rows * hidden), 0.0f);
+      for (int64_t i = 0; i < d->num_pairs(); ++i) {
+        float* o = sums.data() + d->pair_row[i] * hidden;
+        const float* yi = pairs + i * hidden;
+        for (int64_t c = 0; c < hidden; ++c)
+          o[c] += yi[c];
+      }
+      outputs = encode_rows(sums.data(), d->rows.num_rows, hidden,
+                            d->src_rank == rank ? payload_dtype::fp32 : d->combine_type);
     }
+    answers.push_back(std::make_shared<ep_combine>(ep_combine{.key = d->key, .src_rank = rank, .outputs = std::move(outputs)}));
+    p += d->num_pairs();
   }
-  return g;
-}
-
-// Pairs [begin, end) through the experts, each as its own row with top_k = 1, so each output row
-// is one weighted expert output.
-void run_pairs(backend& device, const moe_weights& weights, gathered_pairs& g, int64_t begin, int64_t end,
-               int64_t hidden) {
-  if (end > begin)
-    device.moe_experts({.x = g.x.data() + begin * hidden, .topk_ids = g.ids.data() + begin,
-                        .topk_weights = g.w.data() + begin, .out = g.y.data() + begin * hidden,
-                        .num_tokens = end - begin, .hidden = hidden, .top_k = 1, .experts = &weights.experts,
-                        .expert_begin = 0, .expert_end = static_cast<int64_t>(weights.experts.size()),
-                        .round_outputs_bf16 = g.round_bf16});
-}
-
-// The answer to `d`, whose pairs start at received pair `first_pair`.
-std::shared_ptr<ep_combine> answer_of(const ep_dispatch& d, int64_t first_pair, const gathered_pairs& g, int64_t rank,
-                                      int64_t hidden) {
-  token_payload outputs;
-  const int64_t n = d.num_pairs();
-  if (d.sum == combine_sum::per_pair) {
-    std::vector<float> pairs(static_cast<size_t>(n * hidden));
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(g.y.data() + g.pos[first_pair + i] * hidden, hidden, pairs.data() + i * hidden);
-    outputs = encode_rows(pairs.data(), n, hidden, d.combine_type);
-  } else {                                  // a row's pairs are in k order: sum them in that order
-    std::vector<float> sums(static_cast<size_t>(d.rows.num_rows * hidden), 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      float* o = sums.data() + d.pair_row[i] * hidden;
-      const float* yi = g.y.data() + g.pos[first_pair + i] * hidden;
-      for (int64_t c = 0; c < hidden; ++c)
-        o[c] += yi[c];
-    }
-    outputs = encode_rows(sums.data(), d.rows.num_rows, hidden,
-                          d.src_rank == rank ? payload_dtype::fp32 : d.combine_type);
-  }
-  return std::make_shared<ep_combine>(ep_combine{.key = d.key, .src_rank = rank, .outputs = std::move(outputs)});
-}
-
-}  // namespace
-
-void run_dispatched_experts(backend& device, const moe_weights& weights, const layer_placement& placement,
-                            int64_t rank, std::span<const std::shared_ptr<const ep_dispatch>> received,
-                            int64_t hidden, const answer_fn& answer, bool peers_first) {
-  // first pass: every expert a peer's pair needs, when this rank's own dispatch is here too
-  std::vector<bool> first(weights.experts.size(), !peers_first);
-  bool own = false, peer = false;
-  for (const auto& d : received) {
-    (d->src_rank == rank ? own : peer) = true;
-    if (d->src_rank != rank && peers_first)
-      for (const int32_t e : d->pair_expert)
-        if (e >= 0 && static_cast<size_t>(e) < first.size())
-          first[static_cast<size_t>(e)] = true;
-  }
-  if (!(own && peer))
-    first.assign(first.size(), true);
-  gathered_pairs g = gather_pairs(placement, rank, received, hidden, first);
-  const auto num_pairs = static_cast<int64_t>(g.pos.size());
-  const auto answer_those = [&](auto&& which) {
-    int64_t first_pair = 0;
-    for (size_t i = 0; i < received.size(); ++i) {
-      if (which(*received[i]))
-        answer(i, answer_of(*received[i], first_pair, g, rank, hidden));
-      first_pair += received[i]->num_pairs();
-    }
-  };
-  run_pairs(device, weights, g, 0, g.first_pass, hidden);
-  if (g.first_pass == num_pairs) {          // one pass ran every pair
-    answer_those([](const ep_dispatch&) { return true; });
-    return;
-  }
-  answer_those([rank](const ep_dispatch& d) { return d.src_rank != rank; });
-  run_pairs(device, weights, g, g.first_pass, num_pairs, hidden);
-  answer_those([rank](const ep_dispatch& d) { return d.src_rank == rank; });
-}
-
-std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
-    backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
-    std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden) {
-  std::vector<std::shared_ptr<ep_combine>> answers(received.size());
-  run_dispatched_experts(device, weights, placement, rank, received, hidden,
-                         [&](size_t i, std::shared_ptr<ep_combine> c) { answers[i] = std::move(c); }, false);
   return answers;
 }
 

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -98,21 +97,6 @@ struct dispatch_plan {
 [[nodiscard]] std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
     backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
     std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden);
-
-/// Receives the answer to received[index] as soon as it is complete.
-using answer_fn = std::function<void(size_t index, std::shared_ptr<ep_combine> answer)>;
-
-/// As above, handing each answer to `answer`. With `peers_first` and this rank's own dispatch
-/// among peers' (a decode-sized batch, answer_groups' single group), the experts run in two
-/// passes: first every expert some peer's pair needs (with all its pairs, this rank's own
-/// included), then the peers' answers, in `received` order, go; then the experts only this rank's
-/// own pairs need, then its own answer. Each expert still runs once, on the same rows in the same
-/// order, so the weights stream once and the numbers are those of one pass; the peers' combines
-/// leave before the MLP ends (at 16 tokens per micro-batch and rank of the small preset, ~12 % of
-/// the experts run after them). Otherwise one pass, answers in `received` order.
-void run_dispatched_experts(backend& device, const moe_weights& weights, const layer_placement& placement,
-                            int64_t rank, std::span<const std::shared_ptr<const ep_dispatch>> received,
-                            int64_t hidden, const answer_fn& answer, bool peers_first);
 
 /// Rows per expert slot every peer's dispatch must bring before answer_groups splits the expert
 /// batch by destination: past the GEMV range (fast_linear's gemv_max_rows), so reading each

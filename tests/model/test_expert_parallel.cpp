@@ -8,9 +8,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
-#include <set>
 
-#include "kernels/cpu/reference_backend.hpp"
 #include "kernels/model/expert_parallel.hpp"
 #include "kernels/model/forward_step.hpp"
 #include "model/tiny_model.hpp"
@@ -302,101 +300,4 @@ TEST_CASE("answer groups: one expert batch for small dispatches, peers first one
   CHECK(answer_groups(received({1000}), 0, slots, min_rows) == groups{{0}});
   // 0 rows: always split
   CHECK(answer_groups(received({0, 0}), 1, slots, 0) == groups{{0}, {1}});
-}
-
-namespace {
-
-// The reference backend, recording the experts of each moe_experts call.
-struct expert_recorder final : cpu_reference_backend {
-  std::vector<std::vector<int32_t>>* calls;
-  explicit expert_recorder(std::vector<std::vector<int32_t>>& c) : calls(&c) {}
-  void moe_experts(const moe_experts_params& p) override {
-    calls->emplace_back(p.topk_ids, p.topk_ids + p.num_tokens * p.top_k);
-    cpu_reference_backend::moe_experts(p);
-  }
-};
-
-}  // namespace
-
-TEST_CASE("one expert batch answers peers first: the experts they need, then the rest, each expert once") {
-  const model_weights w = testing::tiny_model_builder(33).build(testing::tiny_config());
-  auto ref = make_cpu_reference_backend();
-  const moe_layer_inputs in = capture(w, *ref);
-  const int64_t D = w.config.hidden_size, K = w.config.num_experts_per_tok, T = in.num_tokens;
-  const layer_placement placement = default_layer_placement(w.config.n_routed_experts, 0, 2);
-  const moe_weights& moe = w.layers[in.layer_idx].moe;
-  // rank 0 receives its own tokens and one token from a peer (rank 1), the first that needs one
-  // of rank 0's experts (0 .. E/2 - 1): the peer needs few of rank 0's experts
-  int64_t peer_token = 0;
-  while (peer_token < T && std::none_of(in.ids.begin() + peer_token * K, in.ids.begin() + (peer_token + 1) * K,
-                                        [&](int32_t e) { return e < w.config.n_routed_experts / 2; }))
-    ++peer_token;
-  REQUIRE(peer_token < T);
-  std::vector<std::shared_ptr<const ep_dispatch>> received;
-  for (const int64_t src : {0, 1}) {
-    std::vector<float> x, wts;
-    std::vector<int32_t> ids;
-    for (int64_t t = 0; t < T; ++t)
-      if ((t == peer_token) == (src == 1)) {
-        x.insert(x.end(), in.x.begin() + t * D, in.x.begin() + (t + 1) * D);
-        ids.insert(ids.end(), in.ids.begin() + t * K, in.ids.begin() + (t + 1) * K);
-        wts.insert(wts.end(), in.weights.begin() + t * K, in.weights.begin() + (t + 1) * K);
-      }
-    dispatch_plan plan;
-    auto out = make_dispatches(placement, {.step = 1, .layer_idx = in.layer_idx}, src, x, ids, wts,
-                               static_cast<int64_t>(ids.size()) / K, D, K,
-                               {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16, .sum = combine_sum::per_rank},
-                               plan);
-    received.push_back(out[0]);
-  }
-  REQUIRE(received[1]->num_pairs() > 0);
-  const std::vector<std::shared_ptr<ep_combine>> one_pass = run_dispatched_experts(*ref, moe, placement, 0, received, D);
-
-  std::vector<std::vector<int32_t>> calls;
-  expert_recorder rec(calls);
-  std::vector<std::pair<size_t, int64_t>> answered;         // (index, expert calls made by then)
-  std::vector<std::shared_ptr<ep_combine>> answers(2);
-  run_dispatched_experts(rec, moe, placement, 0, received, D,
-                         [&](size_t i, std::shared_ptr<ep_combine> c) {
-                           answered.emplace_back(i, static_cast<int64_t>(calls.size()));
-                           answers[i] = std::move(c);
-                         },
-                         /*peers_first=*/true);
-  // the same answers, bit for bit
-  for (size_t i = 0; i < 2; ++i) {
-    REQUIRE(answers[i]);
-    CHECK(answers[i]->key == one_pass[i]->key);
-    CHECK(answers[i]->outputs.data == one_pass[i]->outputs.data);
-    CHECK(answers[i]->outputs.type == one_pass[i]->outputs.type);
-  }
-  // first call: every expert the peer needs; second: the rest; no expert in both (weights once)
-  REQUIRE(calls.size() == 2);
-  const std::set<int32_t> peer(received[1]->pair_expert.begin(), received[1]->pair_expert.end());
-  const std::set<int32_t> first(calls[0].begin(), calls[0].end()), second(calls[1].begin(), calls[1].end());
-  CHECK(first == peer);
-  for (const int32_t e : second)
-    CHECK(first.count(e) == 0);
-  std::set<int32_t> all(received[0]->pair_expert.begin(), received[0]->pair_expert.end());
-  all.insert(peer.begin(), peer.end());
-  std::set<int32_t> both = first;
-  both.insert(second.begin(), second.end());
-  CHECK(both == all);
-  // the peer's answer leaves between the two calls, this rank's own after the second
-  CHECK(answered == std::vector<std::pair<size_t, int64_t>>{{1, 1}, {0, 2}});
-
-  // without peers_first, or without this rank's own dispatch: one call, answers in order after it
-  calls.clear();
-  answered.clear();
-  run_dispatched_experts(rec, moe, placement, 0, received, D,
-                         [&](size_t i, std::shared_ptr<ep_combine>) { answered.emplace_back(i, static_cast<int64_t>(calls.size())); },
-                         /*peers_first=*/false);
-  CHECK(calls.size() == 1);
-  CHECK(answered == std::vector<std::pair<size_t, int64_t>>{{0, 1}, {1, 1}});
-  calls.clear();
-  answered.clear();
-  run_dispatched_experts(rec, moe, placement, 0, std::span(received).subspan(1), D,
-                         [&](size_t i, std::shared_ptr<ep_combine>) { answered.emplace_back(i, static_cast<int64_t>(calls.size())); },
-                         /*peers_first=*/true);
-  CHECK(calls.size() == 1);
-  CHECK(answered == std::vector<std::pair<size_t, int64_t>>{{0, 1}});
 }
