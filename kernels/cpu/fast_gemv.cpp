@@ -22,18 +22,14 @@ constexpr int64_t max_pass_rows = 4;        // activation rows per bf16 register
   return n >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << n) - 1);
 }
 
-// out[r][t] = horizontal sum of acc[r][t], one shuffle-add tree for all R x NT (<= 16).
+// Lane r * NT + t = horizontal sum of acc[r][t], one shuffle-add tree for all R x NT (<= 16).
 template <int R, int NT>
-inline void store_sums(const __m512 acc[R][NT], float out[][max_pass_rows]) noexcept {
+[[nodiscard]] inline __m512 lane_sums(const __m512 acc[R][NT]) noexcept {
   static_assert(R * NT <= 16);
   __m512 v[16];
   for (int i = 0; i < 16; ++i)
     v[i] = i < R * NT ? acc[i / NT][i % NT] : _mm512_setzero_ps();
-  alignas(64) float sums[16];
-  _mm512_store_ps(sums, reduce16(v));
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < NT; ++t)
-      out[r][t] = sums[r * NT + t];
+  return reduce16(v);
 }
 
 // out[r][t] = dot(W row r, a[t]) for R BF16 weight rows and NT activation rows (bf16, zero-padded
@@ -42,7 +38,7 @@ inline void store_sums(const __m512 acc[R][NT], float out[][max_pass_rows]) noex
 // once and used NT times.
 template <int R, int NT>
 void dot_group_bf16(const void* const rows[], const uint16_t* const* a, int64_t k, int64_t ahead,
-                    float out[][max_pass_rows]) noexcept {
+                    __m512& out) noexcept {
   __m512 acc[R][NT];
   for (auto& row : acc)
     for (auto& v : row)
@@ -67,7 +63,7 @@ void dot_group_bf16(const void* const rows[], const uint16_t* const* a, int64_t 
   }
   if (i < k)
     step(i, tail_mask32(k - i), false);
-  store_sums<R, NT>(acc, out);
+  out = lane_sums<R, NT>(acc);
 }
 
 // FP8 GEMV runs on bf16 weights 2^120 too small (fp8x64_to_bf16_scaled: bit permutation, cheap
@@ -82,7 +78,7 @@ const float fp8_out_factor = std::ldexp(1.0f, fp8_scaled_shift - fp8_act_shift);
 // pre-permuted to match (fp8_rows below).
 template <int R, int NT>
 void dot_group_fp8(const void* const rows[], const uint16_t* const* a, int64_t k, int64_t ahead,
-                   float out[][max_pass_rows]) noexcept {
+                   __m512& out) noexcept {
   __m512 acc[R][NT];
   for (auto& row : acc)
     for (auto& v : row)
@@ -108,25 +104,27 @@ void dot_group_fp8(const void* const rows[], const uint16_t* const* a, int64_t k
   }
   if (i < k)
     step(i, tail_mask64(k - i), false);
-  store_sums<R, NT>(acc, out);
+  out = lane_sums<R, NT>(acc);
 }
 
 // FP8 batch 1: one row after another (the rows of a group are adjacent, so this reads one
 // sequential stream), 256 columns a step into 8 accumulators (independent dpbf16 chains).
-// Measured on 2 threads, [2816, 1024] and [129280, 1024]: 30-36 -> 41-50 GB/s.
+// Measured on 2 threads, [2816, 1024] and [129280, 1024]: 30-36 -> 41-50 GB/s. Full steps load
+// without a mask (the per-chunk mask arithmetic cost issue slots) and the accumulators meet in a
+// tree, not a serial chain of 7 adds.
 template <int R>
 void dot_rows_fp8_b1(const void* const rows[], const uint16_t* a, int64_t k, int64_t ahead,
-                     float out[][max_pass_rows]) noexcept {
+                     __m512& out) noexcept {
   __m512 sums[R][1];
   for (int r = 0; r < R; ++r) {
     const auto* p = static_cast<const uint8_t*>(rows[r]);
     __m512 acc[8];
     for (auto& v : acc)
       v = _mm512_setzero_ps();
-    // Columns i .. i + 64 (masked past k) into accumulators 2q, 2q + 1.
-    auto step = [&](int64_t i, int q) {
+    // Columns i .. i + 64 (the weight bytes `codes`) into accumulators 2q, 2q + 1.
+    auto step = [&](int64_t i, int q, __m512i codes) {
       __m512i w0, w1;
-      fp8x64_to_bf16_scaled(_mm512_maskz_loadu_epi8(tail_mask64(k - i), p + i), w0, w1);
+      fp8x64_to_bf16_scaled(codes, w0, w1);
       acc[2 * q] = _mm512_dpbf16_ps(acc[2 * q], (__m512bh)_mm512_loadu_si512(a + i), (__m512bh)w0);
       acc[2 * q + 1] = _mm512_dpbf16_ps(acc[2 * q + 1], (__m512bh)_mm512_loadu_si512(a + i + 32), (__m512bh)w1);
     };
@@ -135,30 +133,33 @@ void dot_rows_fp8_b1(const void* const rows[], const uint16_t* a, int64_t k, int
       for (int q = 0; q < 4; ++q)
         _mm_prefetch(reinterpret_cast<const char*>(p) + i + 64 * q + ahead, _MM_HINT_T0);
       for (int q = 0; q < 4; ++q)
-        step(i + 64 * q, q);
+        step(i + 64 * q, q, _mm512_loadu_si512(p + i + 64 * q));
     }
-    for (int q = 0; i < k; i += 64, ++q) {
-      _mm_prefetch(reinterpret_cast<const char*>(p) + i + ahead, _MM_HINT_T0);
-      step(i, q);
-    }
-    for (int j = 1; j < 8; ++j)
-      acc[0] = _mm512_add_ps(acc[0], acc[j]);
-    sums[r][0] = acc[0];
+    // The tail's chunks with constant accumulator indices (a runtime index would put acc[] on
+    // the stack for the whole loop).
+    for (int q = 0; q < 4; ++q)
+      if (i + 64 * q < k) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + i + 64 * q + ahead, _MM_HINT_T0);
+        step(i + 64 * q, q, _mm512_maskz_loadu_epi8(tail_mask64(k - i - 64 * q), p + i + 64 * q));
+      }
+    for (int j = 0; j < 4; ++j)
+      acc[j] = _mm512_add_ps(acc[j], acc[j + 4]);
+    sums[r][0] = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
   }
-  store_sums<R, 1>(sums, out);
+  out = lane_sums<R, 1>(sums);
 }
 
-// Register tiles: 8 BF16 weight rows for a single activation row (more streams in flight), else
-// 4 rows x up to 4 activation rows; more activation rows take further passes over the same 4
-// rows, from L1.
-template <dtype T>
+// Register tiles: 8 weight rows for a single activation row (more streams in flight, and one
+// horizontal-sum tree per 8 rows: FP8 [256, 1024] / [1024, 256] with the weights in L2, one
+// thread, 46 / 42 -> 55 / 60 GB/s against 4 rows), else 4 rows x up to 4 activation rows; more
+// activation rows take further passes over the same 4 rows, from L1.
 [[nodiscard]] constexpr int rows_per_group(int64_t num_rows) noexcept {
-  return num_rows == 1 && T == dtype::bf16 ? 8 : 4;
+  return num_rows == 1 ? 8 : 4;
 }
 
 template <dtype T, int R, int NT>
 void dot_group(const void* const rows[], const uint16_t* const* a, int64_t k, int64_t ahead,
-               float out[][max_pass_rows]) noexcept {
+               __m512& out) noexcept {
   if constexpr (T == dtype::bf16)
     dot_group_bf16<R, NT>(rows, a, k, ahead, out);
   else if (NT == 1 && k >= 512)      // measured: shorter rows are faster in row groups
@@ -169,7 +170,7 @@ void dot_group(const void* const rows[], const uint16_t* const* a, int64_t k, in
 
 template <dtype T>
 void dot_group_any(int group, int64_t nt, const void* const rows[], const uint16_t* const* a,
-                   int64_t k, int64_t ahead, float out[][max_pass_rows]) noexcept {
+                   int64_t k, int64_t ahead, __m512& out) noexcept {
   switch (nt) {
     case 1:
       if (group == 8)
@@ -212,12 +213,12 @@ void gemv_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
   const int64_t k = x.k, row_bytes = k * dtype_size(T);
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t block_rows = T == dtype::f8_e4m3 ? w.block_rows : (int64_t{1} << 62);
-  const int group = rows_per_group<T>(x.num_rows);
+  const int group = rows_per_group(x.num_rows);
   int64_t row_block = -1;
   const uint16_t* const* a = nullptr;
-  // The loop prefetches `lead` rows ahead (two groups, and at least 8 KiB so short rows still
-  // cover the memory latency); start the first `lead` now.
-  const int64_t lead = std::max<int64_t>(2 * group, (8192 + row_bytes - 1) / row_bytes);
+  // The loop prefetches `lead` rows ahead (a group, and at least 8 KiB so short rows still
+  // cover the memory latency; more was measured no faster); start the first `lead` now.
+  const int64_t lead = std::max<int64_t>(group, (8192 + row_bytes - 1) / row_bytes);
   const char* first = reinterpret_cast<const char*>(base + r0 * row_bytes);
   for (int64_t off = 0; off < std::min<int64_t>(nr, lead) * row_bytes; off += 64)
     _mm_prefetch(first + off, _MM_HINT_T0);
@@ -235,11 +236,19 @@ void gemv_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
     const int64_t ahead = std::min(lead, r0 + nr - g - n) * row_bytes;
     for (int64_t m0 = 0; m0 < x.num_rows; m0 += max_pass_rows) {
       const int64_t nt = std::min(max_pass_rows, x.num_rows - m0);
-      float res[8][max_pass_rows] = {};
-      dot_group_any<T>(group, nt, rows, a + m0, k, m0 == 0 ? ahead : 0, res);
-      for (int64_t t = 0; t < nt; ++t)
-        for (int64_t r = 0; r < n; ++r)
-          out[(m0 + t) * ldo + (g - r0 + r)] = T == dtype::f8_e4m3 ? res[r][t] * fp8_out_factor : res[r][t];
+      __m512 sums;                          // lane r * nt + t: row g + r, activation row m0 + t
+      dot_group_any<T>(group, nt, rows, a + m0, k, m0 == 0 ? ahead : 0, sums);
+      if constexpr (T == dtype::f8_e4m3)
+        sums = _mm512_mul_ps(sums, _mm512_set1_ps(fp8_out_factor));
+      if (nt == 1) {                        // the common decode case: n adjacent outputs
+        _mm512_mask_storeu_ps(out + m0 * ldo + (g - r0), static_cast<__mmask16>((1u << n) - 1), sums);
+      } else {
+        alignas(64) float res[16];
+        _mm512_store_ps(res, sums);
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t r = 0; r < n; ++r)
+            out[(m0 + t) * ldo + (g - r0 + r)] = res[r * nt + t];
+      }
     }
     g += n;
   }
