@@ -78,6 +78,8 @@ struct level_result {
   double max_decode_moe_s = 0, max_prefill_moe_s = 0;     // compute in MoE layers, busiest rank
   double decode_overlap = 0, prefill_overlap = 0;        // mean over ranks: |compute ∩ comm| / min(|compute|, |comm|)
   double decode_step_s = 0;                 // median decode step of the busiest rank (trace)
+  // per decode step, median over steps, busiest rank: compute in MoE layers, link-busy time
+  double decode_moe_step_s = 0, decode_comm_step_s = 0;
   double prefill_step_s = 0;                // longest prefill step (first span to LOGITS, trace)
 };
 
@@ -162,20 +164,29 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       if (sp.rank == g && sp.lane == trace_lane::compute)
         own.push_back(sp);
     std::sort(own.begin(), own.end(), [](const trace_span& a, const trace_span& b) { return a.begin < b.begin; });
-    std::vector<double> steps;
+    std::vector<double> steps, step_moe, step_comm;
     auto step_begin = std::chrono::steady_clock::time_point::min();
+    double moe_in_step = 0;
     for (const trace_span& sp : own) {
       if (step_begin == std::chrono::steady_clock::time_point::min())
         step_begin = sp.begin;
+      if (layer_of(sp) >= 0 && mc.is_moe_layer(layer_of(sp)))
+        moe_in_step += std::chrono::duration<double>(sp.end - sp.begin).count();
       if (!sp.name.starts_with("LOGITS"))
         continue;
       steps.push_back(std::chrono::duration<double>(sp.end - step_begin).count());
+      step_moe.push_back(moe_in_step);
+      step_comm.push_back(summarize(spans, g, step_begin, sp.end).comm_s);
+      moe_in_step = 0;
       step_begin = g < topo.prefill_ranks ? std::chrono::steady_clock::time_point::min() : sp.end;
     }
-    if (g < topo.prefill_ranks)
+    if (g < topo.prefill_ranks) {
       r.prefill_step_s = std::max(r.prefill_step_s, steps.empty() ? 0.0 : *std::max_element(steps.begin(), steps.end()));
-    else if (!steps.empty())
+    } else if (!steps.empty()) {
       r.decode_step_s = std::max(r.decode_step_s, median(steps));
+      r.decode_moe_step_s = std::max(r.decode_moe_step_s, median(step_moe));
+      r.decode_comm_step_s = std::max(r.decode_comm_step_s, median(step_comm));
+    }
   }
   for (int64_t d = 0; d < topo.decode_ranks; ++d) {
     const int64_t g = topo.prefill_ranks + d;
@@ -310,15 +321,16 @@ void run(bench_options& o) {
   // calibrate: transfer time scales as 1 / bandwidth, so the traced comm time of one probe at
   // 1 GB/s gives the bandwidth at which a step's communication takes as long as the compute that
   // is to hide it: the MoE layers' stages with two micro-batches (traced without the link)
-  auto per_step = [](double total, const level_result& r) {
-    return total / static_cast<double>(std::max<int64_t>(1, r.num_decode_steps));
-  };
+  // Decode takes the median step, as the figures below do: a run's first steps decode the few
+  // requests whose prompts were done first, and such steps read all the weights for little
+  // communication, so a mean over all steps set the link ~20 % slower than compute for the
+  // steps that are measured.
   const level_result alone_d = once(true, false, true), alone_p = once(false, false, true);
   link[0] = link[1] = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
   const level_result probe_d = once(true, true, false), probe_p = once(false, true, false);
-  const double moe_decode = per_step(alone_d.max_decode_moe_s, alone_d);
+  const double moe_decode = alone_d.decode_moe_step_s;
   const double moe_prefill = alone_p.max_prefill_moe_s;
-  link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, per_step(probe_d.max_decode_comm_s, probe_d) / moe_decode)};
+  link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_d.decode_comm_step_s / moe_decode)};
   link[1] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_p.max_prefill_comm_s / moe_prefill)};
   std::printf("MoE-layer compute per step, two micro-batches: decode %.2f ms, prefill %.2f ms; "
               "the rest is dense layers and LOGITS\n",
