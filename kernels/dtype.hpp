@@ -88,4 +88,34 @@ inline constexpr std::array<float, 256> fp8_e4m3_table = [] {
   }
 }
 
+/// How a linear weight's elements sit in memory.
+enum class weight_layout : uint8_t {
+  row_major,                                // W[o][i] at o * in_features + i
+  /// FP8 only, out_features and in_features multiples of 64 (fp8_panels_fit): 64-row panels, in
+  /// each panel the column pairs (2kp, 2kp + 1) one after another, 128 bytes each, laid out so
+  /// that fp8x64_to_bf16_scaled turns its two 64-byte halves into the bf16 pairs of rows 0-15,
+  /// 16-31 (first half) and 32-47, 48-63 (second): what a dpbf16 against a broadcast activation
+  /// pair wants, with no transpose (fp8_panel_offset). The checkpoint loader repacks FP8 weights
+  /// this way where it copies them (weight_memory::copy): batch-1 GEMV over such panels reads no
+  /// activations per weight byte and sums no lanes across.
+  fp8_panels,
+};
+
+/// Rows per FP8 panel (weight_layout::fp8_panels).
+inline constexpr int64_t fp8_panel_rows = 64;
+
+/// Whether an FP8 weight [out_features, in_features] can take weight_layout::fp8_panels.
+[[nodiscard]] constexpr bool fp8_panels_fit(int64_t out_features, int64_t in_features) noexcept {
+  return out_features > 0 && in_features > 0 && out_features % fp8_panel_rows == 0 && in_features % 64 == 0;
+}
+
+/// Byte offset of W[o][i] in weight_layout::fp8_panels (in_features columns). Within a panel's
+/// 128 bytes for a column pair: half c = r / 32 of the panel row r, then 16-byte lane group
+/// (r % 16) / 4, then 8 bytes for rows 16-31 of the half, then the pair's two bytes.
+[[nodiscard]] constexpr int64_t fp8_panel_offset(int64_t o, int64_t i, int64_t in_features) noexcept {
+  const int64_t r = o % fp8_panel_rows, j = r % 16;
+  return (o / fp8_panel_rows) * fp8_panel_rows * in_features + (i / 2) * 128 + (r / 32) * 64 + (j / 4) * 16 +
+         ((r % 32) / 16) * 8 + (j % 4) * 2 + i % 2;
+}
+
 }  // namespace moe

@@ -44,8 +44,10 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
 
 std::unique_ptr<model_session> load_model(const session_options& opts, bool need_tokenizer) {
   auto s = std::make_unique<model_session>();
+  // FP8 weights in the fast kernels' panel layout, unless the reference loops run (they read any
+  // layout, but as the specification they read the checkpoint's own)
   s->ckpt = checkpoint::open(opts.model_dir, opts.mmap_weights ? weight_memory::mmap : weight_memory::copy,
-                             stderr_load_progress());
+                             stderr_load_progress(), /*fp8_panels=*/!opts.reference);
   s->weights = load_model_weights(s->ckpt);
   if (!opts.reference)                      // the fast path's batched LOGITS skip packing
     fast::prepack_lm_head(s->weights);

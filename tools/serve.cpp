@@ -61,7 +61,7 @@ void run(serve_options& o) {
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
   auto weights = std::make_shared<const model_weights>(load_model_weights(
       checkpoint::open(o.model_dir, o.mmap_weights ? weight_memory::mmap : weight_memory::copy,
-                       stderr_load_progress())));
+                       stderr_load_progress(), /*fp8_panels=*/!o.reference)));
   auto tok = tokenizer::load(o.model_dir);
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);

@@ -69,7 +69,7 @@ std::vector<fs::path> scan_safetensors(const fs::path& dir) {
 }  // namespace
 
 std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_memory memory,
-                                                   const load_progress& progress) {
+                                                   const load_progress& progress, bool fp8_panels) {
   if (!fs::is_directory(dir))
     throw input_error(dir.string() + ": not a directory (expected a Hugging Face checkpoint directory)");
   auto ckpt = std::make_shared<checkpoint>();
@@ -102,7 +102,7 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     std::function<void(uint64_t)> on_bytes;
     if (progress)
       on_bytes = [&progress, loaded, total](uint64_t n) { progress(loaded + n, total); };
-    ckpt->files_.push_back(safetensors_file::open(path, memory, on_bytes));
+    ckpt->files_.push_back(safetensors_file::open(path, memory, on_bytes, fp8_panels));
     loaded += sizes[f];
     for (const auto& [name, info] : ckpt->files_.back()->tensors()) {
       auto [it, inserted] = ckpt->index_.emplace(name, &info);

@@ -26,6 +26,8 @@ struct tensor_info {
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;          // inside the mapping; may be unaligned
   int64_t num_bytes = 0;
+  /// row_major as stored, or fp8_panels where the loader repacked it (FP8 2-D, see open).
+  weight_layout layout = weight_layout::row_major;
   std::string file;                         // file name, for error messages
 };
 
@@ -52,10 +54,13 @@ public:
   /// Loads (see weight_memory) and parses `path`; throws input_error naming the file on a
   /// truncated file, malformed header JSON, an unknown dtype, or offsets out of range / not
   /// matching the shape.
-  /// `on_bytes` (optional) hears the bytes of this file loaded so far.
+  /// `on_bytes` (optional) hears the bytes of this file loaded so far. With `fp8_panels` and
+  /// weight_memory::copy, every F8_E4M3 tensor of two dimensions that fp8_panels_fit is repacked
+  /// in place into weight_layout::fp8_panels (its tensor_info says so); mapped files stay as stored.
   static std::unique_ptr<safetensors_file> open(const std::filesystem::path& path,
                                                 weight_memory memory = weight_memory::copy,
-                                                const std::function<void(uint64_t)>& on_bytes = {});
+                                                const std::function<void(uint64_t)>& on_bytes = {},
+                                                bool fp8_panels = false);
   ~safetensors_file();
   safetensors_file(const safetensors_file&) = delete;
   safetensors_file& operator=(const safetensors_file&) = delete;
@@ -77,9 +82,10 @@ private:
 /// the tensor's name and file (or the directory when missing).
 class checkpoint {
 public:
+  /// `fp8_panels`: see safetensors_file::open (the fast CPU kernels' layout for FP8 weights).
   static std::shared_ptr<const checkpoint> open(const std::filesystem::path& dir,
                                                 weight_memory memory = weight_memory::copy,
-                                                const load_progress& progress = {});
+                                                const load_progress& progress = {}, bool fp8_panels = false);
 
   [[nodiscard]] const model_config& config() const noexcept { return config_; }
   [[nodiscard]] const std::filesystem::path& dir() const noexcept { return dir_; }

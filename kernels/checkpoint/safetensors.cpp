@@ -94,14 +94,29 @@ tensor_info parse_entry(const std::string& name, const json& entry, const std::f
   return t;
 }
 
+// An FP8 [out, in] tensor, row-major at `data`, rewritten as weight_layout::fp8_panels: per
+// panel of 64 rows through a 64-row x 64-column tile (the source rows stream, the tile stays in
+// L1), each column pair's two bytes moved as one.
+void repack_fp8_panels(std::byte* data, int64_t out, int64_t in) {
+  std::vector<std::byte> panel(static_cast<size_t>(fp8_panel_rows * in));
+  for (int64_t p0 = 0; p0 < out; p0 += fp8_panel_rows) {
+    std::byte* src = data + p0 * in;
+    for (int64_t c0 = 0; c0 < in; c0 += 64)
+      for (int64_t r = 0; r < fp8_panel_rows; ++r)
+        for (int64_t c = c0; c < c0 + 64; c += 2)
+          std::memcpy(panel.data() + fp8_panel_offset(r, c, in), src + r * in + c, 2);
+    std::memcpy(src, panel.data(), panel.size());
+  }
+}
+
 struct fd_guard {
   int fd;
   ~fd_guard() { ::close(fd); }
 };
 
 // The file's `size` bytes in fresh anonymous memory, 2 MiB-aligned and advised for transparent
-// huge pages (best effort: with THP off it stays 4 KiB pages), then read-only. Sets `mapped` to
-// the length to munmap.
+// huge pages (best effort: with THP off it stays 4 KiB pages), still writable (open makes it
+// read-only once parsed). Sets `mapped` to the length to munmap.
 void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& path, size_t& mapped,
                            const std::function<void(uint64_t)>& on_bytes) {
   constexpr size_t huge = size_t{2} << 20;
@@ -131,14 +146,14 @@ void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& p
       on_bytes(done);
   }
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   // the copy is what runs
-  (void)::mprotect(base, mapped, PROT_READ);
   return base;
 }
 
 }  // namespace
 
 std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path, weight_memory memory,
-                                                         const std::function<void(uint64_t)>& on_bytes) {
+                                                         const std::function<void(uint64_t)>& on_bytes,
+                                                         bool fp8_panels) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     file_error(path, std::string("cannot open: ") + std::strerror(errno));
@@ -194,6 +209,15 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
     if (name == "__metadata__")
       continue;
     file->tensors_.emplace(name, parse_entry(name, entry, path, data_begin, data_size));
+  }
+  if (memory == weight_memory::copy) {
+    if (fp8_panels)
+      for (auto& [name, t] : file->tensors_)
+        if (t.type == dtype::f8_e4m3 && t.shape.size() == 2 && fp8_panels_fit(t.shape[0], t.shape[1])) {
+          repack_fp8_panels(const_cast<std::byte*>(t.data), t.shape[0], t.shape[1]);   // our own copy
+          t.layout = weight_layout::fp8_panels;
+        }
+    (void)::mprotect(map, mapped, PROT_READ);
   }
   return file;
 }

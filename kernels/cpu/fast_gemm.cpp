@@ -87,6 +87,31 @@ void pack_panel_fp8(const linear_weight& w, int64_t r0, int64_t n, uint16_t* pan
   }
 }
 
+// The same from weight_layout::fp8_panels: a stored panel's 128 bytes per column pair expand in
+// order into this panel's pairs of rows 0-15, 16-31, 32-47, 48-63 (no transpose). A panel that
+// does not start a stored one (tasks cut elsewhere) is gathered element by element.
+void pack_panel_fp8_panels(const linear_weight& w, int64_t r0, int64_t n, uint16_t* panel) noexcept {
+  const int64_t k = w.in_features;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  if (r0 % fp8_panel_rows != 0) {
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < k; ++i)
+        panel[((i / 2) * panel_rows + j) * 2 + i % 2] =
+            f32_to_bf16(fp8_e4m3_to_f32(data[fp8_panel_offset(r0 + j, i, k)]));
+    return;
+  }
+  const fp8_tables tables = load_fp8_tables();
+  const uint8_t* src = data + r0 * k;       // the stored panel: k / 2 pairs of 128 bytes
+  for (int64_t kp = 0; kp < k / 2; ++kp) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + kp * 128) + pack_prefetch_bytes, _MM_HINT_T0);
+    __m512i u[4];
+    fp8x64_to_bf16(_mm512_loadu_si512(src + kp * 128), tables, u[0], u[1]);
+    fp8x64_to_bf16(_mm512_loadu_si512(src + kp * 128 + 64), tables, u[2], u[3]);
+    for (int q = 0; q < 4; ++q)
+      _mm512_store_si512(panel + kp * panel_rows * 2 + 32 * q, u[q]);
+  }
+}
+
 // Column pairs a panel holds (both packers write whole steps of 32 pairs at most).
 [[nodiscard]] constexpr int64_t panel_pairs(int64_t k) noexcept { return round_up((k + 1) / 2, 32); }
 
@@ -165,6 +190,8 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
         b = ready;
       else
         pack_panel_bf16(w, p0, n, panel);
+    } else if (w.layout == weight_layout::fp8_panels) {
+      pack_panel_fp8_panels(w, p0, n, panel);
     } else {
       pack_panel_fp8(w, p0, n, panel);
     }

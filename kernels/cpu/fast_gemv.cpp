@@ -66,11 +66,10 @@ void dot_group_bf16(const void* const rows[], const uint16_t* const* a, int64_t 
   out = lane_sums<R, NT>(acc);
 }
 
-// FP8 GEMV runs on bf16 weights 2^120 too small (fp8x64_to_bf16_scaled: bit permutation, cheap
-// enough that batch 1 stays bandwidth-bound) against activations 2^56 too large, so products stay
-// clear of fp32's subnormals (true products below 2^-62 are dropped) and activations of up to
-// 2^72 x scale fit; the sums come out 2^64 too small.
-constexpr int fp8_act_shift = 56;
+// FP8 GEMV: weights 2^120 too small (fp8x64_to_bf16_scaled: bit permutation, cheap enough that
+// batch 1 stays bandwidth-bound), activations 2^fp8_gemv_act_shift too large (fast_linear.hpp);
+// the sums come out 2^64 too small.
+constexpr int fp8_act_shift = fp8_gemv_act_shift;
 const float fp8_act_factor = std::ldexp(1.0f, fp8_act_shift);
 const float fp8_out_factor = std::ldexp(1.0f, fp8_scaled_shift - fp8_act_shift);
 
@@ -258,7 +257,9 @@ void gemv_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
 
 void gemv_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                int64_t ldo, thread_scratch& s) {
-  if (w.type == dtype::bf16)
+  if (w.layout == weight_layout::fp8_panels)
+    gemv_rows_fp8_panels(x, w, r0, nr, out, ldo, s);
+  else if (w.type == dtype::bf16)
     gemv_rows_typed<dtype::bf16>(x, w, r0, nr, out, ldo, s);
   else
     gemv_rows_typed<dtype::f8_e4m3>(x, w, r0, nr, out, ldo, s);

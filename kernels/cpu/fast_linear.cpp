@@ -27,7 +27,9 @@ bool fast_supports(const linear_weight& w) noexcept {
     case dtype::f16:
     case dtype::bf16: return true;
     case dtype::f8_e4m3:
-      return w.scale_inv != nullptr && w.block_cols % 32 == 0 && w.block_rows > 0;
+      return w.scale_inv != nullptr && w.block_cols % 32 == 0 && w.block_rows > 0 &&
+             (w.layout == weight_layout::row_major ||
+              (fp8_panels_fit(w.out_features, w.in_features) && w.block_rows % fp8_panel_rows == 0));
     default: return false;
   }
 }

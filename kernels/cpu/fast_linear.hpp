@@ -74,5 +74,13 @@ void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr
                int64_t ldo, thread_scratch& s);
 void gemv_rows_f32(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                    int64_t ldo);
+/// FP8 weights in weight_layout::fp8_panels (fast_gemv_panels.cpp); gemv_rows sends them there.
+void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
+                          int64_t ldo, thread_scratch& s);
+
+/// FP8 GEMV runs on bf16 weights 2^fp8_scaled_shift too small (fp8x64_to_bf16_scaled) against
+/// activations 2^fp8_gemv_act_shift too large, so products stay clear of fp32's subnormals (true
+/// products below 2^-62 are dropped) and activations of up to 2^72 x scale fit.
+inline constexpr int fp8_gemv_act_shift = 56;
 
 }  // namespace moe::fast

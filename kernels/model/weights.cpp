@@ -93,6 +93,7 @@ struct loader {
     linear_weight lw;
     lw.type = t.type;
     lw.data = aligned_data(t);
+    lw.layout = t.layout;
     lw.out_features = out;
     lw.in_features = in;
     lw.block_rows = block_rows;

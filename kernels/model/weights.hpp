@@ -14,10 +14,11 @@ namespace moe {
 
 class checkpoint;
 
-/// A PyTorch nn.Linear weight [out_features, in_features], row-major: y = x @ W^T.
+/// A PyTorch nn.Linear weight [out_features, in_features]: y = x @ W^T.
 struct linear_weight {
   dtype type = dtype::bf16;                 // f32, f16, bf16 or f8_e4m3
-  const void* data = nullptr;               // [out_features, in_features]
+  const void* data = nullptr;               // [out_features, in_features] in `layout`
+  weight_layout layout = weight_layout::row_major;
   int64_t out_features = 0;
   int64_t in_features = 0;
   const float* scale_inv = nullptr;         // f8_e4m3 only: [ceil(out/block_rows), ceil(in/block_cols)]
@@ -30,7 +31,8 @@ struct linear_weight {
 
   /// Dequantised element W[o, i] (FP8: value * scale_inv[o / block_rows, i / block_cols]).
   [[nodiscard]] float at(int64_t o, int64_t i) const noexcept {
-    const float v = load_as_f32(type, data, o * in_features + i);
+    const float v = load_as_f32(type, data, layout == weight_layout::row_major ? o * in_features + i
+                                                                              : fp8_panel_offset(o, i, in_features));
     if (scale_inv == nullptr)
       return v;
     const int64_t scale_cols = (in_features + block_cols - 1) / block_cols;

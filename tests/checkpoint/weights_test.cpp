@@ -3,6 +3,7 @@
 // with partial blocks, realignment, MTP tensors ignored, and one test per loader error.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -338,4 +339,47 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
     CHECK(w.layers[2].moe.e_score_correction_bias[5] ==
           bf16_to_f32(f32_to_bf16(ref.layers[2].moe.e_score_correction_bias[5])));
   }
+}
+
+TEST_CASE("FP8 weights load repacked into 64-row panels where they fit, with the same values") {
+  temp_dir dir;
+  make_tiny(dir.path, /*fp8=*/true);
+  const model_weights rm = load_model_weights(checkpoint::open(dir.path));
+  const model_weights pn = load_model_weights(checkpoint::open(dir.path, weight_memory::copy, {}, /*fp8_panels=*/true));
+  const model_weights mm = load_model_weights(checkpoint::open(dir.path, weight_memory::mmap, {}, /*fp8_panels=*/true));
+  int num_panels = 0, num_rows = 0;
+  auto compare = [&](const linear_weight& a, const linear_weight& b, const linear_weight& mapped) {
+    if (a.data == nullptr)
+      return;
+    CHECK(a.layout == weight_layout::row_major);
+    CHECK(mapped.layout == weight_layout::row_major);      // a mapped file is never rewritten
+    const bool fits = a.type == dtype::f8_e4m3 && fp8_panels_fit(a.out_features, a.in_features);
+    CHECK(b.layout == (fits ? weight_layout::fp8_panels : weight_layout::row_major));
+    ++(fits ? num_panels : num_rows);
+    for (int64_t o = 0; o < a.out_features; ++o)
+      for (int64_t i = 0; i < a.in_features; ++i)
+        REQUIRE(std::bit_cast<uint32_t>(b.at(o, i)) == std::bit_cast<uint32_t>(a.at(o, i)));
+  };
+  auto compare_mlp = [&](const mlp_weights& a, const mlp_weights& b, const mlp_weights& c) {
+    compare(a.gate_proj, b.gate_proj, c.gate_proj);
+    compare(a.up_proj, b.up_proj, c.up_proj);
+    compare(a.down_proj, b.down_proj, c.down_proj);
+  };
+  for (size_t l = 0; l < rm.layers.size(); ++l) {
+    const attention_weights &a = rm.layers[l].attn, &b = pn.layers[l].attn, &c = mm.layers[l].attn;
+    compare(a.q_a_proj, b.q_a_proj, c.q_a_proj);
+    compare(a.q_b_proj, b.q_b_proj, c.q_b_proj);
+    compare(a.kv_a_proj_with_mqa, b.kv_a_proj_with_mqa, c.kv_a_proj_with_mqa);
+    compare(a.kv_b_proj, b.kv_b_proj, c.kv_b_proj);
+    compare(a.o_proj, b.o_proj, c.o_proj);
+    if (!rm.layers[l].is_moe) {
+      compare_mlp(rm.layers[l].mlp, pn.layers[l].mlp, mm.layers[l].mlp);
+      continue;
+    }
+    compare_mlp(rm.layers[l].moe.shared_experts, pn.layers[l].moe.shared_experts, mm.layers[l].moe.shared_experts);
+    for (size_t e = 0; e < rm.layers[l].moe.experts.size(); ++e)
+      compare_mlp(rm.layers[l].moe.experts[e], pn.layers[l].moe.experts[e], mm.layers[l].moe.experts[e]);
+  }
+  CHECK(num_panels > 0);                                    // the tiny preset has both kinds:
+  CHECK(num_rows > 0);                                      // o_proj [64, 64], q_a_proj [32, 64]
 }

@@ -82,6 +82,20 @@ inline std::unique_ptr<owned_weight> random_weight(dtype type, int64_t out, int6
   return o;
 }
 
+/// The same FP8 weight repacked into weight_layout::fp8_panels (its shape must fit), by the
+/// layout's offset function, element by element.
+inline std::unique_ptr<owned_weight> to_fp8_panels(const owned_weight& rm) {
+  auto o = std::make_unique<owned_weight>(owned_weight{.bytes = rm.bytes, .scales = rm.scales, .w = rm.w});
+  const int64_t out = rm.w.out_features, in = rm.w.in_features;
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t i = 0; i < in; ++i)
+      o->bytes[static_cast<size_t>(fp8_panel_offset(r, i, in))] = rm.bytes[static_cast<size_t>(r * in + i)];
+  o->w.data = o->bytes.data();
+  o->w.scale_inv = o->scales.data();
+  o->w.layout = weight_layout::fp8_panels;
+  return o;
+}
+
 inline double rms(const std::vector<float>& v) {
   double s = 0.0;
   for (float x : v)

@@ -1,0 +1,147 @@
+// tests/cpu/test_fast_fp8_panels.cpp
+// FP8 weights in weight_layout::fp8_panels: the layout's offsets by hand, at() unchanged, and
+// the fast GEMV / GEMM over panels against the same weight row-major, the reference and a
+// by-hand sum.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "kernels/cpu/fast_backend.hpp"
+#include "test_fast_util.hpp"
+
+using namespace moe;
+
+TEST_CASE("fp8_panel_offset: hand-placed bytes, and every element of a weight at its own byte") {
+  // in = 128: a panel is 64 x 128 bytes; per column pair 128 bytes: rows 0-31 then 32-63, each
+  // half as four 16-byte groups of rows 4g .. 4g + 3 (8 bytes) then rows 16 + 4g .. (8 bytes).
+  CHECK(fp8_panel_offset(0, 0, 128) == 0);
+  CHECK(fp8_panel_offset(0, 1, 128) == 1);                  // the pair's second column
+  CHECK(fp8_panel_offset(1, 0, 128) == 2);
+  CHECK(fp8_panel_offset(3, 1, 128) == 7);
+  CHECK(fp8_panel_offset(16, 0, 128) == 8);                 // rows 16-19 after rows 0-3
+  CHECK(fp8_panel_offset(4, 0, 128) == 16);                 // next 16-byte group
+  CHECK(fp8_panel_offset(31, 1, 128) == 3 * 16 + 8 + 3 * 2 + 1);
+  CHECK(fp8_panel_offset(32, 0, 128) == 64);                // second half of the pair's 128 bytes
+  CHECK(fp8_panel_offset(0, 2, 128) == 128);                // next column pair
+  CHECK(fp8_panel_offset(63, 127, 128) == 64 * 128 - 1);    // last byte of panel 0
+  CHECK(fp8_panel_offset(64, 0, 128) == 64 * 128);          // panel 1
+  std::set<int64_t> seen;
+  for (int64_t o = 0; o < 192; ++o)
+    for (int64_t i = 0; i < 256; ++i)
+      seen.insert(fp8_panel_offset(o, i, 256));
+  CHECK(seen.size() == 192 * 256);
+  CHECK(*seen.begin() == 0);
+  CHECK(*seen.rbegin() == 192 * 256 - 1);
+  CHECK(fp8_panels_fit(128, 64));
+  CHECK_FALSE(fp8_panels_fit(160, 1024));                   // kv_a_proj_with_mqa of the small preset
+  CHECK_FALSE(fp8_panels_fit(256, 96));
+}
+
+TEST_CASE("fast: FP8 GEMV and GEMM over panels match the row-major weight and the reference") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  cpu_reference_backend ref;
+  cpu_fast_backend fast2(2), fast1(1);
+  struct shape {
+    int64_t out, in;
+  };
+  // One panel; two row blocks, 1024 wide; a partial 128-column block (320); 2816 (dense down).
+  for (shape s : {shape{64, 128}, shape{256, 1024}, shape{192, 320}, shape{128, 2816}}) {
+    const auto rm = test::random_weight(dtype::f8_e4m3, s.out, s.in, 31u + static_cast<uint32_t>(s.in));
+    const auto pn = test::to_fp8_panels(*rm);
+    for (int64_t o = 0; o < s.out; o += 7)
+      for (int64_t i = 0; i < s.in; i += 5)
+        REQUIRE(pn->w.at(o, i) == rm->w.at(o, i));
+    for (int64_t tokens : {1, 2, 3, 4, 5, 8, 9, 40}) {
+      CAPTURE(s.out);
+      CAPTURE(s.in);
+      CAPTURE(tokens);
+      const auto x = test::random_floats(tokens * s.in, 3u + static_cast<uint32_t>(tokens));
+      const auto want = test::run_linear(ref, rm->w, x, tokens);
+      const auto rows = test::run_linear(fast2, rm->w, x, tokens);
+      const auto panels = test::run_linear(fast2, pn->w, x, tokens);
+      CHECK(test::max_rel_error(panels, want) < 1e-2);      // bf16 activations, as row-major
+      if (tokens > fast::gemv_max_rows)                     // the GEMM packs the same bf16 panel
+        CHECK(test::same_bits(panels, rows));
+      else                                                  // the same products, another sum order
+        CHECK(test::max_rel_error(panels, rows) < 1e-5);
+      CHECK(test::same_bits(panels, test::run_linear(fast1, pn->w, x, tokens)));
+    }
+  }
+}
+
+TEST_CASE("fast: FP8 panels serve any row range, panel-aligned or not") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const int64_t out = 256, in = 512;
+  const auto rm = test::random_weight(dtype::f8_e4m3, out, in, 77u);
+  const auto pn = test::to_fp8_panels(*rm);
+  fast::thread_scratch s;
+  for (int64_t tokens : {1, 6, 12}) {
+    const auto x = test::random_floats(tokens * in, 5u);
+    std::vector<const float*> rows(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t)
+      rows[t] = x.data() + t * in;
+    const fast::act_rows a{.num_rows = tokens, .k = in, .f32 = rows.data()};
+    struct range {
+      int64_t r0, nr;
+    };
+    for (range r : {range{0, 256}, range{64, 64}, range{16, 96}, range{100, 30}, range{250, 6}}) {
+      CAPTURE(tokens);
+      CAPTURE(r.r0);
+      CAPTURE(r.nr);
+      // outputs land at [0, nr) of each token's row of width `out`; the rest stays -7
+      std::vector<float> want(static_cast<size_t>(tokens * out), -7.0f), got(want);
+      fast::linear_rows(a, rm->w, r.r0, r.nr, want.data(), out, s);
+      fast::linear_rows(a, pn->w, r.r0, r.nr, got.data(), out, s);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t j = 0; j < out; ++j) {
+          const float w = want[t * out + j], g = got[t * out + j];
+          if (j >= r.nr)
+            REQUIRE(g == -7.0f);
+          else if (tokens > fast::gemv_max_rows)
+            REQUIRE(g == w);
+          else
+            REQUIRE(std::abs(g - w) <= 1e-5f * (1.0f + std::abs(w)));
+        }
+    }
+  }
+}
+
+TEST_CASE("fast: batch-1 GEMV over FP8 panels equals a by-hand sum, subnormal weights read as zero") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const int64_t out = 128, in = 256;
+  auto rm = test::random_weight(dtype::f8_e4m3, out, in, 9u);
+  for (int64_t i = 0; i < in; ++i)                          // row 0: subnormal codes only
+    rm->bytes[i] = static_cast<uint8_t>(1 + i % 7) | static_cast<uint8_t>(i % 2 ? 0x80 : 0);
+  const auto pn = test::to_fp8_panels(*rm);
+  const auto x = test::random_floats(in, 21u, 3.0f);
+  cpu_fast_backend fast(2);
+  const auto got = test::run_linear(fast, pn->w, x, 1);
+  for (int64_t r = 0; r < out; ++r) {
+    CAPTURE(r);
+    double want = 0.0, size = 0.0;
+    for (int64_t i = 0; i < in; ++i) {
+      const uint8_t code = rm->bytes[r * in + i];
+      const float scale = rm->scales[(r / 128) * ((in + 127) / 128) + i / 128];
+      const double weight = (code & 0x78) == 0 ? 0.0 : fp8_e4m3_value(code);
+      const double term = weight * bf16_to_f32(f32_to_bf16(x[i] * scale));
+      want += term;
+      size += std::abs(term);
+    }
+    if (r == 0)
+      CHECK(got[r] == 0.0f);
+    else
+      CHECK(std::abs(got[r] - want) <= 1e-6 * size);
+  }
+}
+
+TEST_CASE("fast: FP8 panels need block rows in whole panels, else the reference runs them") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  auto rm = test::random_weight(dtype::f8_e4m3, 128, 128, 4u);
+  auto pn = test::to_fp8_panels(*rm);
+  CHECK(fast::fast_supports(pn->w));
+  pn->w.block_rows = 96;
+  CHECK_FALSE(fast::fast_supports(pn->w));
+  rm->w.layout = weight_layout::fp8_panels;                 // a shape that does not fit
+  rm->w.out_features = 96;
+  CHECK_FALSE(fast::fast_supports(rm->w));
+}
