@@ -9,6 +9,7 @@
 //     A. q_abs per head, B. attention tasks, C. out = W_UV[h] o_lat per head.
 // The naive form is left to the reference.
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/fast_attend.hpp"
 #include "kernels/cpu/fast_backend.hpp"
@@ -31,7 +32,8 @@ uint64_t fingerprint(const linear_weight& w, const mla_attention_params& p) {
     for (size_t i = 0; i < n; ++i)
       h = (h ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
   };
-  const int64_t fields[] = {static_cast<int64_t>(w.type), w.out_features, w.in_features, p.num_heads,
+  const int64_t fields[] = {static_cast<int64_t>(w.type), static_cast<int64_t>(w.layout), w.out_features,
+                            w.in_features, p.num_heads,
                             p.nope_dim, p.v_dim, p.kv_lora_rank,
                             static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.scale_inv))};
   mix(fields, sizeof(fields));
@@ -39,6 +41,61 @@ uint64_t fingerprint(const linear_weight& w, const mla_attention_params& p) {
   for (int64_t at : {int64_t{0}, bytes / 2 - window / 2, bytes - window})
     mix(static_cast<const uint8_t*>(w.data) + std::max<int64_t>(0, at), static_cast<size_t>(window));
   return h;
+}
+
+// W_UK[h]^T [C, dn] and W_UV[h] [dv, C] of an FP8 kv_b as FP8 panels, codes copied as they are,
+// each new 128 x 128 block taking the one kv_b block scale all its elements share. False (and
+// nothing kept) when a new block would straddle two kv_b blocks or a shape does not fit panels.
+bool absorb_fp8(const linear_weight& w, int64_t H, int64_t dn, int64_t dv, int64_t C, absorbed_kv_b& ab) {
+  if (w.type != dtype::f8_e4m3 || !fp8_panels_fit(C, dn) || !fp8_panels_fit(dv, C))
+    return false;
+  const int64_t scale_cols = (w.in_features + w.block_cols - 1) / w.block_cols;
+  ab.fp8.resize(static_cast<size_t>(H * C * (dn + dv)));
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  // One matrix [rows, cols]: element (r, c) is kv_b (row0 + src_row(r, c), src_col(r, c)).
+  auto build = [&](uint8_t* dst, int64_t rows, int64_t cols, auto src) {
+    const int64_t brows = (rows + 127) / 128, bcols = (cols + 127) / 128;
+    const size_t first_scale = ab.fp8_scales.size();
+    ab.fp8_scales.resize(first_scale + static_cast<size_t>(brows * bcols), std::nanf(""));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto [o, i] = src(r, c);
+        dst[fp8_panel_offset(r, c, cols)] = codes[w.index(o, i)];
+        const float scale = w.scale_inv[(o / w.block_rows) * scale_cols + i / w.block_cols];
+        float& mine = ab.fp8_scales[first_scale + static_cast<size_t>((r / 128) * bcols + c / 128)];
+        if (std::isnan(mine))
+          mine = scale;
+        else if (mine != scale)
+          return false;
+      }
+    return true;
+  };
+  std::vector<size_t> scale_at;
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t row0 = h * (dn + dv);
+    uint8_t* uk = ab.fp8.data() + h * C * dn;
+    uint8_t* uv = ab.fp8.data() + H * C * dn + h * dv * C;
+    scale_at.push_back(ab.fp8_scales.size());
+    if (!build(uk, C, dn, [&](int64_t c, int64_t j) { return std::pair{row0 + j, c}; }))
+      break;
+    scale_at.push_back(ab.fp8_scales.size());
+    if (!build(uv, dv, C, [&](int64_t i, int64_t c) { return std::pair{row0 + dn + i, c}; }))
+      break;
+  }
+  if (static_cast<int64_t>(scale_at.size()) != 2 * H ||
+      std::any_of(ab.fp8_scales.begin(), ab.fp8_scales.end(), [](float x) { return std::isnan(x); })) {
+    ab.fp8.clear();
+    ab.fp8_scales.clear();
+    return false;
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    ab.uk_t.push_back({.type = dtype::f8_e4m3, .data = ab.fp8.data() + h * C * dn, .layout = weight_layout::fp8_panels,
+                       .out_features = C, .in_features = dn, .scale_inv = ab.fp8_scales.data() + scale_at[2 * h]});
+    ab.uv.push_back({.type = dtype::f8_e4m3, .data = ab.fp8.data() + H * C * dn + h * dv * C,
+                     .layout = weight_layout::fp8_panels, .out_features = dv, .in_features = C,
+                     .scale_inv = ab.fp8_scales.data() + scale_at[2 * h + 1]});
+  }
+  return true;
 }
 
 }  // namespace
@@ -53,6 +110,10 @@ const absorbed_kv_b& cpu_fast_backend::absorbed(const mla_attention_params& p) {
   const int64_t H = p.num_heads, dn = p.nope_dim, dv = p.v_dim, C = p.kv_lora_rank;
   auto ab = std::make_unique<absorbed_kv_b>();
   ab->fingerprint = print;
+  if (absorb_fp8(w, H, dn, dv, C, *ab)) {
+    slot = std::move(ab);
+    return *slot;
+  }
   const bool exact = w.type == dtype::f32 || w.type == dtype::f16;
   const int64_t n = H * C * (dn + dv);
   (exact ? ab->f32.resize(n) : ab->bf16.resize(n));

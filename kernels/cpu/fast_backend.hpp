@@ -26,7 +26,12 @@ struct attention_plan;                      // kernels/cpu/fast_attention.cpp
 /// another weight later living at the same address.
 struct absorbed_kv_b {
   uint64_t fingerprint = 0;
-  std::vector<uint16_t> bf16;               // [H, C, dn] then [H, dv, C] (one of bf16 / f32)
+  // [H, C, dn] then [H, dv, C]: FP8 codes in panels with their block scales (an FP8 kv_b whose
+  // scale blocks align with the heads: exact, half the bytes of bf16), else bf16 (rounded), or
+  // f32 for F32 / F16 weights
+  std::vector<uint8_t> fp8;
+  std::vector<float> fp8_scales;
+  std::vector<uint16_t> bf16;
   std::vector<float> f32;
   std::vector<linear_weight> uk_t;          // [H] -> [C, dn]
   std::vector<linear_weight> uv;            // [H] -> [dv, C]
@@ -75,6 +80,10 @@ public:
   /// second pool would spin on the same cores while this one starts.
   [[nodiscard]] thread_pool& pool() noexcept { return pool_; }
 
+  /// kv_b_proj of `p` absorbed per head (built on first use per weight, then cached); public for
+  /// tests.
+  [[nodiscard]] const absorbed_kv_b& absorbed(const mla_attention_params& p);
+
 private:
   /// Runs fn(begin, end) over [0, n) split across the pool when n * cost is large.
   template <class Fn>
@@ -85,7 +94,6 @@ private:
   /// w[i]->out_features when ldo is 0.
   void parallel_gemv(const fast::act_rows& x, std::span<const linear_weight* const> w,
                      std::span<float* const> out, int64_t ldo);
-  [[nodiscard]] const absorbed_kv_b& absorbed(const mla_attention_params& p);
   void attention_fused(const mla_attention_params& p, const absorbed_kv_b& ab,
                        const attention_plan& plan);
   void attention_phased(const mla_attention_params& p, const absorbed_kv_b& ab,

@@ -29,10 +29,13 @@ struct linear_weight {
   /// GEMM packs per call.
   const uint16_t* gemm_panels = nullptr;
 
+  /// Index of element W[o, i] in `data` (elements of `type`).
+  [[nodiscard]] int64_t index(int64_t o, int64_t i) const noexcept {
+    return layout == weight_layout::row_major ? o * in_features + i : fp8_panel_offset(o, i, in_features);
+  }
   /// Dequantised element W[o, i] (FP8: value * scale_inv[o / block_rows, i / block_cols]).
   [[nodiscard]] float at(int64_t o, int64_t i) const noexcept {
-    const float v = load_as_f32(type, data, layout == weight_layout::row_major ? o * in_features + i
-                                                                              : fp8_panel_offset(o, i, in_features));
+    const float v = load_as_f32(type, data, index(o, i));
     if (scale_inv == nullptr)
       return v;
     const int64_t scale_cols = (in_features + block_cols - 1) / block_cols;

@@ -12,8 +12,17 @@ using namespace moe;
 
 namespace {
 
-// H = 4 heads, dn 32, dr 8, dv 48, C 96: kv_dim 104 (not a multiple of 16), kv_b [320, 96].
-constexpr int64_t H = 4, dn = 32, dr = 8, dv = 48, C = 96, kv_dim = C + dr, block_size = 16;
+struct mla_shape {
+  int64_t H, dn, dr, dv, C;
+  [[nodiscard]] int64_t kv_dim() const { return C + dr; }
+};
+// 4 heads, dn 32, dr 8, dv 48, C 96: kv_dim 104 (not a multiple of 16), kv_b [320, 96] (its
+// W_UK^T / W_UV do not fit FP8 panels: bf16 absorbed weights).
+constexpr mla_shape odd_shape{4, 32, 8, 48, 96};
+// The small preset's per-head shape with 2 heads: kv_b [256, 128], one 128-row scale block per
+// head, so an FP8 kv_b is absorbed as FP8 panels.
+constexpr mla_shape panel_shape{2, 64, 32, 64, 128};
+constexpr int64_t block_size = 16;
 
 struct attention_case {
   std::vector<float> cache, q;
@@ -25,8 +34,9 @@ struct attention_case {
 
 // `seq_lens[s]` new tokens of sequence s at the end of `seq_lens[s] + past[s]` cached tokens;
 // blocks are handed out in reverse so block tables are not the identity.
-attention_case make_case(const std::vector<int64_t>& seq_lens, const std::vector<int64_t>& past,
+attention_case make_case(const mla_shape& m, const std::vector<int64_t>& seq_lens, const std::vector<int64_t>& past,
                          uint32_t seed) {
+  const int64_t kv_dim = m.kv_dim();
   attention_case c;
   int64_t num_blocks = 0;
   for (size_t s = 0; s < seq_lens.size(); ++s)
@@ -46,18 +56,22 @@ attention_case make_case(const std::vector<int64_t>& seq_lens, const std::vector
   for (const auto& t : c.tables)
     c.table_ptrs.push_back(t.data());
   c.tokens = static_cast<int64_t>(c.seq_idx.size());
-  c.q = test::random_floats(c.tokens * H * (dn + dr), seed + 1);
+  c.q = test::random_floats(c.tokens * m.H * (m.dn + m.dr), seed + 1);
   return c;
 }
 
-std::vector<float> run(backend& b, attention_case& c, const linear_weight& kv_b) {
-  std::vector<float> out(static_cast<size_t>(c.tokens * H * dv), -3.0f);
-  b.mla_attention({.q = c.q.data(), .out = out.data(), .num_tokens = c.tokens, .num_heads = H,
-                   .nope_dim = dn, .rope_dim = dr, .v_dim = dv, .kv_lora_rank = C, .kv_b_proj = &kv_b,
-                   .softmax_scale = 0.3f, .form = attention_form::absorbed,
-                   .cache = {.base = c.cache.data(), .block_size = block_size, .kv_dim = kv_dim},
-                   .layout = {.seq_idx = c.seq_idx.data(), .positions = c.positions.data(),
-                              .block_tables = c.table_ptrs.data()}});
+mla_attention_params params(const mla_shape& m, attention_case& c, const linear_weight& kv_b, float* out) {
+  return {.q = c.q.data(), .out = out, .num_tokens = c.tokens, .num_heads = m.H,
+          .nope_dim = m.dn, .rope_dim = m.dr, .v_dim = m.dv, .kv_lora_rank = m.C, .kv_b_proj = &kv_b,
+          .softmax_scale = 0.3f, .form = attention_form::absorbed,
+          .cache = {.base = c.cache.data(), .block_size = block_size, .kv_dim = m.kv_dim()},
+          .layout = {.seq_idx = c.seq_idx.data(), .positions = c.positions.data(),
+                     .block_tables = c.table_ptrs.data()}};
+}
+
+std::vector<float> run(const mla_shape& m, backend& b, attention_case& c, const linear_weight& kv_b) {
+  std::vector<float> out(static_cast<size_t>(c.tokens * m.H * m.dv), -3.0f);
+  b.mla_attention(params(m, c, kv_b, out.data()));
   return out;
 }
 
@@ -68,7 +82,8 @@ TEST_CASE("fast: absorbed mla_attention matches the reference for prefill, decod
   cpu_reference_backend ref;
   cpu_fast_backend fast1(1), fast2(2);
   for (dtype type : {dtype::bf16, dtype::f8_e4m3, dtype::f32}) {
-    const auto kv_b = test::random_weight(type, H * (dn + dv), C, 21);
+    const mla_shape& m = odd_shape;
+    const auto kv_b = test::random_weight(type, m.H * (m.dn + m.dv), m.C, 21);
     for (int64_t tokens : {1, 3, 17, 64, 200}) {
       const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> layouts = {
           {{tokens}, {0}},                                    // prefill from position 0
@@ -80,18 +95,73 @@ TEST_CASE("fast: absorbed mla_attention matches the reference for prefill, decod
         CAPTURE(dtype_name(type));
         CAPTURE(tokens);
         CAPTURE(l);
-        attention_case c = make_case(layouts[l].first, layouts[l].second, 100u + static_cast<uint32_t>(tokens));
-        const auto want = run(ref, c, kv_b->w);
-        const auto got = run(fast2, c, kv_b->w);
+        attention_case c = make_case(m, layouts[l].first, layouts[l].second, 100u + static_cast<uint32_t>(tokens));
+        const auto want = run(m, ref, c, kv_b->w);
+        const auto got = run(m, fast2, c, kv_b->w);
         // bf16 q_nope and o_lat into bf16 W_UK / W_UV (FP8 dequantised once, rounded to bf16);
         // scores, softmax and the weighted sum in fp32. Measured rms error 0.002 (BF16) to
         // 0.0045 (FP8: three roundings) of the output RMS, the worst element ~12x that.
         const bool rounded = type != dtype::f32;
         CHECK(test::rms_rel_error(got, want) < (rounded ? 1e-2 : 1e-5));
         CHECK(test::max_rel_error(got, want) < (rounded ? 8e-2 : 1e-4));
-        const auto got1 = run(fast1, c, kv_b->w);
+        const auto got1 = run(m, fast1, c, kv_b->w);
         CHECK(std::memcmp(got.data(), got1.data(), got.size() * sizeof(float)) == 0);
       }
     }
   }
+}
+
+TEST_CASE("fast: an FP8 kv_b with a scale block per head is absorbed as exact FP8 panels") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const mla_shape& m = panel_shape;
+  auto kv_b = test::random_weight(dtype::f8_e4m3, m.H * (m.dn + m.dv), m.C, 23);
+  cpu_reference_backend ref;
+  cpu_fast_backend fast(2);
+  for (const bool panels : {false, true}) {                  // kv_b itself in either layout
+    CAPTURE(panels);
+    const auto stored = panels ? test::to_fp8_panels(*kv_b) : nullptr;
+    const linear_weight& w = panels ? stored->w : kv_b->w;
+    attention_case c = make_case(m, {1, 1, 1}, {5, 40, 70}, 7u);   // decode: three sequences
+    std::vector<float> out(static_cast<size_t>(c.tokens * m.H * m.dv));
+    const absorbed_kv_b& ab = fast.absorbed(params(m, c, w, out.data()));
+    REQUIRE(ab.uk_t.size() == 2);
+    for (int64_t h = 0; h < m.H; ++h) {
+      CAPTURE(h);
+      CHECK(ab.uk_t[h].layout == weight_layout::fp8_panels);
+      CHECK(ab.uv[h].layout == weight_layout::fp8_panels);
+      for (int64_t c0 = 0; c0 < m.C; ++c0)                   // the very values of kv_b
+        for (int64_t j = 0; j < m.dn; ++j)
+          REQUIRE(ab.uk_t[h].at(c0, j) == w.at(h * (m.dn + m.dv) + j, c0));
+      for (int64_t i = 0; i < m.dv; ++i)
+        for (int64_t c0 = 0; c0 < m.C; ++c0)
+          REQUIRE(ab.uv[h].at(i, c0) == w.at(h * (m.dn + m.dv) + m.dn + i, c0));
+    }
+    for (const auto& [lens, past] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {{1, 1, 1}, {5, 40, 70}}, {{50}, {0}}}) {          // decode (fused), prefill (phased)
+      attention_case d = make_case(m, lens, past, 9u);
+      const auto want = run(m, ref, d, w);
+      const auto got = run(m, fast, d, w);
+      CHECK(test::rms_rel_error(got, want) < 1e-2);
+      CHECK(test::max_rel_error(got, want) < 8e-2);
+    }
+  }
+}
+
+TEST_CASE("fast: an FP8 kv_b whose scale blocks straddle the heads is absorbed in bf16") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const mla_shape& m = panel_shape;
+  auto kv_b = test::random_weight(dtype::f8_e4m3, m.H * (m.dn + m.dv), m.C, 29);
+  kv_b->w.block_rows = 96;                                  // rows 96-191: head 0's W_UV and head 1's W_UK
+  kv_b->scales.assign(static_cast<size_t>(((m.H * (m.dn + m.dv) + 95) / 96) * 1), 0.01f);
+  kv_b->scales[1] = 0.02f;
+  kv_b->w.scale_inv = kv_b->scales.data();
+  cpu_fast_backend fast(2);
+  attention_case c = make_case(m, {1}, {3}, 7u);
+  std::vector<float> out(static_cast<size_t>(c.tokens * m.H * m.dv));
+  const absorbed_kv_b& ab = fast.absorbed(params(m, c, kv_b->w, out.data()));
+  REQUIRE(ab.uk_t.size() == 2);
+  CHECK(ab.uk_t[0].type == dtype::bf16);
+  CHECK(ab.uv[1].type == dtype::bf16);
+  CHECK(ab.fp8.empty());
+  CHECK(ab.uv[0].at(0, 0) == bf16_to_f32(f32_to_bf16(kv_b->w.at(m.dn, 0))));
 }
