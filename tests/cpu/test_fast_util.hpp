@@ -2,6 +2,8 @@
 // Random weights in every stored dtype and error measures for the fast-vs-reference tests.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -122,6 +124,33 @@ inline double rms_rel_error(const std::vector<float>& a, const std::vector<float
 /// The two vectors hold the same floats, bit for bit.
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// The batch-1 FP8 GEMV of `w` (the codes and scales of `rm`, row-major, in any layout) checked
+/// row by row against a by-hand sum: e4m3 value (0 for subnormal codes) times the activation
+/// rounded to bf16 after the block scale, summed in double; the kernels sum fp32 products of the
+/// same values, so they agree to 1e-6 of the sum of |terms|. Rows whose codes are all subnormal
+/// must come out exactly 0.
+inline void check_fp8_gemv_by_hand(const owned_weight& rm, const std::vector<float>& got, const std::vector<float>& x) {
+  const int64_t out = rm.w.out_features, in = rm.w.in_features;
+  for (int64_t r = 0; r < out; ++r) {
+    CAPTURE(r);
+    double want = 0.0, size = 0.0;
+    bool all_subnormal = true;
+    for (int64_t i = 0; i < in; ++i) {
+      const uint8_t code = rm.bytes[static_cast<size_t>(r * in + i)];
+      const float scale = rm.scales[static_cast<size_t>((r / 128) * ((in + 127) / 128) + i / 128)];
+      all_subnormal = all_subnormal && (code & 0x78) == 0;
+      const double weight = (code & 0x78) == 0 ? 0.0 : fp8_e4m3_value(code);
+      const double term = weight * bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(i)] * scale));
+      want += term;
+      size += std::abs(term);
+    }
+    if (all_subnormal)
+      CHECK(got[static_cast<size_t>(r)] == 0.0f);
+    else
+      CHECK(std::abs(got[static_cast<size_t>(r)] - want) <= 1e-6 * size);
+  }
 }
 
 /// y = x W^T for `tokens` rows through b.linear, into a buffer pre-filled with -7 so a row left
