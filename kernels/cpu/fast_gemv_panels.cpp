@@ -21,7 +21,7 @@ constexpr int64_t max_pass_rows = 4;        // activation rows per pass over a p
 constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous panel bytes
 
 // acc[m][q] (lanes: rows 16q .. 16q + 15 of the panel) = the panel's rows dotted with a[m], for
-// NT activation rows. Two accumulator sets (even and odd column pairs) when NT <= 2, so a single
+// NT activation rows, prefetching ahead up to `prefetch_to` (null: none). Two accumulator sets (even and odd column pairs) when NT <= 2, so a single
 // activation row still has 8 independent dpbf16 chains.
 template <int NT>
 void panel_dot(const uint8_t* panel, const uint32_t* const* a, int64_t k, const char* prefetch_to,
@@ -36,7 +36,7 @@ void panel_dot(const uint8_t* panel, const uint32_t* const* a, int64_t k, const 
   for (int64_t kp = 0; kp < num_kp; kp += 2) {
     const uint8_t* q = panel + kp * 128;
     const char* f = reinterpret_cast<const char*>(q) + prefetch_bytes;
-    if (f < prefetch_to)
+    if (prefetch_to != nullptr && f < prefetch_to)
       for (int i = 0; i < 4; ++i)
         _mm_prefetch(f + 64 * i, _MM_HINT_T0);
     for (int h = 0; h < 2; ++h) {
