@@ -101,7 +101,31 @@ void forward_step::attn_0(int64_t layer_idx) {
                .cache = cache_.layer(layer_idx), .layout = layout()});
 }
 
+void forward_step::keep_logit_rows() {
+  const int64_t R = static_cast<int64_t>(logit_rows_.size());
+  const model_config& cfg = w_.config;
+  const int64_t D = cfg.hidden_size, Q = cfg.num_attention_heads * cfg.qk_head_dim();
+  // rows only move down (logit rows ascend), so in place
+  auto keep = [&](auto& v, int64_t width) {
+    for (int64_t r = 0; r < R; ++r)
+      std::copy_n(v.begin() + logit_rows_[r] * width, width, v.begin() + r * width);
+    v.resize(static_cast<size_t>(R * width));
+  };
+  keep(token_ids_, 1);
+  keep(seq_idx_, 1);
+  keep(positions_, 1);
+  keep(h_, D);
+  keep(q_, Q);
+  for (auto* v : {&x_, &shared_, &routed_})
+    v->resize(static_cast<size_t>(R * D));
+  attn_.resize(static_cast<size_t>(R * cfg.num_attention_heads * cfg.v_head_dim));
+  for (int64_t r = 0; r < R; ++r)
+    logit_rows_[r] = r;
+}
+
 void forward_step::attn_1(int64_t layer_idx, attention_form form) {
+  if (layer_idx == w_.config.num_hidden_layers - 1 && static_cast<int64_t>(logit_rows_.size()) < num_tokens())
+    keep_logit_rows();
   if (num_tokens() == 0)
     return;
   const model_config& cfg = w_.config;

@@ -24,7 +24,10 @@ public:
   /// ATTN-0: input RMSNorm, q and latent-KV projections, RoPE, latent KV into the cache.
   void attn_0(int64_t layer_idx);
   /// ATTN-1: core attention, o_proj, residual add, post-attention RMSNorm, and the router on
-  /// MoE layers (topk_ids / topk_weights valid afterwards).
+  /// MoE layers (topk_ids / topk_weights valid afterwards). On the last layer the step first
+  /// keeps only its logit rows (a prefill's last token per prompt, none for a segment without
+  /// logits): that layer's output is read nowhere else, and its latent KV is already stored, so
+  /// num_tokens() and every [T, ...] buffer shrink to those rows from here on.
   void attn_1(int64_t layer_idx, attention_form form);
   /// SHARED: the shared experts (MoE layers) or the whole dense MLP (dense layers).
   void shared(int64_t layer_idx);
@@ -70,6 +73,8 @@ private:
   std::vector<int32_t> topk_ids_;
 
   [[nodiscard]] token_layout layout() const noexcept;
+  /// Drops every token but the logit rows (kept in order; see attn_1).
+  void keep_logit_rows();
   /// The hidden rows logits are taken of, [num_logit_rows, hidden], appended to `out`.
   void append_logit_rows(std::vector<float>& out) const;
   void advance_kv();

@@ -143,3 +143,51 @@ TEST_CASE_FIXTURE(fixture, "token ids outside the vocabulary are rejected") {
   CHECK_THROWS_AS(runner.forward(std::span(&e, 1)), input_error);
   kv.release(cache);
 }
+
+TEST_CASE_FIXTURE(fixture, "the last layer runs on the logit rows only, with the full pass's logits and KV") {
+  // Two prompts (logits: last row each) and a segment without logits; once as usual, once with
+  // every row's logits for all three (nothing to drop). The reference backend computes each row alone, so
+  // the kept rows' logits and every cached latent must match bit for bit.
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7}, {40, 41, 42, 43}};
+  const int64_t V = w.config.vocab_size, L = w.config.num_hidden_layers, D = w.config.hidden_size;
+  struct run {
+    std::vector<float> logits, cached;
+    std::vector<int64_t> rows;                // per layer: rows of h after it
+  };
+  auto go = [&](bool all) {
+    run out;
+    model_runner runner(w, *ref, cache, {.observe_layer = [&](int64_t, std::span<const float> h) {
+                                           out.rows.push_back(static_cast<int64_t>(h.size()) / D);
+                                         }});
+    std::vector<sequence_kv> kvs(prompts.size());
+    std::vector<batch_entry> batch;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      REQUIRE(kvs[i].reserve(cache, static_cast<int64_t>(prompts[i].size())));
+      batch.push_back({.tokens = prompts[i], .kv = &kvs[i], .all_logits = all, .no_logits = !all && i == 2});
+    }
+    out.logits = runner.forward(batch);
+    for (int64_t l = 0; l < L; ++l)
+      for (size_t i = 0; i < prompts.size(); ++i)
+        for (int64_t pos = 0; pos < static_cast<int64_t>(prompts[i].size()); ++pos) {
+          const kv_layer_view view = cache.layer(l);
+          const float* slot = view.slot(kvs[i].block_table.data(), pos);
+          out.cached.insert(out.cached.end(), slot, slot + view.kv_dim);
+        }
+    for (auto& kv : kvs)
+      kv.release(cache);
+    return out;
+  };
+  const run pruned = go(false), full = go(true);
+  REQUIRE(pruned.rows.size() == static_cast<size_t>(L));
+  for (int64_t l = 0; l + 1 < L; ++l)
+    CHECK(pruned.rows[l] == 12);                               // every token up to the last layer
+  CHECK(pruned.rows[L - 1] == 2);                              // then the two logit rows
+  CHECK(full.rows[L - 1] == 12);
+  REQUIRE(pruned.logits.size() == static_cast<size_t>(2 * V));
+  REQUIRE(full.logits.size() == static_cast<size_t>(12 * V));
+  for (const auto& [mine, theirs] : {std::pair{0, 4}, std::pair{1, 7}})   // last rows of the prompts
+    CHECK(std::equal(pruned.logits.begin() + mine * V, pruned.logits.begin() + (mine + 1) * V,
+                     full.logits.begin() + theirs * V));
+  CHECK(pruned.cached == full.cached);
+  CHECK(cache.num_free_blocks() == cache.num_blocks());
+}
