@@ -12,7 +12,7 @@ double attention_cost(const prefill_segment& s) noexcept {
   return static_cast<double>(s.num_tokens) * static_cast<double>(2 * s.start + s.num_tokens + 1) / 2.0;
 }
 
-step_cost step_cost_of(const model_config& c) noexcept {
+step_cost step_cost_of(const model_config& c, bool absorbed) noexcept {
   const auto d = static_cast<double>(c.hidden_size), heads = static_cast<double>(c.num_attention_heads);
   const auto qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim), v = static_cast<double>(c.v_head_dim);
   const auto kv = static_cast<double>(c.kv_lora_rank);
@@ -29,8 +29,8 @@ step_cost step_cost_of(const model_config& c) noexcept {
                            : 3.0 * d * static_cast<double>(c.intermediate_size);
     per_token += 2.0 * (attention + ffn);
   }
-  return {.per_token = per_token,
-          .per_key = 2.0 * heads * (qk + v) * static_cast<double>(c.num_hidden_layers)};
+  const double key = absorbed ? 2.0 * kv + static_cast<double>(c.qk_rope_head_dim) : qk + v;
+  return {.per_token = per_token, .per_key = 2.0 * heads * key * static_cast<double>(c.num_hidden_layers)};
 }
 
 double segment_cost(const prefill_segment& s, const step_cost& cost) noexcept {

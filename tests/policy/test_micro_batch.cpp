@@ -66,11 +66,21 @@ TEST_CASE("step cost from the model's shapes, by hand for the tiny preset") {
   //   = 2048 + 3072 + 1536 + 2048 + 4096 = 12800
   // dense FFN 3 x 64 x 128 = 24576; MoE: 3 x 64 x 32 x (4 + 1) + router 64 x 16 = 31744
   // per token: 2 x (12800 + 24576) + 2 x 2 x (12800 + 31744) = 252928
-  // per key: 2 x 4 heads x (24 + 16) x 3 layers = 960
+  // per key, absorbed: 2 x 4 heads x ((16 + 8) + 16) x 3 layers = 960 (naive: (24 + 16), the same)
   const step_cost cost = step_cost_of(c);
   CHECK(cost.per_token == doctest::Approx(252928.0));
   CHECK(cost.per_key == doctest::Approx(960.0));
   CHECK(segment_cost({0, 10, 2}, cost) == doctest::Approx(2 * 252928.0 + 960.0 * (11 + 12)));
+  // the small preset's attention dims, where the forms differ: 16 heads, latent 128, rope 32,
+  // nope 64, v 64; absorbed 2 x 16 x ((128 + 32) + 128) x 3 = 27648, naive 2 x 16 x (96 + 64) x 3
+  // = 15360
+  c.num_attention_heads = 16;
+  c.kv_lora_rank = 128;
+  c.qk_rope_head_dim = 32;
+  c.qk_nope_head_dim = 64;
+  c.v_head_dim = 64;
+  CHECK(step_cost_of(c).per_key == doctest::Approx(27648.0));
+  CHECK(step_cost_of(c, /*absorbed=*/false).per_key == doctest::Approx(15360.0));
 }
 
 TEST_CASE("with linear work in the cost, a prompt splits near its middle") {
