@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -107,6 +109,31 @@ void repack_fp8_panels(std::byte* data, int64_t out, int64_t in) {
           std::memcpy(panel.data() + fp8_panel_offset(r, c, in), src + r * in + c, 2);
     std::memcpy(src, panel.data(), panel.size());
   }
+}
+
+// Every F8_E4M3 2-D tensor of a file whose shape fits, repacked into panels (in our own copy) and
+// marked so, on every core: ~3 GB/s a core here, so a checkpoint of V3's size (~650 GB of FP8)
+// would otherwise add minutes to a load.
+void repack_fp8_tensors(std::map<std::string, tensor_info, std::less<>>& tensors) {
+  std::vector<tensor_info*> todo;
+  for (auto& [name, t] : tensors)
+    if (t.type == dtype::f8_e4m3 && t.shape.size() == 2 && fp8_panels_fit(t.shape[0], t.shape[1]))
+      todo.push_back(&t);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      tensor_info& t = *todo[i];
+      repack_fp8_panels(const_cast<std::byte*>(t.data), t.shape[0], t.shape[1]);
+      t.layout = weight_layout::fp8_panels;
+    }
+  };
+  const size_t helpers = std::min<size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency())) - (todo.empty() ? 0 : 1);
+  std::vector<std::thread> threads;
+  for (size_t h = 0; h < helpers; ++h)
+    threads.emplace_back(work);
+  work();
+  for (auto& th : threads)
+    th.join();
 }
 
 struct fd_guard {
@@ -212,11 +239,7 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
   }
   if (memory == weight_memory::copy) {
     if (fp8_panels)
-      for (auto& [name, t] : file->tensors_)
-        if (t.type == dtype::f8_e4m3 && t.shape.size() == 2 && fp8_panels_fit(t.shape[0], t.shape[1])) {
-          repack_fp8_panels(const_cast<std::byte*>(t.data), t.shape[0], t.shape[1]);   // our own copy
-          t.layout = weight_layout::fp8_panels;
-        }
+      repack_fp8_tensors(file->tensors_);
     (void)::mprotect(map, mapped, PROT_READ);
   }
   return file;
