@@ -328,8 +328,8 @@ void run(bench_options& o) {
   const level_result alone_d = once(true, false, true), alone_p = once(false, false, true);
   link[0] = link[1] = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
   const level_result probe_d = once(true, true, false), probe_p = once(false, true, false);
-  const double moe_decode = alone_d.decode_moe_step_s;
-  const double moe_prefill = alone_p.max_prefill_moe_s;
+  const double moe_decode = std::max(1e-9, alone_d.decode_moe_step_s);   // a run with no MoE work
+  const double moe_prefill = std::max(1e-9, alone_p.max_prefill_moe_s);  // still gets a finite link
   link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_d.decode_comm_step_s / moe_decode)};
   link[1] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_p.max_prefill_comm_s / moe_prefill)};
   std::printf("MoE-layer compute per step, two micro-batches: decode %.2f ms, prefill %.2f ms; "
