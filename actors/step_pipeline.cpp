@@ -51,13 +51,6 @@ step_pipeline::step_pipeline(int64_t step, const ep_group& group, const step_mod
 
 bool step_pipeline::is_moe(int64_t layer_idx) const noexcept { return model_.weights->layers[layer_idx].is_moe; }
 
-int64_t step_pipeline::num_tokens() const noexcept {
-  int64_t n = 0;
-  for (const micro_batch& m : mbs_)
-    n += m.fwd->num_tokens();
-  return n;
-}
-
 // The program, for micro-batches 0..M-1 (decode and prefill alike):
 //   each micro-batch's leading dense layers and its first MoE layer's ATTN-0, ATTN-1 (dispatch leaves);
 //   then per MoE layer l: MLP of each (waits for the dispatches from every rank; answers leave),

@@ -87,7 +87,6 @@ public:
   [[nodiscard]] const std::string& error() const noexcept { return error_; }
   /// After done(): each micro-batch's logits [rows, vocab] (forward_step::logits order).
   [[nodiscard]] const std::vector<float>& logits(int64_t micro_batch) const { return mbs_[micro_batch].logits; }
-  [[nodiscard]] int64_t num_tokens() const noexcept;
 
 private:
   struct micro_batch {
