@@ -17,16 +17,21 @@
 namespace moe::fast {
 namespace {
 
-constexpr int64_t max_pass_rows = 4;        // activation rows per pass over a panel
+// Activation rows per pass over a panel: 2 x 2 sets x 4 accumulators, so every row is summed the
+// same way whatever the number of rows in the call (a row's result must not depend on how a
+// topology batches it: the cluster's micro-batches against one rank's whole batch).
+constexpr int64_t max_pass_rows = 2;
 constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous panel bytes
 
 // acc[m][q] (lanes: rows 16q .. 16q + 15 of the panel) = the panel's rows dotted with a[m], for
-// NT activation rows, prefetching ahead up to `prefetch_to` (null: none). Two accumulator sets (even and odd column pairs) when NT <= 2, so a single
-// activation row still has 8 independent dpbf16 chains.
+// NT <= 2 activation rows, prefetching ahead up to `prefetch_to` (null: none). Two accumulator
+// sets (even and odd column pairs), so a single activation row still has 8 independent dpbf16
+// chains.
 template <int NT>
 void panel_dot(const uint8_t* panel, const uint32_t* const* a, int64_t k, const char* prefetch_to,
                __m512 out[max_pass_rows][4]) noexcept {
-  constexpr int sets = NT <= 2 ? 2 : 1;
+  static_assert(NT <= max_pass_rows);
+  constexpr int sets = 2;
   __m512 acc[sets][NT][4];
   for (auto& set : acc)
     for (auto& row : set)
@@ -53,7 +58,7 @@ void panel_dot(const uint8_t* panel, const uint32_t* const* a, int64_t k, const 
   }
   for (int m = 0; m < NT; ++m)
     for (int j = 0; j < 4; ++j)
-      out[m][j] = sets == 2 ? _mm512_add_ps(acc[0][m][j], acc[sets - 1][m][j]) : acc[0][m][j];
+      out[m][j] = _mm512_add_ps(acc[0][m][j], acc[1][m][j]);
 }
 
 // The activation rows of row block `row_block`, scaled and rounded as above, as column pairs.
@@ -94,12 +99,10 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
       const int64_t nt = std::min(max_pass_rows, x.num_rows - m0);
       const char* prefetch_to = m0 == 0 ? end : nullptr;       // later passes read from cache
       __m512 sums[max_pass_rows][4];
-      switch (nt) {
-        case 1: panel_dot<1>(panel, a + m0, k, prefetch_to, sums); break;
-        case 2: panel_dot<2>(panel, a + m0, k, prefetch_to, sums); break;
-        case 3: panel_dot<3>(panel, a + m0, k, prefetch_to, sums); break;
-        default: panel_dot<4>(panel, a + m0, k, prefetch_to, sums); break;
-      }
+      if (nt == 1)
+        panel_dot<1>(panel, a + m0, k, prefetch_to, sums);
+      else
+        panel_dot<2>(panel, a + m0, k, prefetch_to, sums);
       for (int64_t m = 0; m < nt; ++m)
         for (int64_t j = 0; j < 4; ++j) {
           const int64_t lo = std::max(r0, row0 + 16 * j), hi = std::min(r0 + nr, row0 + 16 * j + 16);

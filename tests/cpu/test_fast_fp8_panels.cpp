@@ -129,3 +129,29 @@ TEST_CASE("fast: FP8 panels need block rows in whole panels, else the reference 
   rm->w.out_features = 96;
   CHECK_FALSE(fast::fast_supports(rm->w));
 }
+
+TEST_CASE("fast: a row's GEMV result over FP8 panels does not depend on the other rows of the call") {
+  // A topology batches tokens differently (the cluster's micro-batches against one rank's whole
+  // batch), so the same token must come out bit for bit the same alone or with up to 7 others.
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const int64_t out = 128, in = 1024;
+  const auto pn = test::to_fp8_panels(*test::random_weight(dtype::f8_e4m3, out, in, 13u));
+  const auto x = test::random_floats(8 * in, 15u);
+  fast::thread_scratch s;
+  auto run = [&](int64_t first, int64_t rows) {
+    std::vector<const float*> ptrs;
+    for (int64_t t = 0; t < rows; ++t)
+      ptrs.push_back(x.data() + (first + t) * in);
+    std::vector<float> y(static_cast<size_t>(rows * out));
+    fast::linear_rows({.num_rows = rows, .k = in, .f32 = ptrs.data()}, pn->w, 0, out, y.data(), out, s);
+    return y;
+  };
+  for (int64_t rows = 1; rows <= fast::gemv_max_rows; ++rows) {
+    CAPTURE(rows);
+    const auto together = run(0, rows);
+    for (int64_t t = 0; t < rows; ++t) {
+      const auto alone = run(t, 1);
+      CHECK(std::equal(alone.begin(), alone.end(), together.begin() + t * out));
+    }
+  }
+}
