@@ -67,11 +67,8 @@ void dot_group_bf16(const void* const rows[], const uint16_t* const* a, int64_t 
 }
 
 // FP8 GEMV: weights 2^120 too small (fp8x64_to_bf16_scaled: bit permutation, cheap enough that
-// batch 1 stays bandwidth-bound), activations 2^fp8_gemv_act_shift too large (fast_linear.hpp);
-// the sums come out 2^64 too small.
-constexpr int fp8_act_shift = fp8_gemv_act_shift;
-const float fp8_act_factor = std::ldexp(1.0f, fp8_act_shift);
-const float fp8_out_factor = std::ldexp(1.0f, fp8_scaled_shift - fp8_act_shift);
+// batch 1 stays bandwidth-bound), activations 2^56 too large, sums 2^64 too small
+// (fp8_gemv_act_factor / fp8_gemv_out_factor, fast_linear.hpp).
 
 // The same for FP8 weight rows, 64 columns a step, in unpack order, so the activations come
 // pre-permuted to match (fp8_rows below).
@@ -193,7 +190,7 @@ const uint16_t* const* fp8_rows(const act_rows& x, const linear_weight& w, int64
   const float* scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols);
   for (int64_t m = 0; m < x.num_rows; ++m) {
     uint16_t* row = buf + m * lda;
-    f32_row_to_bf16(x.f32[m], x.k, row, scales, w.block_cols, fp8_act_factor);
+    f32_row_to_bf16(x.f32[m], x.k, row, scales, w.block_cols, fp8_gemv_act_factor);
     if (lda > round_up(x.k, 32))
       std::fill(row + round_up(x.k, 32), row + lda, uint16_t{0});
     for (int64_t i = 0; i < lda; i += 64) {
@@ -238,7 +235,7 @@ void gemv_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
       __m512 sums;                          // lane r * nt + t: row g + r, activation row m0 + t
       dot_group_any<T>(group, nt, rows, a + m0, k, m0 == 0 ? ahead : 0, sums);
       if constexpr (T == dtype::f8_e4m3)
-        sums = _mm512_mul_ps(sums, _mm512_set1_ps(fp8_out_factor));
+        sums = _mm512_mul_ps(sums, _mm512_set1_ps(fp8_gemv_out_factor));
       if (nt == 1) {                        // the common decode case: n adjacent outputs
         _mm512_mask_storeu_ps(out + m0 * ldo + (g - r0), static_cast<__mmask16>((1u << n) - 1), sums);
       } else {

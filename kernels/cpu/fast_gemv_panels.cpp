@@ -68,7 +68,7 @@ const uint32_t* const* panel_acts(const act_rows& x, const linear_weight& w, int
   auto** ptrs = s.act_ptrs.get<const uint32_t*>(x.num_rows);
   const float* scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols);
   for (int64_t m = 0; m < x.num_rows; ++m) {
-    f32_row_to_bf16(x.f32[m], x.k, buf + m * x.k, scales, w.block_cols, std::ldexp(1.0f, fp8_gemv_act_shift));
+    f32_row_to_bf16(x.f32[m], x.k, buf + m * x.k, scales, w.block_cols, fp8_gemv_act_factor);
     ptrs[m] = reinterpret_cast<const uint32_t*>(buf + m * x.k);
   }
   return ptrs;
@@ -85,7 +85,7 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
   const char* end = reinterpret_cast<const char*>(base + (last + 1) * panel_bytes);
   for (const char* p = begin; p < std::min(end, begin + prefetch_bytes); p += 64)
     _mm_prefetch(p, _MM_HINT_T0);
-  const __m512 factor = _mm512_set1_ps(std::ldexp(1.0f, fp8_scaled_shift - fp8_gemv_act_shift));
+  const __m512 factor = _mm512_set1_ps(fp8_gemv_out_factor);
   int64_t row_block = -1;
   const uint32_t* const* a = nullptr;
   for (int64_t p = first; p <= last; ++p) {

@@ -82,5 +82,10 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
 /// activations 2^fp8_gemv_act_shift too large, so products stay clear of fp32's subnormals (true
 /// products below 2^-62 are dropped) and activations of up to 2^72 x scale fit.
 inline constexpr int fp8_gemv_act_shift = 56;
+/// The factors on either side: into the activations, and out of the sums (2^(120 - 56)).
+inline constexpr float fp8_gemv_act_factor = 72057594037927936.0f;        // 2^56
+inline constexpr float fp8_gemv_out_factor = 18446744073709551616.0f;     // 2^64
+static_assert(fp8_gemv_act_factor == float(uint64_t{1} << fp8_gemv_act_shift));
+static_assert(fp8_gemv_out_factor == 2.0f * float(uint64_t{1} << (fp8_scaled_shift - fp8_gemv_act_shift - 1)));
 
 }  // namespace moe::fast
