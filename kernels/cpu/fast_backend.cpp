@@ -46,15 +46,20 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
   // Chunks of >= 64 KiB (long streams, few restarts; measured: 256 x 1024 BF16 26 -> 37 GB/s
   // against 16-row chunks), one or two per thread: as many on every thread (the old ~2 per
   // thread of >= 64 KiB left 256 x 1024 FP8 as 80 + 80 + 80 + 16 rows: 160 rows on one thread).
-  int64_t rows = 0, bytes = 0;
+  // In whole FP8 panels where a weight has them: the panel kernel computes a panel's 64 rows at
+  // once, so a cut inside one would have both tasks read it (q_a + kv_a of the small preset:
+  // 144-row chunks read 2 of q_a's 6 panels twice).
+  int64_t rows = 0, bytes = 0, granule = 16;
   for (const linear_weight* x : w) {
     rows += x->out_features;
     bytes += x->num_bytes();
+    if (x->layout == weight_layout::fp8_panels)
+      granule = fp8_panel_rows;
   }
   int64_t chunks = std::clamp<int64_t>(bytes >> 16, 1, 2 * threads);
   if (chunks > threads)
     chunks -= chunks % threads;
-  const int64_t chunk = round_up((rows + chunks - 1) / chunks, 16);
+  const int64_t chunk = round_up((rows + chunks - 1) / chunks, granule);
   std::vector<gemv_piece> pieces;
   int64_t task = 0, left = chunk;           // rows the current task still takes
   for (size_t i = 0; i < w.size(); ++i)

@@ -53,7 +53,7 @@ struct gemv_piece {
   int64_t task = 0, weight = 0, r0 = 0, num_rows = 0;
 };
 /// The weights' rows as one row space, each weight's in turn, cut into equal tasks of whole
-/// multiples of 16 rows (the last shorter), as many as threads or twice as many, each >= 64 KiB
+/// multiples of 16 rows (64, a panel, when a weight is in fp8_panels; the last shorter), as many as threads or twice as many, each >= 64 KiB
 /// where the bytes allow; a task that crosses from one weight into the next holds a piece of
 /// each. Pieces come in task order.
 [[nodiscard]] std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads);

@@ -155,3 +155,22 @@ TEST_CASE("fast: a row's GEMV result over FP8 panels does not depend on the othe
     }
   }
 }
+
+TEST_CASE("fast: plan_gemv cuts weights in FP8 panels at whole panels") {
+  // q_a [384, 1024] in panels beside kv_a [160, 1024] BF16 (the small preset's pair): 544 rows,
+  // 4 tasks on 2 threads; 16-row cuts would give 144-row chunks, inside q_a's panels 2 and 4
+  auto q_a = test::to_fp8_panels(*test::random_weight(dtype::f8_e4m3, 384, 1024, 1u));
+  auto kv_a = test::random_weight(dtype::bf16, 160, 1024, 2u);
+  const linear_weight* ws[] = {&q_a->w, &kv_a->w};
+  const std::vector<gemv_piece> pieces = plan_gemv(ws, 2);
+  for (const gemv_piece& p : pieces)
+    if (p.weight == 0) {
+      CAPTURE(p.r0);
+      CHECK(p.r0 % fp8_panel_rows == 0);
+      CHECK((p.r0 + p.num_rows) % fp8_panel_rows == 0);
+    }
+  int64_t covered = 0;
+  for (const gemv_piece& p : pieces)
+    covered += p.num_rows;
+  CHECK(covered == 384 + 160);
+}
