@@ -81,6 +81,9 @@ struct level_result {
   // per decode step, median over steps, busiest rank: compute in MoE layers, link-busy time
   double decode_moe_step_s = 0, decode_comm_step_s = 0;
   double prefill_step_s = 0;                // longest prefill step (first span to LOGITS, trace)
+  // mean over the phase's ranks of a step's time outside its compute spans (waits for payloads,
+  // peers, the next step): per rank the longest prefill step's, the median decode step's
+  double prefill_wait_s = 0, decode_wait_s = 0;
 };
 
 double median(std::vector<double> v) {
@@ -164,25 +167,32 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       if (sp.rank == g && sp.lane == trace_lane::compute)
         own.push_back(sp);
     std::sort(own.begin(), own.end(), [](const trace_span& a, const trace_span& b) { return a.begin < b.begin; });
-    std::vector<double> steps, step_moe, step_comm;
+    std::vector<double> steps, step_moe, step_comm, step_wait;
     auto step_begin = std::chrono::steady_clock::time_point::min();
-    double moe_in_step = 0;
+    double moe_in_step = 0, compute_in_step = 0;
     for (const trace_span& sp : own) {
       if (step_begin == std::chrono::steady_clock::time_point::min())
         step_begin = sp.begin;
+      const double span_s = std::chrono::duration<double>(sp.end - sp.begin).count();
+      compute_in_step += span_s;
       if (layer_of(sp) >= 0 && mc.is_moe_layer(layer_of(sp)))
-        moe_in_step += std::chrono::duration<double>(sp.end - sp.begin).count();
+        moe_in_step += span_s;
       if (!sp.name.starts_with("LOGITS"))
         continue;
       steps.push_back(std::chrono::duration<double>(sp.end - step_begin).count());
       step_moe.push_back(moe_in_step);
       step_comm.push_back(summarize(spans, g, step_begin, sp.end).comm_s);
-      moe_in_step = 0;
+      step_wait.push_back(steps.back() - compute_in_step);
+      moe_in_step = compute_in_step = 0;
       step_begin = g < topo.prefill_ranks ? std::chrono::steady_clock::time_point::min() : sp.end;
     }
     if (g < topo.prefill_ranks) {
       r.prefill_step_s = std::max(r.prefill_step_s, steps.empty() ? 0.0 : *std::max_element(steps.begin(), steps.end()));
+      if (!steps.empty())
+        r.prefill_wait_s += step_wait[static_cast<size_t>(std::max_element(steps.begin(), steps.end()) - steps.begin())] /
+                            static_cast<double>(topo.prefill_ranks);
     } else if (!steps.empty()) {
+      r.decode_wait_s += median(step_wait) / static_cast<double>(topo.decode_ranks);
       r.decode_step_s = std::max(r.decode_step_s, median(steps));
       r.decode_moe_step_s = std::max(r.decode_moe_step_s, median(step_moe));
       r.decode_comm_step_s = std::max(r.decode_comm_step_s, median(step_comm));
@@ -343,16 +353,18 @@ void run(bench_options& o) {
     std::vector<double> time[2][2];         // [link model][micro-batches - 1]: step time per round
     std::vector<double> in_trace[2];        // [micro-batches - 1], +link runs
     std::vector<double> hidden;             // per round, where the noise left it in [0, 1]
+    std::vector<double> hidden_waits;       // per round, from the waits (see below)
   } phases[2];                              // decode, prefill
   for (int64_t round = 0; round < o.repeat; ++round)
     for (int phase = 0; phase < 2; ++phase) {
       const bool decode = phase == 0;
       phase_runs& pr = phases[phase];
-      double x[2][2];
+      double x[2][2], w[2][2];
       for (int on = 0; on < 2; ++on)
         for (int mb = 0; mb < 2; ++mb) {
           const level_result r = once(decode, on == 1, mb == 1);
           x[on][mb] = decode ? r.decode_step_s : r.prefill_step_s;
+          w[on][mb] = decode ? r.decode_wait_s : r.prefill_wait_s;
           pr.time[on][mb].push_back(x[on][mb]);
           if (on == 1)
             pr.in_trace[mb].push_back(decode ? r.decode_overlap : r.prefill_overlap);
@@ -363,22 +375,27 @@ void run(bench_options& o) {
       const double share = std::min(compute, comm) > 0 ? (compute + comm - x[1][1]) / std::min(compute, comm) : -1.0;
       if (share >= 0.0 && share <= 1.0)
         pr.hidden.push_back(share);
+      // the same figure from each run's waits (step time outside compute spans): a run's compute
+      // time drops out, so the VM's speed from run to run does not count, only what the link
+      // adds to the waits: 1 - (w(link, 2 mb) - w(2 mb)) / (w(link, 1 mb) - w(1 mb))
+      if (const double exposed_1mb = w[1][0] - w[0][0]; exposed_1mb > 0)
+        pr.hidden_waits.push_back(1.0 - (w[1][1] - w[0][1]) / exposed_1mb);
     }
   // in the trace: the share of min(compute, comm) during which a rank both computes and has a
   // message on its link, in the +link runs (within one run: no cross-run noise)
   std::printf("medians of %ld rounds\n", static_cast<long>(o.repeat));
-  std::printf("%8s %12s %12s %12s %12s %14s %13s %13s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb",
-              "+link 2mb", "hidden", "in-trace 1mb", "in-trace 2mb");
+  std::printf("%8s %12s %12s %12s %12s %14s %13s %13s %14s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb",
+              "+link 2mb", "hidden", "in-trace 1mb", "in-trace 2mb", "hidden (waits)");
   for (int phase = 0; phase < 2; ++phase) {
     const phase_runs& pr = phases[phase];
     char hidden_text[32] = "n/a";           // no round where the noise left the share in [0, 1]
     if (!pr.hidden.empty())
       std::snprintf(hidden_text, sizeof hidden_text, "%.1f%% (%zu/%ld)", 100.0 * median(pr.hidden), pr.hidden.size(),
                     static_cast<long>(o.repeat));
-    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %14s %12.1f%% %12.1f%%\n", phase == 0 ? "decode" : "prefill",
-                1e3 * median(pr.time[0][0]), 1e3 * median(pr.time[0][1]), 1e3 * median(pr.time[1][0]),
-                1e3 * median(pr.time[1][1]), hidden_text, 100.0 * median(pr.in_trace[0]),
-                100.0 * median(pr.in_trace[1]));
+    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %14s %12.1f%% %12.1f%% %13.1f%%\n",
+                phase == 0 ? "decode" : "prefill", 1e3 * median(pr.time[0][0]), 1e3 * median(pr.time[0][1]),
+                1e3 * median(pr.time[1][0]), 1e3 * median(pr.time[1][1]), hidden_text,
+                100.0 * median(pr.in_trace[0]), 100.0 * median(pr.in_trace[1]), 100.0 * median(pr.hidden_waits));
   }
 }
 

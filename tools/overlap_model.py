@@ -3,8 +3,9 @@
 # A model of one rank of a symmetric EP group running actors/step_pipeline's stream program: per
 # layer and micro-batch ATTN-0, ATTN-1 (-> dispatch), MLP (once the dispatch arrived -> combine),
 # SHARED, COMBINE (once the combine arrived), in the program's order (step_pipeline::start: every
-# micro-batch's ATTN stages, the MLPs, the SHAREDs, then each COMBINE and that micro-batch's next
-# layer; --order shared-first puts the SHAREDs before the MLPs, beside the dispatches); one FIFO
+# micro-batch's ATTN stages, the MLPs, then per micro-batch its SHARED, its COMBINE and its next
+# layer; --order after-mlps runs both SHAREDs right after the MLPs, shared-first before them,
+# beside the dispatches); one FIFO
 # stream; one link port per sender (a message leaves when the port is free and holds it for its
 # transfer time); the peer mirrors this rank, so a payload arrives when this rank's own does.
 # With --split-mlp the MLP answers the peer first (prefill-sized batches, kernels/model
@@ -19,25 +20,31 @@
 #   /usr/bin/python3 tools/overlap_model.py            # stage times of the small preset (ms)
 #   /usr/bin/python3 tools/overlap_model.py --stages 0.8 2.34 0.42 4.16 0.1 --order shared-first
 #   /usr/bin/python3 tools/overlap_model.py --layers 58          # DeepSeek-V3's depth
-#   /usr/bin/python3 tools/overlap_model.py --stages 6.7 31 3.1 37 1.1 --split-mlp --first-share 0.57   # prefill
+#   /usr/bin/python3 tools/overlap_model.py --stages 21 61 13 123 2 --split-mlp --first-share 0.53   # prefill
 import argparse
 
 
-def program(num_mb, layers, shared_first):
-    """The stream's stages in order, as step_pipeline::start enqueues them (all layers MoE)."""
+def program(num_mb, layers, order):
+    """The stream's stages in order, as step_pipeline::start enqueues them (all layers MoE);
+    order: "own-combine" (step_pipeline: each SHARED just before its COMBINE), "after-mlps" (both
+    SHAREDs between the MLPs and the COMBINEs), "shared-first" (the SHAREDs before the MLPs)."""
     prog = [(mb, st, 0) for mb in range(num_mb) for st in ("A0", "A1")]
     for layer in range(layers):
-        exchange = ["S", "M"] if shared_first else ["M", "S"]
-        for st in exchange:
-            prog += [(mb, st, layer) for mb in range(num_mb)]
+        if order == "shared-first":
+            prog += [(mb, "S", layer) for mb in range(num_mb)]
+        prog += [(mb, "M", layer) for mb in range(num_mb)]
+        if order == "after-mlps":
+            prog += [(mb, "S", layer) for mb in range(num_mb)]
         for mb in range(num_mb):
+            if order == "own-combine":
+                prog.append((mb, "S", layer))
             prog.append((mb, "C", layer))
             if layer + 1 < layers:
                 prog += [(mb, "A0", layer + 1), (mb, "A1", layer + 1)]
     return prog
 
 
-def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0, shared_first=False, first_share=0.5):
+def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0, order="own-combine", first_share=0.5):
     """(wall time of one step, compute intervals, port-busy intervals); stages = whole-batch costs
     (ATTN-0, ATTN-1, SHARED, MLP, COMBINE); peer_share > 0: the MLP computes the peer's tokens
     (that share of it) first, and the combine leaves before the rest; with two micro-batches,
@@ -60,7 +67,7 @@ def step_time(num_mb, layers, stages, dispatch, combine, peer_share=0.0, shared_
         computing.append((start, start + duration))
         return start + duration
 
-    for mb, stage, layer in program(num_mb, layers, shared_first):
+    for mb, stage, layer in program(num_mb, layers, order):
         cost, dispatch, combine = costs[mb], dispatches[mb], combines[mb]
         if stage == "M":
             start = max(now, arrives[("dispatch", mb, layer)])
@@ -86,12 +93,12 @@ def in_trace(computing, sending):
     return both / min(sum(b - a for a, b in computing), sum(d - c for c, d in sending))
 
 
-def hidden(layers, stages, comm, ratio, peer_share, shared_first, first_share):
+def hidden(layers, stages, comm, ratio, peer_share, order, first_share):
     """(share hidden across runs, in-trace share with two micro-batches)."""
     dispatch = comm / (1 + ratio)
     combine = comm - dispatch
     runs = {(link, mb): step_time(mb, layers, stages, dispatch if link else 0, combine if link else 0, peer_share,
-                                  shared_first, first_share)
+                                  order, first_share)
             for link in (False, True) for mb in (1, 2)}
     t = {key: run[0] for key, run in runs.items()}
     added = t[True, 1] - t[False, 1]
@@ -108,8 +115,9 @@ def main():
     p.add_argument("--comm", type=float, default=1.0, help="communication / compute")
     p.add_argument("--split-mlp", action="store_true", help="the MLP answers the peer before its own tokens")
     p.add_argument("--peer-share", type=float, default=0.5, help="with --split-mlp: the peer's share of the MLP")
-    p.add_argument("--order", choices=("mlp-first", "shared-first"), default="mlp-first",
-                   help="where SHARED runs: behind the MLPs (step_pipeline) or behind the ATTN stages")
+    p.add_argument("--order", choices=("own-combine", "after-mlps", "shared-first"), default="own-combine",
+                   help="where SHARED runs: just before its COMBINE (step_pipeline), both between the MLPs "
+                        "and the COMBINEs, or both before the MLPs (beside the dispatches)")
     p.add_argument("--first-share", type=float, default=0.5,
                    help="micro-batch 0's share of the work (0.5: equal micro-batches)")
     a = p.parse_args()
@@ -117,8 +125,7 @@ def main():
         p.error("--first-share must be in (0, 1)")
     for ratio in (8, 4, 2, 1):
         share, trace_share = hidden(a.layers, a.stages, a.comm * sum(a.stages), ratio,
-                                    a.peer_share if a.split_mlp else 0.0, a.order == "shared-first",
-                                    a.first_share)
+                                    a.peer_share if a.split_mlp else 0.0, a.order, a.first_share)
         print(f"combine bytes = {ratio} x dispatch bytes: two micro-batches hide {100 * share:.1f} % "
               f"(in-trace {100 * trace_share:.1f} %)")
 

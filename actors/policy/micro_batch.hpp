@@ -46,11 +46,18 @@ struct prefill_segment {
 /// (actors/step_pipeline) micro-batch 1's ATTN stages sit on the exchange's critical loop. Its
 /// combine arrives last, and its next dispatch cannot leave before its ATTN is done, while the link
 /// has only micro-batch 0's dispatch to carry; when that dispatch is the shorter, the link idles.
-/// Micro-batch 0's ATTN runs while micro-batch 1's combine is on the wire, so it can grow. With
-/// communication about equal to compute and the small preset's prefill stage times,
-/// tools/overlap_model.py (--first-share) hides 84 % at one half and 92 % at 0.57 (7 MoE layers);
-/// with little communication any share near a half hides all of it. The total work is the same.
-inline constexpr double prefill_first_share = 0.57;
+/// Micro-batch 0's ATTN runs while micro-batch 1's combine is on the wire, so it can grow; but not
+/// far, as micro-batch 0's dispatch has to hide under micro-batch 1's ATTN (and SHARED), and a
+/// dispatch grows with tokens while micro-batch 0's tokens are the prompt's cheaper ones (a 0.53
+/// cost share was ~0.55 of the tokens in bench-cluster's prefill). With communication about equal
+/// to compute and the small preset's prefill stage times (21, 61, 13, 123, 2 ms for ATTN-0, ATTN-1,
+/// SHARED, MLP, COMBINE of a layer, 2026-12-01), tools/overlap_model.py (--first-share) hides
+/// 92.3 % at one half, 95.3 % at 0.53 and 92.9 % at 0.57, the share chosen before the last layer
+/// was cut to the logit rows and the cost counted the absorbed form (7 MoE layers). In
+/// bench-cluster --overlap (hidden by waits, 3 alternated runs of 3 rounds each) 0.53 hid 88.3,
+/// 96.2 and 94.5 %, 0.57 88.6, 93.5 and 89.4 %. With little communication any share near a half
+/// hides all of it. The total work is the same.
+inline constexpr double prefill_first_share = 0.53;
 
 /// Two micro-batches, micro-batch 0 taking `first_share` of the cost (a half: equal costs) as
 /// closely as a token boundary allows. Segments keep their order; at most one segment is split

@@ -6,7 +6,7 @@
 // between the micro-batches, and with the MLP answering peers one by one (prefill-sized batches)
 // or all at once; peers' payloads leave from the sender's stream, split answers before the
 // stage's last expert batch; the stream program's order (both micro-batches' ATTN stages, both
-// MLPs, both SHAREDs while the combines fly, then each COMBINE followed by its next layer), and
+// MLPs, then each micro-batch's SHARED, COMBINE and next layer, one after another), and
 // micro-batch 0's first dispatch flies while micro-batch 1 computes its dense layers; a stage that throws still takes part in the exchange, so the group's step completes.
 #include <doctest/doctest.h>
 
@@ -271,7 +271,10 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
               CHECK(at(0, stage_kind::attn_0, l) < at(0, stage_kind::attn_1, l));
               CHECK(at(last, stage_kind::attn_1, l) < at(0, stage_kind::mlp, l));       // every ATTN first,
               CHECK(at(last, stage_kind::mlp, l) < at(0, stage_kind::shared, l));       // every MLP,
-              CHECK(at(last, stage_kind::shared, l) < at(0, stage_kind::combine, l));   // the SHAREDs while combines fly
+              for (int64_t m = 0; m < num_mb; ++m)      // then each SHARED right before its COMBINE
+                CHECK(at(m, stage_kind::shared, l) + 1 == at(m, stage_kind::combine, l));
+              if (num_mb == 2)                          // micro-batch 1's SHARED behind micro-batch 0's next ATTN
+                CHECK(at(1, stage_kind::shared, l) > at(0, stage_kind::combine, l));
               CHECK(at(last, stage_kind::combine, l) < n);
               if (l + 1 < cfg.num_hidden_layers) {    // a micro-batch's next layer right behind its COMBINE
                 CHECK(at(0, stage_kind::attn_0, l + 1) == at(0, stage_kind::combine, l) + 1);
