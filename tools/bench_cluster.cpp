@@ -347,6 +347,7 @@ void run(bench_options& o) {
               1e3 * moe_decode, 1e3 * moe_prefill);
   std::printf("link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ MoE compute)\n",
               link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
+  std::fflush(stdout);                      // the rounds take minutes: show the link they run on
   // Rounds: every configuration once per round, so that a slow phase of the VM (run-to-run
   // differences of 20-40 % on two cores) falls on all four alike; figures are medians over rounds.
   struct phase_runs {
