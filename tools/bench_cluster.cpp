@@ -14,8 +14,9 @@
 //    are left out and counted); in-trace: per rank of the phase, |compute ∩ comm| / min(|compute|,
 //    |comm|) within each +link run (comm = its messages on the link); hidden (waits): the same as
 //    hidden from each run's waits (step time outside compute spans, mean over the phase's ranks),
-//    1 - (w(link, 2 mb) - w(2 mb)) / (w(link, 1 mb) - w(1 mb)), free of the run-to-run compute speed. Times come from the trace: the
-//    median decode step of the busiest decode rank, the longest prefill step. Every figure is the
+//    1 - (w(link, 2 mb) - w(2 mb)) / (w(link, 1 mb) - w(1 mb)), free of the run-to-run compute
+//    speed. Times come from the trace: the median decode step of the busiest decode rank, the
+//    longest prefill step. Every figure is the
 //    median over --repeat rounds of the four configurations.
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -189,10 +190,11 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       step_begin = g < topo.prefill_ranks ? std::chrono::steady_clock::time_point::min() : sp.end;
     }
     if (g < topo.prefill_ranks) {
-      r.prefill_step_s = std::max(r.prefill_step_s, steps.empty() ? 0.0 : *std::max_element(steps.begin(), steps.end()));
-      if (!steps.empty())
-        r.prefill_wait_s += step_wait[static_cast<size_t>(std::max_element(steps.begin(), steps.end()) - steps.begin())] /
-                            static_cast<double>(topo.prefill_ranks);
+      if (!steps.empty()) {
+        const auto longest = static_cast<size_t>(std::max_element(steps.begin(), steps.end()) - steps.begin());
+        r.prefill_step_s = std::max(r.prefill_step_s, steps[longest]);
+        r.prefill_wait_s += step_wait[longest] / static_cast<double>(topo.prefill_ranks);
+      }
     } else if (!steps.empty()) {
       r.decode_wait_s += median(step_wait) / static_cast<double>(topo.decode_ranks);
       r.decode_step_s = std::max(r.decode_step_s, median(steps));

@@ -5,9 +5,9 @@
 # SHARED, COMBINE (once the combine arrived), in the program's order (step_pipeline::start: every
 # micro-batch's ATTN stages, the MLPs, then per micro-batch its SHARED, its COMBINE and its next
 # layer; --order after-mlps runs both SHAREDs right after the MLPs, shared-first before them,
-# beside the dispatches); one FIFO
-# stream; one link port per sender (a message leaves when the port is free and holds it for its
-# transfer time); the peer mirrors this rank, so a payload arrives when this rank's own does.
+# beside the dispatches); one FIFO stream; one link port per sender (a message leaves when the
+# port is free and holds it for its transfer time); the peer mirrors this rank, so a payload
+# arrives when this rank's own does.
 # With --split-mlp the MLP answers the peer first (prefill-sized batches, kernels/model
 # answer_groups): its share of the MLP (--peer-share, half in a group of two), the combine
 # leaves, then this rank's own tokens, which cross no link. --first-share gives micro-batch 0
