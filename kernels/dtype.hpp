@@ -91,22 +91,31 @@ inline constexpr std::array<float, 256> fp8_e4m3_table = [] {
 /// How a linear weight's elements sit in memory.
 enum class weight_layout : uint8_t {
   row_major,                                // W[o][i] at o * in_features + i
-  /// FP8 only, out_features and in_features multiples of 64 (fp8_panels_fit): 64-row panels, in
-  /// each panel the column pairs (2kp, 2kp + 1) one after another, 128 bytes each, laid out so
-  /// that fp8x64_to_bf16_scaled turns its two 64-byte halves into the bf16 pairs of rows 0-15,
-  /// 16-31 (first half) and 32-47, 48-63 (second): what a dpbf16 against a broadcast activation
-  /// pair wants, with no transpose (fp8_panel_offset). The checkpoint loader repacks FP8 weights
-  /// this way where it copies them (weight_memory::copy): batch-1 GEMV over such panels reads no
-  /// activations per weight byte and sums no lanes across.
+  /// FP8 only, in_features a multiple of 64: 64-row panels, in each panel the column pairs
+  /// (2kp, 2kp + 1) one after another, 128 bytes each, laid out so that fp8x64_to_bf16_scaled
+  /// turns its two 64-byte halves into the bf16 pairs of rows 0-15, 16-31 (first half) and 32-47,
+  /// 48-63 (second): what a dpbf16 against a broadcast activation pair wants, with no transpose
+  /// (fp8_panel_offset). The storage always holds whole panels: where out_features is not a
+  /// multiple of 64, the last panel's missing rows are zero bytes (fp8_panels_bytes). The
+  /// checkpoint loader repacks FP8 weights whose sides are multiples of 64 this way in place
+  /// where it copies them (weight_memory::copy, fp8_panels_fit), the fast path's load the others
+  /// into padded copies: batch-1 GEMV over panels reads no activations per weight byte and sums
+  /// no lanes across.
   fp8_panels,
 };
 
 /// Rows per FP8 panel (weight_layout::fp8_panels).
 inline constexpr int64_t fp8_panel_rows = 64;
 
-/// Whether an FP8 weight [out_features, in_features] can take weight_layout::fp8_panels.
+/// Whether an FP8 weight [out_features, in_features] takes weight_layout::fp8_panels in its own
+/// bytes (no padding).
 [[nodiscard]] constexpr bool fp8_panels_fit(int64_t out_features, int64_t in_features) noexcept {
   return out_features > 0 && in_features > 0 && out_features % fp8_panel_rows == 0 && in_features % 64 == 0;
+}
+
+/// Bytes of weight_layout::fp8_panels storage for [out_features, in_features]: whole panels.
+[[nodiscard]] constexpr int64_t fp8_panels_bytes(int64_t out_features, int64_t in_features) noexcept {
+  return (out_features + fp8_panel_rows - 1) / fp8_panel_rows * fp8_panel_rows * in_features;
 }
 
 /// Byte offset of W[o][i] in weight_layout::fp8_panels (in_features columns). Within a panel's

@@ -8,7 +8,9 @@ std::vector<std::span<const uint8_t>> token_weight_spans(const model_weights& w,
   auto add = [&](const linear_weight& lw) {
     if (lw.data == nullptr)
       return;
-    out.emplace_back(static_cast<const uint8_t*>(lw.data), static_cast<size_t>(lw.num_bytes()));
+    // the copy the fast path reads: a BF16 weight's GEMM panels when it has them
+    const void* bytes = lw.gemm_panels != nullptr ? static_cast<const void*>(lw.gemm_panels) : lw.data;
+    out.emplace_back(static_cast<const uint8_t*>(bytes), static_cast<size_t>(lw.num_bytes()));
     if (lw.scale_inv != nullptr)
       out.emplace_back(reinterpret_cast<const uint8_t*>(lw.scale_inv), static_cast<size_t>(lw.scale_bytes()));
   };

@@ -5,7 +5,7 @@
 #include <charconv>
 #include <filesystem>
 
-#include "kernels/cpu/gemm_panels.hpp"
+#include "kernels/cpu/fast_weights.hpp"
 #include "tools/load_progress.hpp"
 
 namespace moe::tools {
@@ -14,7 +14,8 @@ void add_weight_memory_flag(CLI::App& cmd, bool& mmap_weights) {
   cmd.add_flag("--mmap-weights", mmap_weights,
                "map the checkpoint files (one page cache shared with other processes) instead of "
                "copying the weights into transparent huge pages (the default: huge pages on any "
-               "file system and kernel, faster decode)");
+               "file system and kernel, and FP8 weights repacked into the GEMV's panels: much faster "
+               "small-batch decode)");
 }
 
 void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default, bool kv_flags) {
@@ -49,8 +50,8 @@ std::unique_ptr<model_session> load_model(const session_options& opts, bool need
   s->ckpt = checkpoint::open(opts.model_dir, opts.mmap_weights ? weight_memory::mmap : weight_memory::copy,
                              stderr_load_progress(), /*fp8_panels=*/!opts.reference);
   s->weights = load_model_weights(s->ckpt);
-  if (!opts.reference)                      // the fast path's batched LOGITS skip packing
-    fast::prepack_lm_head(s->weights);
+  if (!opts.reference)                      // the fast path multiplies BF16 weights from panels
+    fast::prepare_fast_weights(s->weights);
   const std::filesystem::path tok_file = std::filesystem::path(opts.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_file))
     s->tok = tokenizer::load(opts.model_dir);

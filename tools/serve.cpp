@@ -12,6 +12,7 @@
 #include "actors/system_config.hpp"
 #include "actors/supervisor.hpp"
 #include "kernels/checkpoint/checkpoint.hpp"
+#include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
 #include "tools/commands.hpp"
@@ -59,9 +60,12 @@ void run(serve_options& o) {
     throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
-  auto weights = std::make_shared<const model_weights>(load_model_weights(
+  model_weights loaded = load_model_weights(
       checkpoint::open(o.model_dir, o.mmap_weights ? weight_memory::mmap : weight_memory::copy,
-                       stderr_load_progress(), /*fp8_panels=*/!o.reference)));
+                       stderr_load_progress(), /*fp8_panels=*/!o.reference));
+  if (!o.reference)                         // the fast path multiplies BF16 weights from panels
+    fast::prepare_fast_weights(loaded);
+  auto weights = std::make_shared<const model_weights>(std::move(loaded));
   auto tok = tokenizer::load(o.model_dir);
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);

@@ -1,7 +1,7 @@
 // kernels/cpu/fast_backend.cpp
 // The fast CPU backend's construction and its linear ops: the rows of W split into tasks over the
-// thread pool (GEMV: equal chunks of rows, across the weights of a linear_group; GEMM: 64-row
-// panels x activation row ranges).
+// thread pool (up to gemv_max_rows activation rows: equal chunks of rows, across the weights of a
+// linear_group; more: 64-row panels x activation row ranges).
 #include "kernels/cpu/fast_backend.hpp"
 
 #include <algorithm>
@@ -20,7 +20,9 @@ std::unique_ptr<backend> make_cpu_fast_backend(int num_threads) {
 
 void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w, float* out, int64_t ldo) {
   const int64_t n = w.out_features, threads = pool_.size();
-  if (!fast::uses_gemm(w, x.num_rows)) {
+  if (x.num_rows <= fast::gemv_max_rows) {  // GEMV-sized, whichever kernel: long row ranges
+    // (a 64-row task per panel restarts the stream every panel: the 129280-row lm_head at batch 1
+    // read ~6 % slower so)
     const linear_weight* ws[] = {&w};
     float* outs[] = {out};
     return parallel_gemv(x, ws, outs, ldo);
@@ -46,14 +48,15 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
   // Chunks of >= 64 KiB (long streams, few restarts; measured: 256 x 1024 BF16 26 -> 37 GB/s
   // against 16-row chunks), one or two per thread: as many on every thread (the old ~2 per
   // thread of >= 64 KiB left 256 x 1024 FP8 as 80 + 80 + 80 + 16 rows: 160 rows on one thread).
-  // In whole FP8 panels where a weight has them: the panel kernel computes a panel's 64 rows at
-  // once, so a cut inside one would have both tasks read it (q_a + kv_a of the small preset:
-  // 144-row chunks read 2 of q_a's 6 panels twice).
+  // In whole 64-row panels where a weight is BF16 or FP8: the panel kernel and the GEMM compute
+  // a panel's 64 rows at once, so a cut inside one would have both tasks read it (q_a + kv_a of
+  // the small preset: 144-row chunks read 2 of q_a's 6 panels twice), and a BF16 panel packed
+  // ahead is only read as a whole.
   int64_t rows = 0, bytes = 0, granule = 16;
   for (const linear_weight* x : w) {
     rows += x->out_features;
     bytes += x->num_bytes();
-    if (x->layout == weight_layout::fp8_panels)
+    if (x->type == dtype::bf16 || x->type == dtype::f8_e4m3)
       granule = fp8_panel_rows;
   }
   int64_t chunks = std::clamp<int64_t>(bytes >> 16, 1, 2 * threads);
@@ -122,14 +125,14 @@ void cpu_fast_backend::linear(const linear_params& p) {
   parallel_linear(x, w, p.out, w.out_features);
 }
 
-// The GEMV-shaped group streams every weight's rows in one dispatch; GEMM shapes (compute-bound)
-// keep one dispatch per weight.
+// A GEMV-sized group (<= gemv_max_rows rows; for BF16 and row-major FP8 weights the GEMM's tile
+// does it) streams every weight's rows in one dispatch; more rows (compute-bound) keep one
+// dispatch per weight.
 void cpu_fast_backend::linear_group(const linear_group_params& p) {
   check_linear_group(p);
   const int64_t m = p.num_tokens;
-  const bool one_pass = !p.w.empty() && std::all_of(p.w.begin(), p.w.end(), [m](const linear_weight* w) {
-    return fast::fast_supports(*w) && !fast::uses_gemm(*w, m);
-  });
+  const bool one_pass = !p.w.empty() && m <= fast::gemv_max_rows &&
+                        std::all_of(p.w.begin(), p.w.end(), [](const linear_weight* w) { return fast::fast_supports(*w); });
   if (!one_pass || m == 0)
     return backend::linear_group(p);
   const int64_t k = p.w.front()->in_features;

@@ -33,6 +33,7 @@ struct absorbed_kv_b {
   std::vector<float> fp8_scales;
   std::vector<uint16_t> bf16;
   std::vector<float> f32;
+  std::shared_ptr<void> panels;             // bf16: uk_t and uv packed for the GEMM (gemm_panels)
   std::vector<linear_weight> uk_t;          // [H] -> [C, dn]
   std::vector<linear_weight> uv;            // [H] -> [dv, C]
 };
@@ -53,7 +54,7 @@ struct gemv_piece {
   int64_t task = 0, weight = 0, r0 = 0, num_rows = 0;
 };
 /// The weights' rows as one row space, each weight's in turn, cut into equal tasks of whole
-/// multiples of 16 rows (64, a panel, when a weight is in fp8_panels; the last shorter), as many as threads or twice as many, each >= 64 KiB
+/// multiples of 16 rows (64, a panel, when a weight is BF16 or FP8; the last shorter), as many as threads or twice as many, each >= 64 KiB
 /// where the bytes allow; a task that crosses from one weight into the next holds a piece of
 /// each. Pieces come in task order.
 [[nodiscard]] std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads);

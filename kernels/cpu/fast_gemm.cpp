@@ -3,9 +3,10 @@
 // 64 weight rows are packed into a panel laid out [kp][64][2]: for each pair of input columns
 // (2kp, 2kp+1), 64 output rows' pairs side by side, so one zmm holds 16 rows' pairs. The
 // 6x64 register tile then takes, per kp, 4 panel loads and 6 broadcast activation pairs into 24
-// vdpbf16ps accumulators. FP8 weights are expanded to bf16 exactly while packing (one pass over
-// the weight); their block scales go on the activations (fast_linear.hpp), so a panel never
-// straddles a scale row block.
+// vdpbf16ps accumulators. FP8 weights are expanded to bf16 while packing (one pass over the
+// weight) exactly as the GEMV over panels expands them, 2^120 too small with the factors on the
+// activations and the sums (fast_linear.hpp), so both kernels give a row the same bits; their
+// block scales go on the activations too, so a panel never straddles a scale row block.
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -59,11 +60,11 @@ void pack_panel_bf16(const linear_weight& w, int64_t r0, int64_t n, uint16_t* pa
   }
 }
 
-// FP8: 64 columns a step, expanded exactly by table (fast_simd.hpp) and put in natural order.
+// FP8: 64 columns a step, expanded as the GEMV over panels expands them (2^-120 too small,
+// fp8x64_to_bf16_scaled) and put in natural order.
 void pack_panel_fp8(const linear_weight& w, int64_t r0, int64_t n, uint16_t* panel) noexcept {
   const int64_t k = w.in_features;
   const auto* data = static_cast<const uint8_t*>(w.data);
-  const fp8_tables tables = load_fp8_tables();
   for (int64_t g = 0; g * 16 < n; ++g) {
     const int64_t rows = std::min<int64_t>(16, n - g * 16);
     const uint8_t* base = data + (r0 + g * 16) * k;
@@ -76,7 +77,7 @@ void pack_panel_fp8(const linear_weight& w, int64_t r0, int64_t n, uint16_t* pan
         if (j < rows) {
           const uint8_t* p = base + j * k + 2 * kp0;
           _mm_prefetch(reinterpret_cast<const char*>(p) + pack_prefetch_bytes, _MM_HINT_T0);
-          fp8x64_to_bf16(_mm512_maskz_loadu_epi8(mask, p), tables, u0, u1);
+          fp8x64_to_bf16_scaled(_mm512_maskz_loadu_epi8(mask, p), u0, u1);
         }
         lo[j] = unpack_to_natural_lo(u0, u1);
         hi[j] = unpack_to_natural_hi(u0, u1);
@@ -96,17 +97,15 @@ void pack_panel_fp8_panels(const linear_weight& w, int64_t r0, int64_t n, uint16
   if (r0 % fp8_panel_rows != 0) {
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < k; ++i)
-        panel[((i / 2) * panel_rows + j) * 2 + i % 2] =
-            f32_to_bf16(fp8_e4m3_to_f32(data[fp8_panel_offset(r0 + j, i, k)]));
+        panel[((i / 2) * panel_rows + j) * 2 + i % 2] = fp8_to_bf16_scaled(data[fp8_panel_offset(r0 + j, i, k)]);
     return;
   }
-  const fp8_tables tables = load_fp8_tables();
   const uint8_t* src = data + r0 * k;       // the stored panel: k / 2 pairs of 128 bytes
   for (int64_t kp = 0; kp < k / 2; ++kp) {
     _mm_prefetch(reinterpret_cast<const char*>(src + kp * 128) + pack_prefetch_bytes, _MM_HINT_T0);
     __m512i u[4];
-    fp8x64_to_bf16(_mm512_loadu_si512(src + kp * 128), tables, u[0], u[1]);
-    fp8x64_to_bf16(_mm512_loadu_si512(src + kp * 128 + 64), tables, u[2], u[3]);
+    fp8x64_to_bf16_scaled(_mm512_loadu_si512(src + kp * 128), u[0], u[1]);
+    fp8x64_to_bf16_scaled(_mm512_loadu_si512(src + kp * 128 + 64), u[2], u[3]);
     for (int q = 0; q < 4; ++q)
       _mm512_store_si512(panel + kp * panel_rows * 2 + 32 * q, u[q]);
   }
@@ -115,10 +114,18 @@ void pack_panel_fp8_panels(const linear_weight& w, int64_t r0, int64_t n, uint16
 // Column pairs a panel holds (both packers write whole steps of 32 pairs at most).
 [[nodiscard]] constexpr int64_t panel_pairs(int64_t k) noexcept { return round_up((k + 1) / 2, 32); }
 
-// out[m][j] = sum_kp dot(a[m] pair kp, panel[kp][j]) for m < MR, j < n.
-template <int MR>
+// Bytes ahead that a tile over a packed panel read from memory (not one just packed into cache)
+// prefetches: the panel is one contiguous stream, and few activation rows (a decode step's
+// GEMV-sized calls) leave too little compute per byte for the demand loads alone to keep the
+// memory busy.
+constexpr int64_t tile_prefetch_bytes = 8192;
+
+// out[m][j] = sum_kp dot(a[m] pair kp, panel[kp][j]) for m < MR, j < n: each output one fp32 lane
+// summing the column pairs in order, whatever MR (so a row's result does not depend on the other
+// rows of the call, nor on GEMV against GEMM: fast_gemv_panels.cpp sums in the same order).
+template <int MR, bool Prefetch>
 void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out,
-                 int64_t ldo, int64_t n) noexcept {
+                 int64_t ldo, int64_t n, float out_factor) noexcept {
   __m512 acc[MR][4];
   for (auto& row : acc)
     for (auto& v : row)
@@ -128,6 +135,9 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
     ap[m] = reinterpret_cast<const int32_t*>(a[m]);
   for (int64_t kp = 0; kp < num_kp; ++kp) {
     const uint16_t* b = panel + kp * panel_rows * 2;
+    if constexpr (Prefetch)
+      for (int i = 0; i < 4; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(b + 32 * i) + tile_prefetch_bytes, _MM_HINT_T0);
     const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
     const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 32);
     const __m512bh b2 = (__m512bh)_mm512_load_si512(b + 64);
@@ -146,19 +156,53 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
       break;
     const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
     for (int m = 0; m < MR; ++m)
-      _mm512_mask_storeu_ps(out + m * ldo + 16 * j, mask, acc[m][j]);
+      _mm512_mask_storeu_ps(out + m * ldo + 16 * j, mask, _mm512_mul_ps(acc[m][j], _mm512_set1_ps(out_factor)));
   }
 }
 
+// One activation row against two packed panels read from memory at once (b0, then b1 for
+// the next 64 weight rows): the same sums as tile_kernel<1> on each, lane by lane, with twice
+// the independent chains and two streams in flight (the 129280-row lm_head at batch 1, paired
+// with a plain read of the step's bytes: 76-79 % -> 81-82 % of that read's rate).
+void tile_kernel_1x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1, int64_t num_kp, float* out,
+                     int64_t n1, float out_factor) noexcept {
+  __m512 acc[2][4];
+  for (auto& panel : acc)
+    for (auto& v : panel)
+      v = _mm512_setzero_ps();
+  const auto* ap = reinterpret_cast<const int32_t*>(a);
+  for (int64_t kp = 0; kp < num_kp; ++kp) {
+    const __m512bh av = (__m512bh)_mm512_set1_epi32(ap[kp]);
+    for (int p = 0; p < 2; ++p) {
+      const uint16_t* b = (p == 0 ? b0 : b1) + kp * panel_rows * 2;
+      for (int i = 0; i < 4; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(b + 32 * i) + tile_prefetch_bytes, _MM_HINT_T0);
+      for (int j = 0; j < 4; ++j)
+        acc[p][j] = _mm512_dpbf16_ps(acc[p][j], av, (__m512bh)_mm512_load_si512(b + 32 * j));
+    }
+  }
+  const __m512 f = _mm512_set1_ps(out_factor);
+  for (int j = 0; j < 4; ++j)
+    _mm512_storeu_ps(out + 16 * j, _mm512_mul_ps(acc[0][j], f));
+  for (int j = 0; j < 4; ++j) {
+    const int64_t left = n1 - 16 * j;
+    if (left <= 0)
+      break;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    _mm512_mask_storeu_ps(out + 64 + 16 * j, mask, _mm512_mul_ps(acc[1][j], f));
+  }
+}
+
+template <bool Prefetch>
 void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel, int64_t num_kp,
-                     float* out, int64_t ldo, int64_t n) noexcept {
+                     float* out, int64_t ldo, int64_t n, float out_factor) noexcept {
   switch (mr) {
-    case 1: tile_kernel<1>(a, panel, num_kp, out, ldo, n); break;
-    case 2: tile_kernel<2>(a, panel, num_kp, out, ldo, n); break;
-    case 3: tile_kernel<3>(a, panel, num_kp, out, ldo, n); break;
-    case 4: tile_kernel<4>(a, panel, num_kp, out, ldo, n); break;
-    case 5: tile_kernel<5>(a, panel, num_kp, out, ldo, n); break;
-    default: tile_kernel<6>(a, panel, num_kp, out, ldo, n); break;
+    case 1: tile_kernel<1, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
+    case 2: tile_kernel<2, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
+    case 3: tile_kernel<3, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
+    case 4: tile_kernel<4, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
+    case 5: tile_kernel<5, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
+    default: tile_kernel<6, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
   }
 }
 
@@ -176,6 +220,7 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
   const int64_t num_kp = (w.in_features + 1) / 2;
   auto* panel = s.panel.get<uint16_t>(panel_pairs(w.in_features) * panel_rows * 2);
   const int64_t block_rows = T == dtype::f8_e4m3 ? w.block_rows : (int64_t{1} << 62);
+  const float out_factor = T == dtype::f8_e4m3 ? fp8_gemv_out_factor : 1.0f;
   int64_t row_block = -1;
   const uint16_t* const* a = nullptr;
   for (int64_t p0 = r0; p0 < r0 + nr;) {
@@ -185,21 +230,38 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
       a = bf16_rows(x, w, T == dtype::f8_e4m3 ? row_block : 0, s);
     }
     const uint16_t* b = panel;
+    bool from_memory = false;
     if constexpr (T == dtype::bf16) {
-      if (const uint16_t* ready = packed_panel(w, p0))
+      if (const uint16_t* ready = packed_panel(w, p0)) {
         b = ready;
-      else
+        from_memory = true;
+      } else {
         pack_panel_bf16(w, p0, n, panel);
+      }
     } else if (w.layout == weight_layout::fp8_panels) {
       pack_panel_fp8_panels(w, p0, n, panel);
     } else {
       pack_panel_fp8(w, p0, n, panel);
     }
+    if constexpr (T == dtype::bf16) {            // batch 1 over packed panels: two at a time
+      const int64_t p1 = p0 + panel_rows;
+      const uint16_t* next = p1 < r0 + nr ? packed_panel(w, p1) : nullptr;
+      if (x.num_rows == 1 && from_memory && n == panel_rows && next != nullptr) {
+        const int64_t n1 = std::min(panel_rows, r0 + nr - p1);
+        tile_kernel_1x2(a[0], b, next, num_kp, out + (p0 - r0), n1, out_factor);
+        p0 = p1 + n1;
+        continue;
+      }
+    }
     // Activation rows in near-equal tiles of <= 6 (32 rows: 6 6 5 5 5 5, not 6 6 6 6 6 2).
     const int64_t tiles = (x.num_rows + tile_rows - 1) / tile_rows;
     for (int64_t i = 0, m0 = 0; i < tiles; ++i) {
       const int64_t mr = x.num_rows / tiles + (i < x.num_rows % tiles ? 1 : 0);
-      tile_kernel_any(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n);
+      // the first tile streams the panel from memory; later ones find it in cache
+      if (from_memory && i == 0)
+        tile_kernel_any<true>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor);
+      else
+        tile_kernel_any<false>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor);
       m0 += mr;
     }
     p0 += n;
@@ -210,26 +272,17 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
 
 int64_t panel_size(int64_t k) noexcept { return panel_pairs(k) * panel_rows * 2; }
 
-std::shared_ptr<const uint16_t> pack_gemm_panels(const linear_weight& w) {
+int64_t gemm_panels_bytes(const linear_weight& w) noexcept {
+  return (w.out_features + panel_rows - 1) / panel_rows * panel_size(w.in_features) * 2;
+}
+
+void pack_gemm_panels_into(const linear_weight& w, uint16_t* dst) {
   if (w.type != dtype::bf16)
     throw std::invalid_argument("pack_gemm_panels: only BF16 weights are packed ahead");
   const int64_t panels = (w.out_features + panel_rows - 1) / panel_rows, size = panel_size(w.in_features);
-  const auto bytes = static_cast<size_t>(panels * size * 2);
-  auto* data = static_cast<uint16_t*>(std::aligned_alloc(64, bytes));
-  if (data == nullptr)
-    throw std::bad_alloc();
-  std::shared_ptr<uint16_t> out(data, [](uint16_t* p) { std::free(p); });
-  std::fill_n(data, panels * size, uint16_t{0});            // a short last panel's missing rows
+  std::fill_n(dst, panels * size, uint16_t{0});            // a short last panel's missing rows
   for (int64_t p = 0; p < panels; ++p)
-    pack_panel_bf16(w, p * panel_rows, std::min(panel_rows, w.out_features - p * panel_rows), data + p * size);
-  return out;
-}
-
-void prepack_lm_head(model_weights& w) {
-  if (w.lm_head.type != dtype::bf16 || w.lm_head.gemm_panels != nullptr)
-    return;
-  w.lm_head_panels = pack_gemm_panels(w.lm_head);
-  w.lm_head.gemm_panels = w.lm_head_panels.get();
+    pack_panel_bf16(w, p * panel_rows, std::min(panel_rows, w.out_features - p * panel_rows), dst + p * size);
 }
 
 void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,

@@ -4,11 +4,12 @@
 // expand (fp8x64_to_bf16_scaled) into the bf16 pairs of rows 0-15, 16-31, 32-47 and 48-63, and one
 // vdpbf16ps per 16 rows against the activation pair broadcast from memory adds them in. So no
 // activation vectors are loaded per weight byte and no lanes are summed across: lane r of
-// accumulator q is row 16q + r. The row kernel (fast_gemv.cpp) loads two activation vectors per
-// 64 weight bytes and ends every row with a horizontal sum; with the weights coming from DRAM on
-// two threads it read 75 % as fast as a plain read of the same bytes, this one ~90 %.
-// Activations and scaling as there: x times the block scales of the panel's row block and 2^56,
-// rounded to bf16 (natural order here), against weights 2^120 too small.
+// accumulator q is row 16q + r, adding the pairs in order, as the GEMM's tile does (fast_gemm.cpp),
+// so a row's result is the same bits from either kernel. A row kernel that loaded two activation
+// vectors per 64 weight bytes and ended each row in a horizontal sum read ~75 % as fast as a plain
+// read of the same bytes from DRAM on two threads, this one ~90 % (and summed in another order).
+// Activations and scaling as the GEMM's FP8 path: x times the block scales of the panel's row
+// block and 2^56, rounded to bf16 (natural order), against weights 2^120 too small.
 #include <algorithm>
 #include <cmath>
 
@@ -17,26 +18,25 @@
 namespace moe::fast {
 namespace {
 
-// Activation rows per pass over a panel: 2 x 2 sets x 4 accumulators, so every row is summed the
-// same way whatever the number of rows in the call (a row's result must not depend on how a
-// topology batches it: the cluster's micro-batches against one rank's whole batch).
+// Activation rows per pass over a panel (2 x 4 accumulators). Every row is summed the same way
+// whatever the number of rows in the call: a row's result must not depend on how a topology
+// batches it (the cluster's micro-batches against one rank's whole batch).
 constexpr int64_t max_pass_rows = 2;
 constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous panel bytes
 
 // acc[m][q] (lanes: rows 16q .. 16q + 15 of the panel) = the panel's rows dotted with a[m], for
-// NT <= 2 activation rows, prefetching ahead up to `prefetch_to` (null: none). Two accumulator
-// sets (even and odd column pairs), so a single activation row still has 8 independent dpbf16
-// chains.
+// NT <= 2 activation rows, prefetching ahead up to `prefetch_to` (null: none). One accumulator
+// per 16 rows, as the GEMM's tile: two sets (even and odd column pairs) gave a single row 8
+// independent chains instead of 4 but summed in another order, and measured no faster (hot in
+// L2: one thread 21-23 GB/s either way, two 34-44 against 31-41; from DRAM the same).
 template <int NT>
 void panel_dot(const uint8_t* panel, const uint32_t* const* a, int64_t k, const char* prefetch_to,
                __m512 out[max_pass_rows][4]) noexcept {
   static_assert(NT <= max_pass_rows);
-  constexpr int sets = 2;
-  __m512 acc[sets][NT][4];
-  for (auto& set : acc)
-    for (auto& row : set)
-      for (auto& v : row)
-        v = _mm512_setzero_ps();
+  __m512 acc[NT][4];
+  for (auto& row : acc)
+    for (auto& v : row)
+      v = _mm512_setzero_ps();
   const int64_t num_kp = k / 2;             // k % 64 == 0: whole steps of two pairs
   for (int64_t kp = 0; kp < num_kp; kp += 2) {
     const uint8_t* q = panel + kp * 128;
@@ -48,17 +48,16 @@ void panel_dot(const uint8_t* panel, const uint32_t* const* a, int64_t k, const 
       __m512i w[4];
       fp8x64_to_bf16_scaled(_mm512_loadu_si512(q + 128 * h), w[0], w[1]);
       fp8x64_to_bf16_scaled(_mm512_loadu_si512(q + 128 * h + 64), w[2], w[3]);
-      auto& set = acc[h % sets];
       for (int m = 0; m < NT; ++m) {
         const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m][kp + h]));
         for (int j = 0; j < 4; ++j)
-          set[m][j] = _mm512_dpbf16_ps(set[m][j], av, (__m512bh)w[j]);
+          acc[m][j] = _mm512_dpbf16_ps(acc[m][j], av, (__m512bh)w[j]);
       }
     }
   }
   for (int m = 0; m < NT; ++m)
     for (int j = 0; j < 4; ++j)
-      out[m][j] = _mm512_add_ps(acc[0][m][j], acc[1][m][j]);
+      out[m][j] = acc[m][j];
 }
 
 // The activation rows of row block `row_block`, scaled and rounded as above, as column pairs.

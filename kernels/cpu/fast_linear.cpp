@@ -14,8 +14,9 @@ const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w, int6
   const float* scales = nullptr;
   if (w.type == dtype::f8_e4m3)
     scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols);
+  const float factor = w.type == dtype::f8_e4m3 ? fp8_gemv_act_factor : 1.0f;
   for (int64_t m = 0; m < x.num_rows; ++m) {
-    f32_row_to_bf16(x.f32[m], x.k, buf + m * lda, scales, w.block_cols);
+    f32_row_to_bf16(x.f32[m], x.k, buf + m * lda, scales, w.block_cols, factor);
     ptrs[m] = buf + m * lda;
   }
   return ptrs;
@@ -29,7 +30,7 @@ bool fast_supports(const linear_weight& w) noexcept {
     case dtype::f8_e4m3:
       return w.scale_inv != nullptr && w.block_cols % 32 == 0 && w.block_rows > 0 &&
              (w.layout == weight_layout::row_major ||
-              (fp8_panels_fit(w.out_features, w.in_features) && w.block_rows % fp8_panel_rows == 0));
+              (w.in_features % 64 == 0 && w.block_rows % fp8_panel_rows == 0));
     default: return false;
   }
 }
@@ -41,7 +42,7 @@ void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t 
   else if (uses_gemm(w, x.num_rows))
     gemm_rows(x, w, r0, nr, out, ldo, s);
   else
-    gemv_rows(x, w, r0, nr, out, ldo, s);
+    gemv_rows_fp8_panels(x, w, r0, nr, out, ldo, s);
 }
 
 }  // namespace moe::fast

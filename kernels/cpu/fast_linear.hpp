@@ -1,29 +1,32 @@
 // kernels/cpu/fast_linear.hpp
+// kernels/cpu/fast_linear.hpp
 // The fast path's matmul core: out rows [r0, r0 + nr) of y = x @ W^T for a set of activation rows,
-// one call per task. Two shapes of kernel sit behind it:
-//   GEMV (<= 8 rows, fast_gemv.cpp): vdpbf16ps dot products straight off the stored weight rows,
-//     so every weight byte streams from memory once per call at its stored width (BF16 2 B,
-//     FP8 1 B expanded in registers by a byte-table lookup), with software prefetch.
-//   GEMM (more rows, fast_gemm.cpp): 64 weight rows at a time packed into a bf16 panel
-//     [K/2][64][2] (FP8 expanded exactly), then 6x64 AVX512-BF16 register tiles over all
-//     activation rows, so each weight is read once per call and reused from L2. Panels are
-//     packed per call (~25-45 % of a 32-64-row GEMM's time), except for a BF16 weight packed
-//     once ahead (linear_weight::gemm_panels: the lm_head, which runs in every batched decode step).
+// one call per task. Two kernels sit behind it, summing each output in the same order (one fp32
+// lane adding vdpbf16ps pair products column pair after column pair), so that a row's numbers do
+// not depend on how many rows share its call (uses_gemm):
+//   GEMV over FP8 panels (<= 8 rows, fast_gemv_panels.cpp): the weight streams from memory once
+//     per call at 1 B per weight, expanded in registers.
+//   GEMM (fast_gemm.cpp): 64 weight rows at a time in a bf16 panel [K/2][64][2], then 6x64
+//     AVX512-BF16 register tiles over all activation rows, so each weight is read once per call
+//     and reused from L2. BF16 weights are packed once ahead (linear_weight::gemm_panels,
+//     prepare_fast_weights), so their GEMV is the GEMM's tile reading the panels from memory;
+//     FP8 ones are expanded per call (~25-45 % of a 32-64-row GEMM's time).
 // Activations are rounded to bf16 at the kernel inputs, accumulation is fp32.
 // FP8 block scales go on the activations: for output rows in scale row block b, the inputs are
-// x[k] * scale_inv[b, k / 128] rounded to bf16, so weights are never rounded.
+// x[k] * scale_inv[b, k / 128] rounded to bf16, so weights are never rounded. Both FP8 kernels
+// expand e4m3 by a bit permutation 2^120 too small (subnormal codes read as zero).
 // F32 and F16 weights use an fp32 dot-product kernel (no rounding of weights or activations).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/cpu/fast_simd.hpp"
-#include "kernels/cpu/gemm_panels.hpp"
+#include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/weights.hpp"
 
 namespace moe::fast {
 
-/// Activation rows above which bf16 / fp8 weights use the GEMM kernel instead of the GEMV one.
+/// Activation rows above which FP8 panels use the GEMM kernel instead of the GEMV one.
 inline constexpr int64_t gemv_max_rows = 8;
 /// Output rows per GEMM panel.
 inline constexpr int64_t panel_rows = 64;
@@ -50,9 +53,15 @@ struct thread_scratch {
 /// True when the fast kernels handle `w` (else callers use the reference).
 [[nodiscard]] bool fast_supports(const linear_weight& w) noexcept;
 
-/// True when `num_rows` activation rows go through the GEMM kernel for weight `w`.
+/// True when `num_rows` activation rows go through the GEMM kernel for weight `w`: BF16 and
+/// row-major FP8 weights always (from pre-packed panels, a BF16 GEMV is the GEMM's tile itself),
+/// FP8 panels past gemv_max_rows. So every bf16/fp8 kernel sums a row's products in the GEMM's
+/// order, and a token's numbers do not depend on how many rows share its call: how a topology
+/// batches tokens (micro-batches, ranks, expert counts) must not change them.
 [[nodiscard]] inline bool uses_gemm(const linear_weight& w, int64_t num_rows) noexcept {
-  return (w.type == dtype::bf16 || w.type == dtype::f8_e4m3) && num_rows > gemv_max_rows;
+  if (w.type == dtype::bf16 || (w.type == dtype::f8_e4m3 && w.layout == weight_layout::row_major))
+    return true;
+  return w.type == dtype::f8_e4m3 && num_rows > gemv_max_rows;
 }
 
 /// out[m * ldo + (r - r0)] = sum_k x[m][k] * W[r][k] for m < x.num_rows, r in [r0, r0 + nr).
@@ -60,25 +69,24 @@ void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t 
                  int64_t ldo, thread_scratch& s);
 
 /// The activation rows as bf16 zero-padded to round_up(k, 32): x.bf16 when given and `w` is
-/// BF16, else converted into s.act (FP8: times the scales of weight row block `row_block`).
+/// BF16, else converted into s.act (FP8: times the scales of weight row block `row_block` and
+/// fp8_gemv_act_factor, as the GEMV over panels rounds them).
 [[nodiscard]] const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w,
                                                int64_t row_block, thread_scratch& s);
 
-/// uint16 values one packed panel of a weight with `k` input features holds (gemm_panels.hpp).
+/// uint16 values one packed panel of a weight with `k` input features holds (fast_weights.hpp).
 [[nodiscard]] int64_t panel_size(int64_t k) noexcept;
 
 // The kernels behind linear_rows.
-void gemv_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
-               int64_t ldo, thread_scratch& s);
 void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                int64_t ldo, thread_scratch& s);
 void gemv_rows_f32(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                    int64_t ldo);
-/// FP8 weights in weight_layout::fp8_panels (fast_gemv_panels.cpp); gemv_rows sends them there.
+/// FP8 weights in weight_layout::fp8_panels, few rows (fast_gemv_panels.cpp).
 void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                           int64_t ldo, thread_scratch& s);
 
-/// FP8 GEMV runs on bf16 weights 2^fp8_scaled_shift too small (fp8x64_to_bf16_scaled) against
+/// FP8 GEMV and GEMM run on bf16 weights 2^fp8_scaled_shift too small (fp8x64_to_bf16_scaled) against
 /// activations 2^fp8_gemv_act_shift too large, so products stay clear of fp32's subnormals (true
 /// products below 2^-62 are dropped) and activations of up to 2^72 x scale fit.
 inline constexpr int fp8_gemv_act_shift = 56;

@@ -25,41 +25,6 @@ namespace moe::fast {
 /// Rounds `n` up to a multiple of `m`.
 [[nodiscard]] constexpr int64_t round_up(int64_t n, int64_t m) noexcept { return (n + m - 1) / m * m; }
 
-/// The e4m3 -> bf16 lookup tables: bf16 bits of every e4m3 magnitude (code & 0x7f; 0x7f is NaN),
-/// high bytes in hi0 (magnitudes 0..63) / hi1 (64..127), low bytes likewise.
-struct fp8_tables {
-  __m512i hi0, hi1, lo0, lo1;
-};
-
-[[nodiscard]] inline fp8_tables load_fp8_tables() noexcept {
-  alignas(64) static const auto bytes = [] {
-    struct {
-      uint8_t hi[128], lo[128];
-    } t{};
-    for (int m = 0; m < 128; ++m) {
-      const float v = fp8_e4m3_value(static_cast<uint8_t>(m));
-      const uint16_t b = v != v ? uint16_t{0x7fc0} : static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
-      t.hi[m] = static_cast<uint8_t>(b >> 8);       // exact: e4m3 values fit bf16's 7 mantissa bits
-      t.lo[m] = static_cast<uint8_t>(b & 0xff);
-    }
-    return t;
-  }();
-  return {_mm512_load_si512(bytes.hi), _mm512_load_si512(bytes.hi + 64), _mm512_load_si512(bytes.lo),
-          _mm512_load_si512(bytes.lo + 64)};
-}
-
-/// 64 e4m3 bytes -> 64 bf16 (exact, NaN -> NaN) in "unpack order": out0 holds elements
-/// {0-7, 16-23, 32-39, 48-55}, out1 {8-15, 24-31, 40-47, 56-63}. vpermi2b looks up the high and
-/// low byte of each magnitude (it ignores index bit 7, the sign), the sign is ORed into the high
-/// byte, and unpacklo/hi_epi8 interleave low and high bytes within each 128-bit lane.
-inline void fp8x64_to_bf16(__m512i codes, const fp8_tables& t, __m512i& out0, __m512i& out1) noexcept {
-  const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, codes, t.hi1), codes,
-                                               _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);
-  const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
-  out0 = _mm512_unpacklo_epi8(lo, hi);
-  out1 = _mm512_unpackhi_epi8(lo, hi);
-}
-
 /// The power of two by which fp8x64_to_bf16_scaled's outputs fall short of the e4m3 values.
 inline constexpr int fp8_scaled_shift = 120;
 
@@ -78,6 +43,11 @@ inline void fp8x64_to_bf16_scaled(__m512i codes, __m512i& out0, __m512i& out1) n
   const __m512i lo = _mm512_gf2p8affine_epi64_epi8(codes, _mm512_set1_epi64(0x0000000001020408ll), 0);
   out0 = _mm512_unpacklo_epi8(lo, hi);
   out1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/// fp8x64_to_bf16_scaled for one code: its bits copied into bf16's places.
+[[nodiscard]] constexpr uint16_t fp8_to_bf16_scaled(uint8_t code) noexcept {
+  return static_cast<uint16_t>((code & 0x80) << 8 | (code & 0x7f) << 4);
 }
 
 /// Unpack order (above) <-> natural order of 64 bf16 held in two vectors, by 64-bit quarters.

@@ -25,7 +25,7 @@ struct linear_weight {
   int64_t block_rows = 128;
   int64_t block_cols = 128;
   /// BF16 only: the same weight already packed in the fast GEMM's panel layout
-  /// (kernels/cpu/gemm_panels.hpp pack_gemm_panels), owned by its model_weights; null: the
+  /// (kernels/cpu/fast_weights.hpp pack_gemm_panels), owned by its model_weights; null: the
   /// GEMM packs per call.
   const uint16_t* gemm_panels = nullptr;
 
@@ -97,7 +97,7 @@ struct model_weights {
   linear_weight lm_head;                    // [V, D]
   std::shared_ptr<const checkpoint> source;
   std::vector<std::vector<float>> owned;    // scales converted to f32, realigned tensors
-  std::shared_ptr<const uint16_t> lm_head_panels;   // owns lm_head.gemm_panels (fast sessions)
+  std::vector<std::shared_ptr<const void>> fast_copies;   // the fast path's layouts (fast_weights.hpp)
 };
 
 /// Loads every tensor the forward pass needs, checking names, dtypes and shapes. MTP layers

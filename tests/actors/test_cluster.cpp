@@ -4,6 +4,7 @@
 // types, for 1+1, 2+2 and 4+4 ranks (EP4 with redundant experts), overlap on and off, prefill
 // chunks of 16/64/512 tokens, 32 concurrent requests of mixed lengths; every KV pool refills.
 // The reduced (DeepEP) combine: equal to the generator in a group of one, the same on every run.
+// The fast kernels over V3's FP8 layout: tokens and logprobs equal the single rank's bit for bit.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "actor_fixture.hpp"
 #include "actors/supervisor.hpp"
+#include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/generator.hpp"
 #include "model/tiny_model.hpp"
 
@@ -85,6 +87,19 @@ topology_config small_topology(int64_t prefill_ranks, int64_t decode_ranks) {
   return topo;
 }
 
+// A case's topology: its ranks, redundant experts, overlap, combine and prefill chunk (a batch
+// budget of two chunks), at most 8 running requests per decode rank.
+topology_config case_topology(const cluster_case& cc) {
+  topology_config topo = small_topology(cc.prefill_ranks, cc.decode_ranks);
+  topo.combine = cc.combine;
+  topo.redundant_experts = cc.redundant;
+  topo.two_batch_overlap = cc.overlap;
+  topo.chunked_prefill_size = cc.chunk;
+  topo.max_prefill_tokens = 2 * cc.chunk;
+  topo.max_running_requests = 8;
+  return topo;
+}
+
 // Submits specs[0, n) and collects every stream and result by request id; index_of: id -> i.
 std::map<uint64_t, collected> run_all(testing::actor_fixture& f, const cluster& c, const std::vector<request_spec>& specs,
                                       int64_t n, std::map<uint64_t, size_t>& index_of) {
@@ -134,13 +149,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
     CAPTURE(cc.overlap);
     CAPTURE(cc.chunk);
     CAPTURE(cc.combine);
-    topology_config topo = small_topology(cc.prefill_ranks, cc.decode_ranks);
-    topo.combine = cc.combine;
-    topo.redundant_experts = cc.redundant;
-    topo.two_batch_overlap = cc.overlap;
-    topo.chunked_prefill_size = cc.chunk;
-    topo.max_prefill_tokens = 2 * cc.chunk;
-    topo.max_running_requests = 8;
+    const topology_config topo = case_topology(cc);
     const cluster_config cfg{.topology = topo, .reference = true};
 
     // the single-rank baseline with the same payload types
@@ -196,6 +205,62 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
     if (weights->config.n_routed_experts > 0)
       for (const auto& rank : c.decode_ranks)
         CHECK(idle_stats(rank).num_steps == decode_steps);
+    c.stop();
+  }
+}
+
+TEST_CASE_FIXTURE(testing::actor_fixture, "on the fast path the cluster's tokens and logprobs equal the single rank's bit for bit") {
+  // The fast kernels with V3's FP8 layout (projections and experts in FP8 panels, kv_a's 96 rows
+  // in padded panels, routers and lm_head BF16 packed, as the loaders lay them out): micro-batches, ranks and
+  // expert placement change how many rows each matmul gets (an expert's rows across the GEMV /
+  // GEMM switch), and must not change a single bit of any request's logits.
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  model_weights built = testing::tiny_model_builder(21, testing::tiny_weights::fp8).build(testing::panel_config(1000));
+  fast::prepare_fast_weights(built);
+  auto weights = std::make_shared<const model_weights>(std::move(built));
+  REQUIRE(weights->layers[1].moe.experts[0].gate_proj.layout == weight_layout::fp8_panels);
+  REQUIRE(weights->layers[1].attn.kv_a_proj_with_mqa.layout == weight_layout::fp8_panels);
+  REQUIRE(weights->layers[1].moe.gate.gemm_panels != nullptr);
+  std::vector<request_spec> specs = mixed_requests(24, 1000, 12);
+  for (request_spec& s : specs)
+    s.sampling.logprobs = 2;
+  const std::vector<cluster_case> cases = {{1, 1, 0, true, 512, 12}, {2, 2, 0, true, 16, 24}, {4, 4, 4, true, 64, 24}};
+  for (const cluster_case& cc : cases) {
+    CAPTURE(cc.prefill_ranks);
+    CAPTURE(cc.decode_ranks);
+    CAPTURE(cc.chunk);
+    const topology_config topo = case_topology(cc);
+    auto fast = make_cpu_fast_backend(2);
+    kv_cache cache(weights->config.num_hidden_layers, 96, 4, weights->config.kv_cache_dim());
+    model_runner runner(*weights, *fast, cache, {.ep = ep_precision_of(topo)});
+    generator gen(runner, tok, cc.chunk);
+
+    cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = false});
+    std::map<uint64_t, size_t> index_of;
+    std::map<uint64_t, collected> got = run_all(*this, c, specs, cc.num_requests, index_of);
+    for (const auto& [id, i] : index_of) {
+      CAPTURE(i);
+      const generation_result want = gen.run(specs[i].prompt_ids, specs[i].sampling);
+      const session_result& r = got[id].result;
+      CHECK(r.error == "");
+      CHECK(r.output_ids == want.output_ids);
+      REQUIRE(r.logprobs.size() == want.logprobs.size());
+      for (size_t t = 0; t < r.logprobs.size(); ++t) {
+        CAPTURE(t);
+        CHECK(r.logprobs[t].logprob == want.logprobs[t].logprob);
+        REQUIRE(r.logprobs[t].top.size() == want.logprobs[t].top.size());
+        for (size_t j = 0; j < r.logprobs[t].top.size(); ++j) {
+          CHECK(r.logprobs[t].top[j].token_id == want.logprobs[t].top[j].token_id);
+          CHECK(r.logprobs[t].top[j].logprob == want.logprobs[t].top[j].logprob);
+        }
+      }
+    }
+    for (const auto& rank : c.decode_ranks) {
+      const rank_stats st = idle_stats(rank);
+      CHECK(st.num_free_blocks == st.num_blocks);
+    }
     c.stop();
   }
 }

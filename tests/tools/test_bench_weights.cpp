@@ -46,3 +46,13 @@ TEST_CASE("a token's weight spans add up to weight_bytes_per_token, with top_k e
   }
   CHECK(experts_of_call[0] != experts_of_call[1]);
 }
+
+TEST_CASE("a BF16 weight packed ahead is read from its packed copy") {
+  model_weights w = testing::tiny_model_builder(5).build(testing::tiny_config(300));
+  std::vector<uint16_t> head(300 * 64, 0), panels(320 * 64, 0);
+  w.lm_head = {.type = dtype::bf16, .data = head.data(), .out_features = 300, .in_features = 64,
+               .gemm_panels = panels.data()};
+  const auto spans = moe::tools::token_weight_spans(w, 0);
+  CHECK(spans.back().data() == reinterpret_cast<const uint8_t*>(panels.data()));
+  CHECK(spans.back().size() == 300 * 64 * 2);
+}
