@@ -78,10 +78,13 @@ double measure_read_bandwidth(int threads) {
 
 // ---- --gemm: kernel microbenchmarks --------------------------------------------------------
 
-// Random weights: BF16 in +-[2^-7, 2^-6), FP8 codes without NaN, scales around 1e-3.
+// Random weights: BF16 in +-[2^-7, 2^-6), FP8 codes without NaN, scales around 1e-3; laid out
+// as a fast session lays out a checkpoint's (fast_weights.hpp): BF16 packed for the GEMM, FP8
+// in panels.
 struct bench_weight {
   std::vector<uint8_t> bytes;
   std::vector<float> scales;
+  std::shared_ptr<const void> laid_out;
   linear_weight w;
 };
 
@@ -103,6 +106,14 @@ std::unique_ptr<bench_weight> make_bench_weight(dtype type, int64_t out, int64_t
   if (type == dtype::f8_e4m3) {
     b->scales.assign(static_cast<size_t>(((out + 127) / 128) * ((in + 127) / 128)), 1e-3f);
     b->w.scale_inv = b->scales.data();
+    auto panels = fast::pad_fp8_panels(b->w);
+    b->w.data = panels.get();
+    b->w.layout = weight_layout::fp8_panels;
+    b->laid_out = std::move(panels);
+  } else {
+    auto panels = fast::pack_gemm_panels(b->w);
+    b->w.gemm_panels = panels.get();
+    b->laid_out = std::move(panels);
   }
   return b;
 }
@@ -160,7 +171,8 @@ void run_gemm(const bench_options& o) {
       {"expert down    [1024,256]", 1024, 256, 0},
   };
   for (dtype type : {dtype::bf16, dtype::f8_e4m3}) {
-    std::printf("\ndecode matmuls (GEMV up to 8 tokens, GEMM above), %s weights, weight bytes per second:\n",
+    std::printf("\ndecode matmuls (FP8 panels: GEMV up to 8 tokens, GEMM above; BF16: the GEMM's tile), %s "
+                "weights, weight bytes per second:\n",
                 std::string(dtype_name(type)).c_str());
     std::printf("  %-30s %12s %12s %12s\n", "", "1 token", "8 tokens", "32 tokens");
     for (const gemm_shape& g : gemvs) {

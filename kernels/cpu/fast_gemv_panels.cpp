@@ -18,14 +18,16 @@
 namespace moe::fast {
 namespace {
 
-// Activation rows per pass over a panel (2 x 4 accumulators). Every row is summed the same way
-// whatever the number of rows in the call: a row's result must not depend on how a topology
-// batches it (the cluster's micro-batches against one rank's whole batch).
-constexpr int64_t max_pass_rows = 2;
+// Activation rows per pass over a panel (4 x 4 accumulators): each pass expands the panel's FP8
+// again, so 8 rows take two passes, not four (bench-model --gemm, FP8 at 8 tokens: 5.4-5.8 ->
+// 6.3-7.3 GB/s). Every row is summed the same way whatever the number of rows in the call and
+// its pass: a row's result must not depend on how a topology batches it (the cluster's
+// micro-batches against one rank's whole batch).
+constexpr int64_t max_pass_rows = 4;
 constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous panel bytes
 
 // acc[m][q] (lanes: rows 16q .. 16q + 15 of the panel) = the panel's rows dotted with a[m], for
-// NT <= 2 activation rows, prefetching ahead up to `prefetch_to` (null: none). One accumulator
+// NT <= 4 activation rows, prefetching ahead up to `prefetch_to` (null: none). One accumulator
 // per 16 rows, as the GEMM's tile: two sets (even and odd column pairs) gave a single row 8
 // independent chains instead of 4 but summed in another order, and measured no faster (hot in
 // L2: one thread 21-23 GB/s either way, two 34-44 against 31-41; from DRAM the same).
@@ -98,10 +100,12 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
       const int64_t nt = std::min(max_pass_rows, x.num_rows - m0);
       const char* prefetch_to = m0 == 0 ? end : nullptr;       // later passes read from cache
       __m512 sums[max_pass_rows][4];
-      if (nt == 1)
-        panel_dot<1>(panel, a + m0, k, prefetch_to, sums);
-      else
-        panel_dot<2>(panel, a + m0, k, prefetch_to, sums);
+      switch (nt) {
+        case 1: panel_dot<1>(panel, a + m0, k, prefetch_to, sums); break;
+        case 2: panel_dot<2>(panel, a + m0, k, prefetch_to, sums); break;
+        case 3: panel_dot<3>(panel, a + m0, k, prefetch_to, sums); break;
+        default: panel_dot<4>(panel, a + m0, k, prefetch_to, sums); break;
+      }
       for (int64_t m = 0; m < nt; ++m)
         for (int64_t j = 0; j < 4; ++j) {
           const int64_t lo = std::max(r0, row0 + 16 * j), hi = std::min(r0 + nr, row0 + 16 * j + 16);
