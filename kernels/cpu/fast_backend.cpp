@@ -21,8 +21,7 @@ std::unique_ptr<backend> make_cpu_fast_backend(int num_threads) {
 void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w, float* out, int64_t ldo) {
   const int64_t n = w.out_features, threads = pool_.size();
   if (x.num_rows <= fast::gemv_max_rows) {  // GEMV-sized, whichever kernel: long row ranges
-    // (a 64-row task per panel restarts the stream every panel: the 129280-row lm_head at batch 1
-    // read ~6 % slower so)
+    // (one task per 64-row panel would restart the weight stream every panel)
     const linear_weight* ws[] = {&w};
     float* outs[] = {out};
     return parallel_gemv(x, ws, outs, ldo);

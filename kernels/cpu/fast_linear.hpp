@@ -1,5 +1,4 @@
 // kernels/cpu/fast_linear.hpp
-// kernels/cpu/fast_linear.hpp
 // The fast path's matmul core: out rows [r0, r0 + nr) of y = x @ W^T for a set of activation rows,
 // one call per task. Two kernels sit behind it, summing each output in the same order (one fp32
 // lane adding vdpbf16ps pair products column pair after column pair), so that a row's numbers do
