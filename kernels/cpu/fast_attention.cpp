@@ -10,8 +10,6 @@
 // The naive form is left to the reference.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <new>
 
 #include "kernels/cpu/fast_attend.hpp"
 #include "kernels/cpu/fast_backend.hpp"
@@ -148,18 +146,7 @@ const absorbed_kv_b& cpu_fast_backend::absorbed(const mla_attention_params& p) {
     std::vector<linear_weight*> all;
     for (int64_t h = 0; h < H; ++h)
       all.insert(all.end(), {&ab->uk_t[h], &ab->uv[h]});
-    std::vector<size_t> offset(all.size() + 1, 0);
-    for (size_t i = 0; i < all.size(); ++i)
-      offset[i + 1] = offset[i] + static_cast<size_t>(fast::gemm_panels_bytes(*all[i]));   // multiples of 64
-    void* panels = std::aligned_alloc(64, offset.back());
-    if (panels == nullptr)
-      throw std::bad_alloc();
-    ab->panels.reset(panels, [](void* q) { std::free(q); });
-    pool_.parallel_for(static_cast<int64_t>(all.size()), [&](int64_t i, int) {
-      auto* dst = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(panels) + offset[i]);
-      fast::pack_gemm_panels_into(*all[i], dst);
-      all[i]->gemm_panels = dst;
-    });
+    ab->panels = fast::lay_out(all);
   }
   slot = std::move(ab);
   return *slot;

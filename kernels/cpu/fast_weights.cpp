@@ -17,11 +17,13 @@ namespace moe::fast {
 
 std::shared_ptr<void> huge_page_buffer(size_t bytes) {
   constexpr size_t huge = size_t{2} << 20;
-  const size_t rounded = std::max<size_t>(huge, (bytes + huge - 1) / huge * huge);
-  void* data = std::aligned_alloc(huge, rounded);
+  const bool big = bytes >= huge;           // smaller ones: 64-byte aligned, not rounded to 2 MiB
+  const size_t align = big ? huge : 64, rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  void* data = std::aligned_alloc(align, rounded);
   if (data == nullptr)
     throw std::bad_alloc();
-  (void)::madvise(data, rounded, MADV_HUGEPAGE);           // best effort: THP may be off
+  if (big)
+    (void)::madvise(data, rounded, MADV_HUGEPAGE);         // best effort: THP may be off
   return {data, [](void* p) { std::free(p); }};
 }
 
@@ -75,8 +77,11 @@ void prepare_fast_weights(model_weights& w) {
       add_mlp(e);
     add_mlp(l.moe.shared_experts);
   }
-  if (todo.empty())
-    return;
+  if (!todo.empty())
+    w.fast_copies.push_back(lay_out(todo));
+}
+
+std::shared_ptr<void> lay_out(std::span<linear_weight* const> todo) {
   // one buffer, each weight's copy at a 64-byte boundary (separate 2 MiB-rounded buffers would
   // take 4x the bytes of the small preset's 512 KiB experts)
   std::vector<size_t> offset(todo.size() + 1, 0);
@@ -112,7 +117,7 @@ void prepare_fast_weights(model_weights& w) {
       x.layout = weight_layout::fp8_panels;
     }
   }
-  w.fast_copies.push_back(std::move(buffer));
+  return buffer;
 }
 
 }  // namespace moe::fast

@@ -8,13 +8,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "kernels/model/weights.hpp"
 
 namespace moe::fast {
 
 /// `bytes` of uninitialised memory, 2 MiB-aligned and advised for transparent huge pages (a
-/// decode step streams whole weights, and 4 KiB pages would cost a TLB miss every 4 KiB).
+/// decode step streams whole weights, and 4 KiB pages would cost a TLB miss every 4 KiB); under
+/// 2 MiB, only 64-byte aligned.
 [[nodiscard]] std::shared_ptr<void> huge_page_buffer(size_t bytes);
 
 /// Bytes of the BF16 weight `w` packed into GEMM panels (whole panels).
@@ -45,5 +47,10 @@ void pad_fp8_panels_into(const linear_weight& w, uint8_t* dst);
 ///     panel GEMV instead of the GEMM's per-call pack.
 /// Idempotent.
 void prepare_fast_weights(model_weights& w);
+
+/// The layout step of prepare_fast_weights for the weights in `todo` (each BF16, or row-major FP8
+/// with in_features a multiple of 64), in parallel, in one buffer that the result owns: BF16
+/// weights get gemm_panels, FP8 ones point at their panel copies.
+[[nodiscard]] std::shared_ptr<void> lay_out(std::span<linear_weight* const> todo);
 
 }  // namespace moe::fast
