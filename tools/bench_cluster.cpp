@@ -8,16 +8,13 @@
 //    micro-batches, with the link model off (compute) and set so one step's communication is
 //    about the compute it can overlap: the MoE layers' stages with two micro-batches (LOGITS
 //    waits for the last combine and the dense layers exchange nothing, in any schedule);
-//    calibrated from traced runs (compute: the median of three).
-//    comm = t(link, 1 mb) - t(no link, 1 mb), hidden = (compute_2mb + comm - t(link, 2 mb)) /
-//    min(compute_2mb, comm), per round of the four runs (rounds where noise puts it outside [0, 1]
-//    are left out and counted); in-trace: per rank of the phase, |compute ∩ comm| / min(|compute|,
-//    |comm|) within each +link run (comm = its messages on the link); hidden (waits): the same as
-//    hidden from each run's waits (step time outside compute spans, mean over the phase's ranks),
-//    1 - (w(link, 2 mb) - w(2 mb)) / (w(link, 1 mb) - w(1 mb)), free of the run-to-run compute
-//    speed. Times come from the trace: the median decode step of the busiest decode rank, the
-//    longest prefill step. Every figure is the
-//    median over --repeat rounds of the four configurations.
+//    calibrated from traced runs (compute: the median of three). Each round runs the four
+//    configurations; per round, the share of min(MoE compute, comm) hidden
+//    (tools/overlap_share.hpp), comm = the +link run's link-busy time, with what the link
+//    exposed taken from step times and from waits outside compute spans, both across runs; and
+//    in-trace, the share of link-busy time under compute within the +link run. Times come from
+//    the trace: the median decode step of the busiest decode rank, the median prefill step.
+//    Every figure is the median over --repeat rounds.
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -34,6 +31,7 @@
 #include "tools/cluster_client.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
+#include "tools/overlap_share.hpp"
 #include "tools/single_rank.hpp"
 #include "tools/topology_options.hpp"
 
@@ -77,16 +75,16 @@ struct level_result {
   double decode_active_s = 0;               // decode ranks' first-to-last span time, all ranks
   double busiest_compute_s = 0, busiest_active_s = 0;   // the decode rank with the most compute
   std::map<std::string, double> busiest_stage_s;          // its compute by stage name
-  double max_decode_comm_s = 0, max_prefill_comm_s = 0;   // comm lane (link model), busiest rank
-  double max_decode_moe_s = 0, max_prefill_moe_s = 0;     // compute in MoE layers, busiest rank
-  double decode_overlap = 0, prefill_overlap = 0;        // mean over ranks: |compute ∩ comm| / min(|compute|, |comm|)
-  double decode_step_s = 0;                 // median decode step of the busiest rank (trace)
-  // per decode step, median over steps, busiest rank: compute in MoE layers, link-busy time
-  double decode_moe_step_s = 0, decode_comm_step_s = 0;
-  double prefill_step_s = 0;                // longest prefill step (first span to LOGITS, trace)
-  // mean over the phase's ranks of a step's time outside its compute spans (waits for payloads,
-  // peers, the next step): per rank the longest prefill step's, the median decode step's
-  double prefill_wait_s = 0, decode_wait_s = 0;
+  // A phase's step from the trace: decode the median step (each figure's median over steps),
+  // prefill the median step (one per wave), whole; times the busiest rank's, `overlap` (over
+  // the whole run) and `wait_s` means over ranks.
+  struct phase_step {
+    double step_s = 0;                      // decode: LOGITS end to LOGITS end; prefill: first span to LOGITS end
+    double moe_s = 0;                       // compute in the MoE layers' stages
+    double comm_s = 0;                      // the link's busy time (this rank's sends)
+    double overlap = 0;                     // |compute ∩ comm| / min(|compute|, |comm|)
+    double wait_s = 0;                      // step time outside compute spans (payloads, peers, next step)
+  } decode, prefill;
 };
 
 double median(std::vector<double> v) {
@@ -121,16 +119,23 @@ void time_requests(const cluster_run& run, level_result& r) {
   r.output_tok_s = static_cast<double>(r.num_output) / run.wall_s;
 }
 
+// Runs each wave of requests through one cluster in turn (the next when the last is done);
+// the request figures cover them all, the trace figures per step (see phase_step).
 level_result run_level(const model_session& s, const std::shared_ptr<const model_weights>& weights,
-                       const topology_config& topo, bool reference, const std::vector<request_spec>& specs,
-                       int64_t concurrency, const std::string& trace_file) {
+                       const topology_config& topo, bool reference,
+                       const std::vector<std::vector<request_spec>>& waves, int64_t concurrency,
+                       const std::string& trace_file) {
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const cluster c = spawn_cluster(sys, std::move(weights), s.tok, {.topology = topo, .reference = reference, .trace = true});
   cluster_run run;
   try {
-    run = run_requests(sys, c, specs, concurrency);
+    for (const std::vector<request_spec>& specs : waves) {
+      cluster_run wave = run_requests(sys, c, specs, concurrency);
+      run.requests.insert(run.requests.end(), wave.requests.begin(), wave.requests.end());
+      run.wall_s += wave.wall_s;
+    }
   } catch (...) {
     c.stop();
     throw;
@@ -148,21 +153,9 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
   if (!trace_file.empty())
     c.trace->write_json(trace_file);
   const std::vector<trace_span> spans = c.trace->spans();
-  const auto all = std::chrono::steady_clock::time_point::min(), end = std::chrono::steady_clock::time_point::max();
   const model_config& mc = s.weights.config;
   for (int64_t g = 0; g < topo.prefill_ranks + topo.decode_ranks; ++g) {
-    const lane_summary lanes = summarize(spans, g, all, end);
-    double& into = g < topo.prefill_ranks ? r.max_prefill_comm_s : r.max_decode_comm_s;
-    into = std::max(into, lanes.comm_s);
-    if (const double m = std::min(lanes.compute_s, lanes.comm_s); m > 0)
-      (g < topo.prefill_ranks ? r.prefill_overlap : r.decode_overlap) +=
-          lanes.overlap_s / m / static_cast<double>(g < topo.prefill_ranks ? topo.prefill_ranks : topo.decode_ranks);
-    double moe_s = 0;
-    for (const trace_span& sp : spans)
-      if (sp.rank == g && sp.lane == trace_lane::compute && layer_of(sp) >= 0 && mc.is_moe_layer(layer_of(sp)))
-        moe_s += std::chrono::duration<double>(sp.end - sp.begin).count();
-    double& moe_into = g < topo.prefill_ranks ? r.max_prefill_moe_s : r.max_decode_moe_s;
-    moe_into = std::max(moe_into, moe_s);
+    const bool prefill = g < topo.prefill_ranks;
     // steps end with LOGITS: a decode step is the time between two LOGITS ends (the wait for
     // the next step included); a prefill step runs from its first span to its LOGITS end
     std::vector<trace_span> own;
@@ -170,9 +163,9 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       if (sp.rank == g && sp.lane == trace_lane::compute)
         own.push_back(sp);
     std::sort(own.begin(), own.end(), [](const trace_span& a, const trace_span& b) { return a.begin < b.begin; });
-    std::vector<double> steps, step_moe, step_comm, step_wait;
+    std::vector<level_result::phase_step> steps;
     auto step_begin = std::chrono::steady_clock::time_point::min();
-    double moe_in_step = 0, compute_in_step = 0;
+    double moe_in_step = 0, compute_in_step = 0;      // a stream's spans do not overlap
     for (const trace_span& sp : own) {
       if (step_begin == std::chrono::steady_clock::time_point::min())
         step_begin = sp.begin;
@@ -182,25 +175,41 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
         moe_in_step += span_s;
       if (!sp.name.starts_with("LOGITS"))
         continue;
-      steps.push_back(std::chrono::duration<double>(sp.end - step_begin).count());
-      step_moe.push_back(moe_in_step);
-      step_comm.push_back(summarize(spans, g, step_begin, sp.end).comm_s);
-      step_wait.push_back(steps.back() - compute_in_step);
+      const double step_s = std::chrono::duration<double>(sp.end - step_begin).count();
+      steps.push_back({.step_s = step_s, .moe_s = moe_in_step, .comm_s = summarize(spans, g, step_begin, sp.end).comm_s,
+                       .wait_s = step_s - compute_in_step});
       moe_in_step = compute_in_step = 0;
-      step_begin = g < topo.prefill_ranks ? std::chrono::steady_clock::time_point::min() : sp.end;
+      step_begin = prefill ? std::chrono::steady_clock::time_point::min() : sp.end;
     }
-    if (g < topo.prefill_ranks) {
-      if (!steps.empty()) {
-        const auto longest = static_cast<size_t>(std::max_element(steps.begin(), steps.end()) - steps.begin());
-        r.prefill_step_s = std::max(r.prefill_step_s, steps[longest]);
-        r.prefill_wait_s += step_wait[longest] / static_cast<double>(topo.prefill_ranks);
-      }
-    } else if (!steps.empty()) {
-      r.decode_wait_s += median(step_wait) / static_cast<double>(topo.decode_ranks);
-      r.decode_step_s = std::max(r.decode_step_s, median(steps));
-      r.decode_moe_step_s = std::max(r.decode_moe_step_s, median(step_moe));
-      r.decode_comm_step_s = std::max(r.decode_comm_step_s, median(step_comm));
+    if (steps.empty())
+      continue;
+    level_result::phase_step mine;
+    if (prefill) {                          // the median step, whole (one per wave)
+      std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end(),
+                       [](const auto& a, const auto& b) { return a.step_s < b.step_s; });
+      mine = steps[steps.size() / 2];
+    } else {
+      auto med = [&](double level_result::phase_step::*f) {
+        std::vector<double> v;
+        for (const auto& st : steps)
+          v.push_back(st.*f);
+        return median(std::move(v));
+      };
+      mine = {.step_s = med(&level_result::phase_step::step_s), .moe_s = med(&level_result::phase_step::moe_s),
+              .comm_s = med(&level_result::phase_step::comm_s), .wait_s = med(&level_result::phase_step::wait_s)};
     }
+    // in-trace over the whole run: early decode steps carry a few requests and little traffic
+    const lane_summary lanes = summarize(spans, g, std::chrono::steady_clock::time_point::min(),
+                                         std::chrono::steady_clock::time_point::max());
+    if (const double both = std::min(lanes.compute_s, lanes.comm_s); both > 0)
+      mine.overlap = lanes.overlap_s / both;
+    level_result::phase_step& into = prefill ? r.prefill : r.decode;
+    const auto ranks = static_cast<double>(prefill ? topo.prefill_ranks : topo.decode_ranks);
+    into.step_s = std::max(into.step_s, mine.step_s);
+    into.moe_s = std::max(into.moe_s, mine.moe_s);
+    into.comm_s = std::max(into.comm_s, mine.comm_s);
+    into.overlap += mine.overlap / ranks;
+    into.wait_s += mine.wait_s / ranks;
   }
   for (int64_t d = 0; d < topo.decode_ranks; ++d) {
     const int64_t g = topo.prefill_ranks + d;
@@ -275,7 +284,7 @@ void run(bench_options& o) {
     for (const int64_t conc : o.concurrency) {
       const int64_t n = o.requests_per_level ? o.requests_per_level : 2 * conc;
       const level_result r = run_level(*s, weights, topo, o.session.reference,
-                                       random_requests(n, o.prompt_len, o.output_len, vocab, o.seed), conc,
+                                       {random_requests(n, o.prompt_len, o.output_len, vocab, o.seed)}, conc,
                                        o.trace_file);
       const double overhead = r.busiest_active_s > 0 ? 1.0 - r.busiest_compute_s / r.busiest_active_s : 0.0;
       std::printf("%12ld %10ld %12.1f %12.2f %10.1f %10.1f %12ld %9.1f%%\n", static_cast<long>(conc),
@@ -305,9 +314,14 @@ void run(bench_options& o) {
   // overlap: compute alone (link model off) with one and two micro-batches, and with the link
   // model set so a step's communication is about the compute it can hide under
   const int64_t conc = o.concurrency.front();
-  const auto decode_specs = random_requests(conc, 8, o.output_len, vocab, o.seed);
-  const auto prefill_specs = random_requests(topo.prefill_ranks, o.prompt_len, 1, vocab, o.seed + 1);
-  const auto num_prefill = static_cast<int64_t>(prefill_specs.size());
+  const std::vector<std::vector<request_spec>> decode_specs = {random_requests(conc, 8, o.output_len, vocab, o.seed)};
+  // Prefill: a prompt per prefill rank, in three waves, for the median of three steps per rank:
+  // one ~2 s step per run left a round's figure to the VM's jitter within seconds.
+  constexpr int prefill_waves = 3;
+  std::vector<std::vector<request_spec>> prefill_specs;
+  for (int i = 0; i < prefill_waves; ++i)
+    prefill_specs.push_back(random_requests(topo.prefill_ranks, o.prompt_len, 1, vocab, o.seed + 1 + i));
+  const int64_t num_prefill = topo.prefill_ranks;
   topology_config t = topo;
   // The link: bandwidth-bound, as DeepEP's normal kernels are (a small fixed latency), so a
   // micro-batch's messages take half as long as the whole batch's.
@@ -344,15 +358,21 @@ void run(bench_options& o) {
   // the link it sets holds for every round. The probe's comm is bytes at a fixed rate.
   std::vector<double> moe_runs[2];          // decode, prefill
   for (int i = 0; i < 3; ++i) {
-    moe_runs[0].push_back(once(true, false, true).decode_moe_step_s);
-    moe_runs[1].push_back(once(false, false, true).max_prefill_moe_s);
+    moe_runs[0].push_back(once(true, false, true).decode.moe_s);
+    moe_runs[1].push_back(once(false, false, true).prefill.moe_s);
   }
+  // The probe's comm is the median of three runs as well: one decode probe's median step once
+  // came out with (next to) no traffic, which set the link ~1000x too slow for every round.
   link[0] = link[1] = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
-  const level_result probe_d = once(true, true, false), probe_p = once(false, true, false);
+  std::vector<double> probes[2];            // decode, prefill
+  for (int i = 0; i < 3; ++i) {
+    probes[0].push_back(once(true, true, false).decode.comm_s);
+    probes[1].push_back(once(false, true, false).prefill.comm_s);
+  }
   const double moe_decode = std::max(1e-9, median(moe_runs[0]));    // a run with no MoE work
   const double moe_prefill = std::max(1e-9, median(moe_runs[1]));   // still gets a finite link
-  link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_d.decode_comm_step_s / moe_decode)};
-  link[1] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, probe_p.max_prefill_comm_s / moe_prefill)};
+  link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, median(probes[0]) / moe_decode)};
+  link[1] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, median(probes[1]) / moe_prefill)};
   std::printf("MoE-layer compute per step, two micro-batches: decode %.2f ms, prefill %.2f ms; "
               "the rest is dense layers and LOGITS\n",
               1e3 * moe_decode, 1e3 * moe_prefill);
@@ -361,56 +381,64 @@ void run(bench_options& o) {
   std::fflush(stdout);                      // the rounds take minutes: show the link they run on
   // Rounds: every configuration once per round, so that a slow phase of the VM (run-to-run
   // differences of 20-40 % on two cores) falls on all four alike; figures are medians over rounds.
+  // Per round and micro-batch count, the share of min(MoE compute, comm) hidden
+  // (tools/overlap_share.hpp), comm and compute from the +link run's own trace, with what the
+  // link exposed taken two ways:
+  //  - hidden: the step with the link minus the step without (two runs, whose compute speeds
+  //    differ with the VM's: this figure carries that noise);
+  //  - by waits: the step's time outside compute spans (mean over the phase's ranks) with the
+  //    link minus without: each run's own compute drops out.
+  // And in-trace, within the +link run: the share of the link's busy time during which the
+  // rank computes (mean over ranks).
   struct phase_runs {
     std::vector<double> time[2][2];         // [link model][micro-batches - 1]: step time per round
-    std::vector<double> in_trace[2];        // [micro-batches - 1], +link runs
-    std::vector<double> hidden;             // per round, where the noise left it in [0, 1]
-    std::vector<double> hidden_waits;       // per round, from the waits (see below)
+    std::vector<double> comm, moe[2];       // the +link 2 mb run's comm; MoE compute [link model], 2 mb
+    std::vector<double> hidden[2], in_trace[2], by_waits[2];   // [micro-batches - 1]
   } phases[2];                              // decode, prefill
   for (int64_t round = 0; round < o.repeat; ++round)
     for (int phase = 0; phase < 2; ++phase) {
       const bool decode = phase == 0;
       phase_runs& pr = phases[phase];
-      double x[2][2], w[2][2];
-      for (int on = 0; on < 2; ++on)
-        for (int mb = 0; mb < 2; ++mb) {
+      level_result::phase_step st[2][2];
+      for (int mb = 0; mb < 2; ++mb)          // each pair compared across runs back to back
+        for (int on = 0; on < 2; ++on) {
           const level_result r = once(decode, on == 1, mb == 1);
-          x[on][mb] = decode ? r.decode_step_s : r.prefill_step_s;
-          w[on][mb] = decode ? r.decode_wait_s : r.prefill_wait_s;
-          pr.time[on][mb].push_back(x[on][mb]);
-          if (on == 1)
-            pr.in_trace[mb].push_back(decode ? r.decode_overlap : r.prefill_overlap);
+          st[on][mb] = decode ? r.decode : r.prefill;
+          pr.time[on][mb].push_back(st[on][mb].step_s);
         }
-      // comm = what the link model adds to one micro-batch; hidden = the part of min(compute,
-      // comm) that two micro-batches take off their own compute + comm
-      const double comm = x[1][0] - x[0][0], compute = x[0][1];
-      const double share = std::min(compute, comm) > 0 ? (compute + comm - x[1][1]) / std::min(compute, comm) : -1.0;
-      if (share >= 0.0 && share <= 1.0)
-        pr.hidden.push_back(share);
-      // the same figure from each run's waits (step time outside compute spans): a run's compute
-      // time drops out, so the VM's speed from run to run does not count, only what the link
-      // adds to the waits: 1 - (w(link, 2 mb) - w(2 mb)) / (w(link, 1 mb) - w(1 mb))
-      if (const double exposed_1mb = w[1][0] - w[0][0]; exposed_1mb > 0)
-        pr.hidden_waits.push_back(1.0 - (w[1][1] - w[0][1]) / exposed_1mb);
+      pr.comm.push_back(st[1][1].comm_s);
+      pr.moe[0].push_back(st[0][1].moe_s);
+      pr.moe[1].push_back(st[1][1].moe_s);
+      for (int mb = 0; mb < 2; ++mb) {
+        const level_result::phase_step &off = st[0][mb], &on = st[1][mb];
+        pr.in_trace[mb].push_back(on.overlap);
+        pr.hidden[mb].push_back(
+            hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.step_s - off.step_s}));
+        pr.by_waits[mb].push_back(
+            hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.wait_s - off.wait_s}));
+      }
     }
-  // in the trace: the share of min(compute, comm) during which a rank both computes and has a
-  // message on its link, in the +link runs (within one run: no cross-run noise)
-  std::printf("medians of %ld rounds\n", static_cast<long>(o.repeat));
-  std::printf("%8s %12s %12s %12s %12s %14s %13s %13s %14s\n", "phase", "compute 1mb", "compute 2mb", "+link 1mb",
-              "+link 2mb", "hidden", "in-trace 1mb", "in-trace 2mb", "hidden (waits)");
+  auto ms = [](const std::vector<double>& v) { return 1e3 * median(v); };
+  auto pct = [](const std::vector<double>& v) { return 100.0 * median(v); };
+  std::printf("medians of %ld rounds; comm per step and MoE-layer compute (without / with the link) of the two "
+              "micro-batch runs; shares for 1 -> 2 micro-batches\n",
+              static_cast<long>(o.repeat));
+  std::printf("%8s %11s %11s %11s %11s %10s %17s %15s %15s %15s\n", "phase", "compute 1mb", "compute 2mb",
+              "+link 1mb", "+link 2mb", "comm", "MoE 2mb off/on", "hidden", "in-trace", "by waits");
   for (int phase = 0; phase < 2; ++phase) {
     const phase_runs& pr = phases[phase];
-    char hidden_text[32] = "n/a";           // no round where the noise left the share in [0, 1]
-    if (!pr.hidden.empty())
-      std::snprintf(hidden_text, sizeof hidden_text, "%.1f%% (%zu/%ld)", 100.0 * median(pr.hidden), pr.hidden.size(),
-                    static_cast<long>(o.repeat));
-    char waits_text[16] = "n/a";            // no round where the link added to one micro-batch's waits
-    if (!pr.hidden_waits.empty())
-      std::snprintf(waits_text, sizeof waits_text, "%.1f%%", 100.0 * median(pr.hidden_waits));
-    std::printf("%8s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %14s %12.1f%% %12.1f%% %14s\n",
-                phase == 0 ? "decode" : "prefill", 1e3 * median(pr.time[0][0]), 1e3 * median(pr.time[0][1]),
-                1e3 * median(pr.time[1][0]), 1e3 * median(pr.time[1][1]), hidden_text,
-                100.0 * median(pr.in_trace[0]), 100.0 * median(pr.in_trace[1]), waits_text);
+    std::printf("%8s %8.1f ms %8.1f ms %8.1f ms %8.1f ms %7.1f ms %6.1f/%6.1f ms %5.1f -> %5.1f%% %5.1f -> %5.1f%% "
+                "%5.1f -> %5.1f%%\n",
+                phase == 0 ? "decode" : "prefill", ms(pr.time[0][0]), ms(pr.time[0][1]), ms(pr.time[1][0]),
+                ms(pr.time[1][1]), ms(pr.comm), ms(pr.moe[0]), ms(pr.moe[1]), pct(pr.hidden[0]), pct(pr.hidden[1]),
+                pct(pr.in_trace[0]), pct(pr.in_trace[1]), pct(pr.by_waits[0]), pct(pr.by_waits[1]));
+  }
+  for (int phase = 0; phase < 2; ++phase) {  // the spread behind the medians
+    std::printf("%8s, two micro-batches, per round: hidden / in-trace / by waits (%%):", phase == 0 ? "decode" : "prefill");
+    for (int64_t i = 0; i < o.repeat; ++i)
+      std::printf(" %.0f/%.0f/%.0f", 100.0 * phases[phase].hidden[1][i], 100.0 * phases[phase].in_trace[1][i],
+                  100.0 * phases[phase].by_waits[1][i]);
+    std::printf("\n");
   }
 }
 

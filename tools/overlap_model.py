@@ -12,8 +12,8 @@
 # answer_groups): its share of the MLP (--peer-share, half in a group of two), the combine
 # leaves, then this rank's own tokens, which cross no link. --first-share gives micro-batch 0
 # that share of every stage and message (prefill: actors/policy prefill_first_share). It prints the
-# share of min(compute, comm) that two micro-batches hide, both ways bench-cluster --overlap
-# measures it (across runs, and in-trace: |compute ∩ port busy| / min(compute, comm)), for
+# share of min(compute, comm) that two micro-batches hide as bench-cluster --overlap measures it
+# (across runs: tools/overlap_share.hpp; in-trace: |compute ∩ port busy| / min(compute, comm)), for
 # comm = compute and several combine : dispatch byte ratios: the ceiling of the design, without
 # framework cost or noise.
 #
@@ -101,9 +101,10 @@ def hidden(layers, stages, comm, ratio, peer_share, order, first_share):
                                   order, first_share)
             for link in (False, True) for mb in (1, 2)}
     t = {key: run[0] for key, run in runs.items()}
-    added = t[True, 1] - t[False, 1]
-    compute = t[False, 2]
-    return (compute + added - t[True, 2]) / min(compute, added), in_trace(*runs[True, 2][1:])
+    # as tools/overlap_share.hpp: (comm - exposed) / min(compute, comm), the port's busy time
+    # against the compute (every layer here is a MoE layer)
+    busy, compute, exposed = layers * comm, t[False, 2], t[True, 2] - t[False, 2]
+    return (busy - exposed) / min(compute, busy), in_trace(*runs[True, 2][1:])
 
 
 def main():
