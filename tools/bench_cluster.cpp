@@ -355,20 +355,18 @@ void run(bench_options& o) {
   // steps that are measured.
   // The compute is the median of three runs: one run's compute can be 25 % off the VM's usual
   // (a prefill's MoE stages took 1692 ms in one calibration run against 1222-1424 in others), and
-  // the link it sets holds for every round. The probe's comm is bytes at a fixed rate.
-  std::vector<double> moe_runs[2];          // decode, prefill
-  for (int i = 0; i < 3; ++i) {
-    moe_runs[0].push_back(once(true, false, true).decode.moe_s);
-    moe_runs[1].push_back(once(false, false, true).prefill.moe_s);
-  }
-  // The probe's comm is the median of three runs as well: one decode probe's median step once
-  // came out with (next to) no traffic, which set the link ~1000x too slow for every round.
+  // the link it sets holds for every round. So is the probe's comm (bytes at a fixed rate): one
+  // decode probe's median step once came out with next to no traffic, which set the link ~1000x
+  // too slow for every round. (Runs without the link ignore its settings.)
   link[0] = link[1] = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
-  std::vector<double> probes[2];            // decode, prefill
-  for (int i = 0; i < 3; ++i) {
-    probes[0].push_back(once(true, true, false).decode.comm_s);
-    probes[1].push_back(once(false, true, false).prefill.comm_s);
-  }
+  std::vector<double> moe_runs[2], probes[2];   // decode, prefill
+  for (int i = 0; i < 3; ++i)
+    for (int phase = 0; phase < 2; ++phase) {
+      const bool decode = phase == 0;
+      const level_result compute = once(decode, false, true), probe = once(decode, true, false);
+      moe_runs[phase].push_back((decode ? compute.decode : compute.prefill).moe_s);
+      probes[phase].push_back((decode ? probe.decode : probe.prefill).comm_s);
+    }
   const double moe_decode = std::max(1e-9, median(moe_runs[0]));    // a run with no MoE work
   const double moe_prefill = std::max(1e-9, median(moe_runs[1]));   // still gets a finite link
   link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, median(probes[0]) / moe_decode)};
