@@ -102,7 +102,7 @@ void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload
   const ep_key key = p->key;
   const auto now = link_model::clock::now();
   auto at = now;
-  if (links_.links) {
+  if (links_.links && links_.links->carries(key.step)) {
     const int64_t src_g = members_.global_ranks[group_.rank], dst_g = members_.global_ranks[dest_rank];
     at = links_.links->deliver_at(src_g, dst_g, num_bytes, now);
     if (links_.trace && links_.trace->enabled())

@@ -71,7 +71,7 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   if (topo.link_model)
     c.links = std::make_shared<link_model>(
         link_model_config{.ranks_per_node = topo.ranks_per_node, .intra_node = topo.intra_node,
-                          .inter_node = topo.inter_node},
+                          .inter_node = topo.inter_node, .even_steps_only = cfg.link_even_steps_only},
         topo.prefill_ranks + topo.decode_ranks);
   const cluster_links links{.links = c.links, .trace = c.trace};
   for (int64_t r = 0; r < topo.prefill_ranks; ++r) {

@@ -20,6 +20,7 @@ struct cluster_config {
   topology_config topology;
   bool reference = false;                   // CPU reference backend on every rank (bit-exact runs)
   bool trace = false;                       // record a Chrome trace
+  bool link_even_steps_only = false;        // link_model_config::even_steps_only (benchmarks)
 };
 
 /// Handles of one running cluster.

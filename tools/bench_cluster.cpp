@@ -4,17 +4,16 @@
 //    with --single-rank the same levels through one model_runner (the "1 rank" baseline);
 //  - framework overhead: the share of wall time the busiest decode rank spends outside the
 //    compute spans of the trace while it decodes (waits for peers included);
-//  - overlap (--overlap): decode step time (TPOT) and prefill time (TTFT) with one and two
-//    micro-batches, with the link model off (compute) and set so one step's communication is
-//    about the compute it can overlap: the MoE layers' stages with two micro-batches (LOGITS
-//    waits for the last combine and the dense layers exchange nothing, in any schedule);
-//    calibrated from traced runs (compute: the median of three). Each round runs the four
-//    configurations; per round, the share of min(MoE compute, comm) hidden
-//    (tools/overlap_share.hpp), comm = the +link run's link-busy time, with what the link
-//    exposed taken from step times and from waits outside compute spans, both across runs; and
-//    in-trace, the share of link-busy time under compute within the +link run. Times come from
-//    the trace: the median decode step of the busiest decode rank, the median prefill step.
-//    Every figure is the median over --repeat rounds.
+//  - overlap (--overlap): decode and prefill steps with one and two micro-batches, with the link
+//    model set so one step's communication is about the compute it can overlap: the MoE layers'
+//    stages with two micro-batches (LOGITS waits for the last combine and the dense layers
+//    exchange nothing, in any schedule); calibrated from traced runs without the link (the
+//    median of three). Each round runs each phase with one and with two micro-batches, the link
+//    on every other step only, and each step on the link gives the share of min(MoE compute,
+//    comm) hidden (tools/overlap_share.hpp): comm = its link-busy time, what the link exposed =
+//    its time (or its waits outside compute spans) minus its neighbours' off the link. In-trace:
+//    the share of link-busy time under compute in the steps on the link. Times come from the
+//    trace, per step; shares are medians over all such steps of --repeat rounds.
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -22,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <random>
@@ -84,7 +84,10 @@ struct level_result {
     double comm_s = 0;                      // the link's busy time (this rank's sends)
     double overlap = 0;                     // |compute ∩ comm| / min(|compute|, |comm|)
     double wait_s = 0;                      // step time outside compute spans (payloads, peers, next step)
+    double busy_s = 0, both_s = 0;          // one step: compute spans' union, its overlap with comm
   } decode, prefill;
+  // every step of every rank of the phase, in step order (an overlap run pairs neighbours)
+  std::vector<std::vector<phase_step>> decode_steps, prefill_steps;
 };
 
 double median(std::vector<double> v) {
@@ -124,11 +127,13 @@ void time_requests(const cluster_run& run, level_result& r) {
 level_result run_level(const model_session& s, const std::shared_ptr<const model_weights>& weights,
                        const topology_config& topo, bool reference,
                        const std::vector<std::vector<request_spec>>& waves, int64_t concurrency,
-                       const std::string& trace_file) {
+                       const std::string& trace_file, bool link_even_steps_only = false) {
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  const cluster c = spawn_cluster(sys, std::move(weights), s.tok, {.topology = topo, .reference = reference, .trace = true});
+  const cluster c = spawn_cluster(sys, std::move(weights), s.tok,
+                                  {.topology = topo, .reference = reference, .trace = true,
+                                   .link_even_steps_only = link_even_steps_only});
   cluster_run run;
   try {
     for (const std::vector<request_spec>& specs : waves) {
@@ -176,13 +181,15 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       if (!sp.name.starts_with("LOGITS"))
         continue;
       const double step_s = std::chrono::duration<double>(sp.end - step_begin).count();
-      steps.push_back({.step_s = step_s, .moe_s = moe_in_step, .comm_s = summarize(spans, g, step_begin, sp.end).comm_s,
-                       .wait_s = step_s - compute_in_step});
+      const lane_summary in_step = summarize(spans, g, step_begin, sp.end);
+      steps.push_back({.step_s = step_s, .moe_s = moe_in_step, .comm_s = in_step.comm_s,
+                       .wait_s = step_s - compute_in_step, .busy_s = in_step.compute_s, .both_s = in_step.overlap_s});
       moe_in_step = compute_in_step = 0;
       step_begin = prefill ? std::chrono::steady_clock::time_point::min() : sp.end;
     }
     if (steps.empty())
       continue;
+    (prefill ? r.prefill_steps : r.decode_steps).push_back(steps);
     level_result::phase_step mine;
     if (prefill) {                          // the median step, whole (one per wave)
       std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end(),
@@ -235,6 +242,51 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
     }
   }
   return r;
+}
+
+// One overlap run's figures, the link on every other step: per rank, each step on the link
+// against its neighbours off it (tools/overlap_share.hpp), pooled over ranks; times as the
+// busiest rank's medians; in-trace over the steps on the link, the mean over ranks.
+struct alternating_run {
+  double step_s[2] = {0, 0}, moe_s[2] = {0, 0};   // [on the link]: median step, its MoE compute
+  double comm_s = 0;                        // median link-busy time of a step on the link
+  double in_trace = 0;
+  std::vector<double> hidden, by_waits;     // the shares of every pair (none of -1: nothing to hide)
+};
+
+alternating_run summarize_alternating(const std::vector<std::vector<level_result::phase_step>>& ranks) {
+  alternating_run f;
+  auto keep = [](std::vector<double>& into, const std::vector<double>& shares) {
+    std::copy_if(shares.begin(), shares.end(), std::back_inserter(into), [](double x) { return x >= 0.0; });
+  };
+  for (const std::vector<level_result::phase_step>& steps : ranks) {
+    std::vector<step_sample> samples;
+    std::vector<double> step_s[2], moe_s[2], comm_s;
+    double busy = 0, both = 0, busy_link = 0;
+    for (const level_result::phase_step& st : steps) {
+      samples.push_back({.step_s = st.step_s, .wait_s = st.wait_s, .moe_s = st.moe_s, .comm_s = st.comm_s});
+      const int on = st.comm_s > 0.0 ? 1 : 0;
+      step_s[on].push_back(st.step_s);
+      moe_s[on].push_back(st.moe_s);
+      if (on) {
+        comm_s.push_back(st.comm_s);
+        busy += st.busy_s;
+        both += st.both_s;
+        busy_link += st.comm_s;
+      }
+    }
+    const neighbour_shares sh = shares_against_neighbours(samples);
+    keep(f.hidden, sh.hidden);
+    keep(f.by_waits, sh.by_waits);
+    for (int on = 0; on < 2; ++on) {
+      f.step_s[on] = std::max(f.step_s[on], median(step_s[on]));
+      f.moe_s[on] = std::max(f.moe_s[on], median(moe_s[on]));
+    }
+    f.comm_s = std::max(f.comm_s, median(comm_s));
+    if (const double most = std::min(busy, busy_link); most > 0)
+      f.in_trace += both / most / static_cast<double>(ranks.size());
+  }
+  return f;
 }
 
 // The same levels through one model_runner on the session's threads (no ranks, no actors).
@@ -311,13 +363,13 @@ void run(bench_options& o) {
       run_single_rank_levels(o, *s);
     return;
   }
-  // overlap: compute alone (link model off) with one and two micro-batches, and with the link
-  // model set so a step's communication is about the compute it can hide under
+  // overlap: compute alone (link model off) to set the link, then runs with the link on every
+  // other step, one and two micro-batches
   const int64_t conc = o.concurrency.front();
   const std::vector<std::vector<request_spec>> decode_specs = {random_requests(conc, 8, o.output_len, vocab, o.seed)};
-  // Prefill: a prompt per prefill rank, in three waves, for the median of three steps per rank:
-  // one ~2 s step per run left a round's figure to the VM's jitter within seconds.
-  constexpr int prefill_waves = 3;
+  // Prefill: a prompt per prefill rank per wave, one step each; seven waves give every rank three
+  // steps on the link beside steps off it after the run's first (which pays its warm-up).
+  constexpr int prefill_waves = 7;
   std::vector<std::vector<request_spec>> prefill_specs;
   for (int i = 0; i < prefill_waves; ++i)
     prefill_specs.push_back(random_requests(topo.prefill_ranks, o.prompt_len, 1, vocab, o.seed + 1 + i));
@@ -326,8 +378,8 @@ void run(bench_options& o) {
   // The link: bandwidth-bound, as DeepEP's normal kernels are (a small fixed latency), so a
   // micro-batch's messages take half as long as the whole batch's.
   link_spec link[2] = {{.latency_us = 20.0, .bandwidth_gb_s = 1.0}, {.latency_us = 20.0, .bandwidth_gb_s = 1.0}};
-  // the trace of the last +link two-micro-batch run of each phase: FILE with .decode / .prefill
-  // before its extension
+  // the trace of the last two-micro-batch run of each phase: FILE with .decode / .prefill before
+  // its extension
   std::string trace_of[2];                  // decode, prefill
   if (!o.trace_file.empty())
     for (int phase = 0; phase < 2; ++phase) {
@@ -335,17 +387,17 @@ void run(bench_options& o) {
       const std::string ext = f.extension().string();
       trace_of[phase] = f.replace_extension((phase == 0 ? ".decode" : ".prefill") + ext).string();
     }
-  auto once = [&](bool decode, bool on, bool two) {
+  auto once = [&](bool decode, bool on, bool two, bool even_steps_only) {
     t.link_model = on;
     t.two_batch_overlap = two;
     t.intra_node = t.inter_node = link[decode ? 0 : 1];
-    const std::string trace = on && two ? trace_of[decode ? 0 : 1] : std::string();
-    return decode ? run_level(*s, weights, t, o.session.reference, decode_specs, conc, trace)
-                  : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, trace);
+    const std::string trace = even_steps_only && two ? trace_of[decode ? 0 : 1] : std::string();
+    return decode ? run_level(*s, weights, t, o.session.reference, decode_specs, conc, trace, even_steps_only)
+                  : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, trace, even_steps_only);
   };
   // warm-up: the first touch of mmapped weights is many times slower than the steady state
-  (void)once(true, false, false);
-  (void)once(false, false, false);
+  (void)once(true, false, false, false);
+  (void)once(false, false, false, false);
   // calibrate: transfer time scales as 1 / bandwidth, so the traced comm time of one probe at
   // 1 GB/s gives the bandwidth at which a step's communication takes as long as the compute that
   // is to hide it: the MoE layers' stages with two micro-batches (traced without the link)
@@ -363,7 +415,7 @@ void run(bench_options& o) {
   for (int i = 0; i < 3; ++i)
     for (int phase = 0; phase < 2; ++phase) {
       const bool decode = phase == 0;
-      const level_result compute = once(decode, false, true), probe = once(decode, true, false);
+      const level_result compute = once(decode, false, true, false), probe = once(decode, true, false, false);
       moe_runs[phase].push_back((decode ? compute.decode : compute.prefill).moe_s);
       probes[phase].push_back((decode ? probe.decode : probe.prefill).comm_s);
     }
@@ -377,65 +429,65 @@ void run(bench_options& o) {
   std::printf("link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ MoE compute)\n",
               link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
   std::fflush(stdout);                      // the rounds take minutes: show the link they run on
-  // Rounds: every configuration once per round, so that a slow phase of the VM (run-to-run
-  // differences of 20-40 % on two cores) falls on all four alike; figures are medians over rounds.
-  // Per round and micro-batch count, the share of min(MoE compute, comm) hidden
-  // (tools/overlap_share.hpp), comm and compute from the +link run's own trace, with what the
-  // link exposed taken two ways:
-  //  - hidden: the step with the link minus the step without (two runs, whose compute speeds
-  //    differ with the VM's: this figure carries that noise);
-  //  - by waits: the step's time outside compute spans (mean over the phase's ranks) with the
-  //    link minus without: each run's own compute drops out.
-  // And in-trace, within the +link run: the share of the link's busy time during which the
-  // rank computes (mean over ranks).
+  // Rounds: per phase, one run with one micro-batch and one with two, each with the link on even
+  // steps only (link_model_config::even_steps_only). Every step on the link is compared with its
+  // neighbours off it (tools/overlap_share.hpp): one run, the same moment of the VM and nearly
+  // the same batch, where two runs compared differed by up to a third in compute speed on these
+  // two shared cores. What the link exposed is taken two ways:
+  //  - hidden: the step's time minus its neighbours';
+  //  - by waits: the step's time outside compute spans minus its neighbours'.
+  // And in-trace: the share of the link's busy time during which the rank computes, over the
+  // steps on the link (mean over ranks).
   struct phase_runs {
-    std::vector<double> time[2][2];         // [link model][micro-batches - 1]: step time per round
-    std::vector<double> comm, moe[2];       // the +link 2 mb run's comm; MoE compute [link model], 2 mb
-    std::vector<double> hidden[2], in_trace[2], by_waits[2];   // [micro-batches - 1]
+    std::vector<double> time[2][2];         // [on the link][micro-batches - 1]: median step per run
+    std::vector<double> comm, moe[2];       // 2 mb: comm of a step on the link; MoE compute [on the link]
+    std::vector<double> in_trace[2];        // [micro-batches - 1], per run
+    std::vector<double> hidden[2], by_waits[2];        // every pair of every run
+    std::vector<double> round_hidden, round_by_waits;  // 2 mb: each run's median
   } phases[2];                              // decode, prefill
   for (int64_t round = 0; round < o.repeat; ++round)
     for (int phase = 0; phase < 2; ++phase) {
       const bool decode = phase == 0;
       phase_runs& pr = phases[phase];
-      level_result::phase_step st[2][2];
-      for (int mb = 0; mb < 2; ++mb)          // each pair compared across runs back to back
-        for (int on = 0; on < 2; ++on) {
-          const level_result r = once(decode, on == 1, mb == 1);
-          st[on][mb] = decode ? r.decode : r.prefill;
-          pr.time[on][mb].push_back(st[on][mb].step_s);
-        }
-      pr.comm.push_back(st[1][1].comm_s);
-      pr.moe[0].push_back(st[0][1].moe_s);
-      pr.moe[1].push_back(st[1][1].moe_s);
       for (int mb = 0; mb < 2; ++mb) {
-        const level_result::phase_step &off = st[0][mb], &on = st[1][mb];
-        pr.in_trace[mb].push_back(on.overlap);
-        pr.hidden[mb].push_back(
-            hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.step_s - off.step_s}));
-        pr.by_waits[mb].push_back(
-            hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.wait_s - off.wait_s}));
+        const level_result r = once(decode, true, mb == 1, true);
+        const alternating_run f = summarize_alternating(decode ? r.decode_steps : r.prefill_steps);
+        for (int on = 0; on < 2; ++on)
+          pr.time[on][mb].push_back(f.step_s[on]);
+        pr.in_trace[mb].push_back(f.in_trace);
+        pr.hidden[mb].insert(pr.hidden[mb].end(), f.hidden.begin(), f.hidden.end());
+        pr.by_waits[mb].insert(pr.by_waits[mb].end(), f.by_waits.begin(), f.by_waits.end());
+        if (mb == 1) {
+          pr.comm.push_back(f.comm_s);
+          pr.moe[0].push_back(f.moe_s[0]);
+          pr.moe[1].push_back(f.moe_s[1]);
+          pr.round_hidden.push_back(median(f.hidden));
+          pr.round_by_waits.push_back(median(f.by_waits));
+        }
       }
     }
   auto ms = [](const std::vector<double>& v) { return 1e3 * median(v); };
   auto pct = [](const std::vector<double>& v) { return 100.0 * median(v); };
-  std::printf("medians of %ld rounds; comm per step and MoE-layer compute (without / with the link) of the two "
-              "micro-batch runs; shares for 1 -> 2 micro-batches\n",
+  std::printf("%ld rounds, the link on every other step; times and in-trace: medians over runs (comm and MoE-layer "
+              "compute: two micro-batches, steps off / on the link); hidden and by waits: medians over every step "
+              "on the link against its neighbours off it; shares for 1 -> 2 micro-batches\n",
               static_cast<long>(o.repeat));
-  std::printf("%8s %11s %11s %11s %11s %10s %17s %15s %15s %15s\n", "phase", "compute 1mb", "compute 2mb",
-              "+link 1mb", "+link 2mb", "comm", "MoE 2mb off/on", "hidden", "in-trace", "by waits");
+  std::printf("%8s %11s %11s %11s %11s %10s %17s %15s %15s %15s %11s\n", "phase", "compute 1mb", "compute 2mb",
+              "+link 1mb", "+link 2mb", "comm", "MoE 2mb off/on", "hidden", "in-trace", "by waits", "pairs 2mb");
   for (int phase = 0; phase < 2; ++phase) {
     const phase_runs& pr = phases[phase];
     std::printf("%8s %8.1f ms %8.1f ms %8.1f ms %8.1f ms %7.1f ms %6.1f/%6.1f ms %5.1f -> %5.1f%% %5.1f -> %5.1f%% "
-                "%5.1f -> %5.1f%%\n",
+                "%5.1f -> %5.1f%% %11zu\n",
                 phase == 0 ? "decode" : "prefill", ms(pr.time[0][0]), ms(pr.time[0][1]), ms(pr.time[1][0]),
                 ms(pr.time[1][1]), ms(pr.comm), ms(pr.moe[0]), ms(pr.moe[1]), pct(pr.hidden[0]), pct(pr.hidden[1]),
-                pct(pr.in_trace[0]), pct(pr.in_trace[1]), pct(pr.by_waits[0]), pct(pr.by_waits[1]));
+                pct(pr.in_trace[0]), pct(pr.in_trace[1]), pct(pr.by_waits[0]), pct(pr.by_waits[1]),
+                pr.hidden[1].size());
   }
   for (int phase = 0; phase < 2; ++phase) {  // the spread behind the medians
     std::printf("%8s, two micro-batches, per round: hidden / in-trace / by waits (%%):", phase == 0 ? "decode" : "prefill");
     for (int64_t i = 0; i < o.repeat; ++i)
-      std::printf(" %.0f/%.0f/%.0f", 100.0 * phases[phase].hidden[1][i], 100.0 * phases[phase].in_trace[1][i],
-                  100.0 * phases[phase].by_waits[1][i]);
+      std::printf(" %.0f/%.0f/%.0f", 100.0 * phases[phase].round_hidden[i], 100.0 * phases[phase].in_trace[1][i],
+                  100.0 * phases[phase].round_by_waits[i]);
     std::printf("\n");
   }
 }
@@ -459,12 +511,12 @@ void add_bench_cluster(CLI::App& app) {
                 "also run each level through one model_runner on --threads (the \"1 rank\" baseline: no ranks, "
                 "continuous batching)");
   cmd->add_option("--repeat", o->repeat,
-                  "overlap: rounds of every configuration; each figure is the median over rounds (default 1)")
+                  "overlap: rounds of runs with one and two micro-batches (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{20}));
   cmd->add_option("--seed", o->seed, "prompt RNG seed");
   cmd->add_option("--trace", o->trace_file,
-                  "write the last run's Chrome trace (JSON) to this file (--overlap: the last +link two-micro-batch "
-                  "runs, to FILE with .decode / .prefill before its extension)");
+                  "write the last run's Chrome trace (JSON) to this file (--overlap: the last two-micro-batch runs, "
+                  "to FILE with .decode / .prefill before its extension)");
   cmd->callback([o] { run(*o); });
 }
 

@@ -13,9 +13,9 @@
 # leaves, then this rank's own tokens, which cross no link. --first-share gives micro-batch 0
 # that share of every stage and message (prefill: actors/policy prefill_first_share). It prints the
 # share of min(compute, comm) that two micro-batches hide as bench-cluster --overlap measures it
-# (across runs: tools/overlap_share.hpp; in-trace: |compute ∩ port busy| / min(compute, comm)), for
-# comm = compute and several combine : dispatch byte ratios: the ceiling of the design, without
-# framework cost or noise.
+# (a step with the link against one without: tools/overlap_share.hpp; in-trace: |compute ∩ port
+# busy| / min(compute, comm)), for comm = compute and several combine : dispatch byte ratios: the
+# ceiling of the design, without framework cost or noise.
 #
 #   /usr/bin/python3 tools/overlap_model.py            # stage times of the small preset (ms)
 #   /usr/bin/python3 tools/overlap_model.py --stages 0.8 2.34 0.42 4.16 0.1 --order shared-first
@@ -94,7 +94,7 @@ def in_trace(computing, sending):
 
 
 def hidden(layers, stages, comm, ratio, peer_share, order, first_share):
-    """(share hidden across runs, in-trace share with two micro-batches)."""
+    """(share hidden, a step with the link against one without, in-trace share with two micro-batches)."""
     dispatch = comm / (1 + ratio)
     combine = comm - dispatch
     runs = {(link, mb): step_time(mb, layers, stages, dispatch if link else 0, combine if link else 0, peer_share,

@@ -18,6 +18,9 @@ namespace moe {
 struct link_model_config {
   int64_t ranks_per_node = 8;
   link_spec intra_node, inter_node;
+  // Benchmarks: only even EP steps' messages take the link, odd steps' go at once, so one run
+  // holds neighbouring steps with and without it (bench-cluster --overlap).
+  bool even_steps_only = false;
 };
 
 /// Delivery times of messages between ranks. Each sender has one port per link class
@@ -38,6 +41,8 @@ public:
   /// Pure cost of one message on an idle link (no reservation): latency + bytes/bandwidth.
   [[nodiscard]] clock::duration transfer_time(int64_t src_rank, int64_t dst_rank, size_t num_bytes) const;
   [[nodiscard]] bool same_node(int64_t a, int64_t b) const noexcept;
+  /// Whether the messages of EP step `step` take the link (all steps unless even_steps_only).
+  [[nodiscard]] bool carries(int64_t step) const noexcept { return !cfg_.even_steps_only || step % 2 == 0; }
 
 private:
   [[nodiscard]] const link_spec& spec_between(int64_t a, int64_t b) const noexcept;

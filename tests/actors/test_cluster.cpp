@@ -7,6 +7,7 @@
 // The fast kernels over V3's FP8 layout: tokens and logprobs equal the single rank's bit for bit.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -412,4 +413,43 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "traced under the link model, every st
       CHECK(starts[i] >= arrivals[i]);
   }
   CHECK(checked > 0);
+}
+
+TEST_CASE_FIXTURE(testing::actor_fixture, "with the link on even steps only, a rank's steps alternate on and off it") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  const std::vector<request_spec> specs = mixed_requests(6, 1000, 5);
+  topology_config topo = small_topology(2, 2);
+  topo.link_model = true;
+  topo.intra_node = topo.inter_node = link_spec{.latency_us = 300.0, .bandwidth_gb_s = 0.5};
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .trace = true, .link_even_steps_only = true});
+  std::map<uint64_t, size_t> index_of;
+  const std::map<uint64_t, collected> got = run_all(*this, c, specs, 6, index_of);
+  c.stop();
+  for (const auto& [id, g] : got)
+    CHECK(g.result.reason == finish_reason::length);
+  const std::vector<trace_span> spans = c.trace->spans();     // sorted by begin
+  for (int64_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    // the rank's steps end at its LOGITS spans; per step: did the rank send over the link?
+    std::vector<std::chrono::steady_clock::time_point> ends;
+    for (const trace_span& sp : spans)
+      if (sp.rank == r && sp.lane == trace_lane::compute && sp.name.starts_with("LOGITS"))
+        ends.push_back(sp.end);
+    std::vector<bool> on(ends.size(), false);
+    for (const trace_span& sp : spans)
+      if (sp.rank == r && sp.lane == trace_lane::comm) {
+        const auto step = std::lower_bound(ends.begin(), ends.end(), sp.begin) - ends.begin();
+        if (step < static_cast<std::ptrdiff_t>(on.size()))
+          on[static_cast<size_t>(step)] = true;
+      }
+    REQUIRE(on.size() >= (r < 2 ? 2u : 3u));   // prefill ranks take few steps
+    CHECK(on[0]);                           // step 0 takes the link, step 1 does not, ...
+    for (size_t i = 0; i < on.size(); ++i) {
+      CAPTURE(i);
+      CHECK(on[i] == (i % 2 == 0));
+    }
+  }
 }

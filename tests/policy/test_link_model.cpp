@@ -79,3 +79,14 @@ TEST_CASE("link model: rejects an empty topology") {
   CHECK_THROWS_AS(link_model({.ranks_per_node = 0}, 4), std::invalid_argument);
   CHECK_THROWS_AS(link_model(two_per_node(), 0), std::invalid_argument);
 }
+
+TEST_CASE("link model: on even steps only, odd steps' messages do not take the link") {
+  link_model_config cfg = two_per_node();
+  CHECK(link_model(cfg, 4).carries(1));     // by default every step does
+  cfg.even_steps_only = true;
+  const link_model links(cfg, 4);
+  CHECK(links.carries(0));
+  CHECK_FALSE(links.carries(1));
+  CHECK(links.carries(2));
+  CHECK_FALSE(links.carries(7));
+}
