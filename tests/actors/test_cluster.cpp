@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -354,22 +355,37 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "cancelled requests end with abort whe
   c.stop();
 }
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "traced under the link model, every stage starts after its inputs arrive") {
+namespace {
+
+// Six mixed requests through a traced 2P+2D cluster under a slow link (300 us + bytes at
+// 0.5 GB/s: arrivals well after departures); the trace's spans, sorted by begin. None without
+// the real tokenizer.
+std::optional<std::vector<trace_span>> traced_link_run(testing::actor_fixture& f, bool even_steps_only) {
   auto tok = real_tokenizer();
   if (!tok)
-    return;
+    return std::nullopt;
   auto weights = tiny_weights();
   const std::vector<request_spec> specs = mixed_requests(6, 1000, 5);
   topology_config topo = small_topology(2, 2);
-  topo.link_model = true;                   // 300 us + bytes at 0.5 GB/s: arrivals well after departures
+  topo.link_model = true;
   topo.intra_node = topo.inter_node = link_spec{.latency_us = 300.0, .bandwidth_gb_s = 0.5};
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .trace = true});
+  cluster c = spawn_cluster(f.sys, weights, tok,
+                            {.topology = topo, .trace = true, .link_even_steps_only = even_steps_only});
   std::map<uint64_t, size_t> index_of;
-  const std::map<uint64_t, collected> got = run_all(*this, c, specs, 6, index_of);
+  const std::map<uint64_t, collected> got = run_all(f, c, specs, 6, index_of);
   c.stop();
   for (const auto& [id, g] : got)
     CHECK(g.result.reason == finish_reason::length);
-  const std::vector<trace_span> spans = c.trace->spans();
+  return c.trace->spans();
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(testing::actor_fixture, "traced under the link model, every stage starts after its inputs arrive") {
+  const auto traced = traced_link_run(*this, false);
+  if (!traced)
+    return;
+  const std::vector<trace_span>& spans = *traced;
   // per receiving rank and "<MLP|COMBINE> mb<m> L<l>": when the stages began, and when the
   // payloads they wait for arrived (the peer's DISPATCH / COMBINE spans end at arrival), in order
   std::map<std::pair<int64_t, std::string>, std::vector<std::chrono::steady_clock::time_point>> began, arrived;
@@ -416,21 +432,10 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "traced under the link model, every st
 }
 
 TEST_CASE_FIXTURE(testing::actor_fixture, "with the link on even steps only, a rank's steps alternate on and off it") {
-  auto tok = real_tokenizer();
-  if (!tok)
+  const auto traced = traced_link_run(*this, true);
+  if (!traced)
     return;
-  auto weights = tiny_weights();
-  const std::vector<request_spec> specs = mixed_requests(6, 1000, 5);
-  topology_config topo = small_topology(2, 2);
-  topo.link_model = true;
-  topo.intra_node = topo.inter_node = link_spec{.latency_us = 300.0, .bandwidth_gb_s = 0.5};
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .trace = true, .link_even_steps_only = true});
-  std::map<uint64_t, size_t> index_of;
-  const std::map<uint64_t, collected> got = run_all(*this, c, specs, 6, index_of);
-  c.stop();
-  for (const auto& [id, g] : got)
-    CHECK(g.result.reason == finish_reason::length);
-  const std::vector<trace_span> spans = c.trace->spans();     // sorted by begin
+  const std::vector<trace_span>& spans = *traced;
   for (int64_t r = 0; r < 4; ++r) {
     CAPTURE(r);
     // the rank's steps end at its LOGITS spans; per step: did the rank send over the link?
