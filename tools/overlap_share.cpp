@@ -44,8 +44,10 @@ neighbour_shares shares_against_neighbours(const std::vector<step_sample>& steps
     if (on_beside || num_off == 0)
       continue;
     const step_sample& on = steps[i];
-    out.hidden.push_back(hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.step_s - step_s / num_off}));
-    out.by_waits.push_back(hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.wait_s - wait_s / num_off}));
+    out.hidden.push_back(
+        hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.step_s - step_s / num_off}));
+    out.by_waits.push_back(
+        hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.wait_s - wait_s / num_off}));
   }
   return out;
 }
