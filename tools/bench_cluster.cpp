@@ -76,13 +76,12 @@ struct level_result {
   double busiest_compute_s = 0, busiest_active_s = 0;   // the decode rank with the most compute
   std::map<std::string, double> busiest_stage_s;          // its compute by stage name
   // A phase's step from the trace: decode the median step (each figure's median over steps),
-  // prefill the median step (one per wave), whole; times the busiest rank's, `overlap` (over
-  // the whole run) and `wait_s` means over ranks.
+  // prefill the median step (one per wave), whole; times the busiest rank's, `wait_s` the mean
+  // over ranks (the overlap's calibration reads moe_s and comm_s).
   struct phase_step {
     double step_s = 0;                      // decode: LOGITS end to LOGITS end; prefill: first span to LOGITS end
     double moe_s = 0;                       // compute in the MoE layers' stages
     double comm_s = 0;                      // the link's busy time (this rank's sends)
-    double overlap = 0;                     // |compute ∩ comm| / min(|compute|, |comm|)
     double wait_s = 0;                      // step time outside compute spans (payloads, peers, next step)
     double busy_s = 0, both_s = 0;          // one step: compute spans' union, its overlap with comm
   } decode, prefill;
@@ -205,17 +204,11 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       mine = {.step_s = med(&level_result::phase_step::step_s), .moe_s = med(&level_result::phase_step::moe_s),
               .comm_s = med(&level_result::phase_step::comm_s), .wait_s = med(&level_result::phase_step::wait_s)};
     }
-    // in-trace over the whole run: early decode steps carry a few requests and little traffic
-    const lane_summary lanes = summarize(spans, g, std::chrono::steady_clock::time_point::min(),
-                                         std::chrono::steady_clock::time_point::max());
-    if (const double both = std::min(lanes.compute_s, lanes.comm_s); both > 0)
-      mine.overlap = lanes.overlap_s / both;
     level_result::phase_step& into = prefill ? r.prefill : r.decode;
     const auto ranks = static_cast<double>(prefill ? topo.prefill_ranks : topo.decode_ranks);
     into.step_s = std::max(into.step_s, mine.step_s);
     into.moe_s = std::max(into.moe_s, mine.moe_s);
     into.comm_s = std::max(into.comm_s, mine.comm_s);
-    into.overlap += mine.overlap / ranks;
     into.wait_s += mine.wait_s / ranks;
   }
   for (int64_t d = 0; d < topo.decode_ranks; ++d) {
