@@ -26,40 +26,48 @@ namespace {
 constexpr int64_t max_pass_rows = 4;
 constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous panel bytes
 
-// acc[m][q] (lanes: rows 16q .. 16q + 15 of the panel) = the panel's rows dotted with a[m], for
-// NT <= 4 activation rows, prefetching ahead up to `prefetch_to` (null: none). One accumulator
-// per 16 rows, as the GEMM's tile: two sets (even and odd column pairs) gave a single row 8
+// acc[i][q] (lanes: rows 16q .. 16q + 15 of a panel) = a panel's rows dotted with an activation
+// row, for NT <= 4 activation rows against NP panels `panel_bytes` apart (NT * NP <= 4; i =
+// panel * NT + row), prefetching ahead up to `prefetch_to` (null: none). One accumulator per 16
+// rows, as the GEMM's tile: two sets (even and odd column pairs) gave a single row 8
 // independent chains instead of 4 but summed in another order, and measured no faster (hot in
-// L2: one thread 21-23 GB/s either way, two 34-44 against 31-41; from DRAM the same).
-template <int NT>
-void panel_dot(const uint8_t* panel, const uint32_t* const* a, int64_t k, const char* prefetch_to,
-               __m512 out[max_pass_rows][4]) noexcept {
-  static_assert(NT <= max_pass_rows);
-  __m512 acc[NT][4];
+// L2: one thread 21-23 GB/s either way, two 34-44 against 31-41; from DRAM the same). Two
+// panels at once (one activation row) read two streams at a time, each row still summed in
+// order: from DRAM 7-10 % faster than one (two threads, the small preset's dense gate/up and a
+// 129280-row lm_head in FP8: 21.0 -> 23.1 and 24.9 -> 26.6 GB/s against a plain read's
+// 28.6 and 31.9, alternated in one run); four panels measured no faster than one.
+template <int NT, int NP>
+void panel_dot(const uint8_t* panel, int64_t panel_bytes, const uint32_t* const* a, int64_t k,
+               const char* prefetch_to, __m512 out[max_pass_rows][4]) noexcept {
+  static_assert(NT * NP <= max_pass_rows);
+  __m512 acc[NT * NP][4];
   for (auto& row : acc)
     for (auto& v : row)
       v = _mm512_setzero_ps();
   const int64_t num_kp = k / 2;             // k % 64 == 0: whole steps of two pairs
   for (int64_t kp = 0; kp < num_kp; kp += 2) {
-    const uint8_t* q = panel + kp * 128;
-    const char* f = reinterpret_cast<const char*>(q) + prefetch_bytes;
-    if (prefetch_to != nullptr && f < prefetch_to)
-      for (int i = 0; i < 4; ++i)
-        _mm_prefetch(f + 64 * i, _MM_HINT_T0);
-    for (int h = 0; h < 2; ++h) {
-      __m512i w[4];
-      fp8x64_to_bf16_scaled(_mm512_loadu_si512(q + 128 * h), w[0], w[1]);
-      fp8x64_to_bf16_scaled(_mm512_loadu_si512(q + 128 * h + 64), w[2], w[3]);
-      for (int m = 0; m < NT; ++m) {
-        const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m][kp + h]));
-        for (int j = 0; j < 4; ++j)
-          acc[m][j] = _mm512_dpbf16_ps(acc[m][j], av, (__m512bh)w[j]);
-      }
+    for (int p = 0; p < NP; ++p) {
+      const char* f = reinterpret_cast<const char*>(panel + p * panel_bytes + kp * 128) + prefetch_bytes;
+      if (prefetch_to != nullptr && f < prefetch_to)
+        for (int i = 0; i < 4; ++i)
+          _mm_prefetch(f + 64 * i, _MM_HINT_T0);
     }
+    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < NP; ++p) {
+        const uint8_t* q = panel + p * panel_bytes + kp * 128 + 128 * h;
+        __m512i w[4];
+        fp8x64_to_bf16_scaled(_mm512_loadu_si512(q), w[0], w[1]);
+        fp8x64_to_bf16_scaled(_mm512_loadu_si512(q + 64), w[2], w[3]);
+        for (int m = 0; m < NT; ++m) {
+          const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m][kp + h]));
+          for (int j = 0; j < 4; ++j)
+            acc[p * NT + m][j] = _mm512_dpbf16_ps(acc[p * NT + m][j], av, (__m512bh)w[j]);
+        }
+      }
   }
-  for (int m = 0; m < NT; ++m)
+  for (int i = 0; i < NT * NP; ++i)
     for (int j = 0; j < 4; ++j)
-      out[m][j] = acc[m][j];
+      out[i][j] = acc[i][j];
 }
 
 // The activation rows of row block `row_block`, scaled and rounded as above, as column pairs.
@@ -73,6 +81,22 @@ const uint32_t* const* panel_acts(const act_rows& x, const linear_weight& w, int
     ptrs[m] = reinterpret_cast<const uint32_t*>(buf + m * x.k);
   }
   return ptrs;
+}
+
+// out[m * ldo + (r - r0)] for the rows r in [r0, r0 + nr) of `num_panels` consecutive panels
+// from row `row0`: sums[p][j] holds panel p's rows 16j .. 16j + 15, times `factor`.
+void store_rows(const __m512 sums[][4], int num_panels, int64_t row0, int64_t m, int64_t r0, int64_t nr,
+                float* out, int64_t ldo, __m512 factor) noexcept {
+  for (int p = 0; p < num_panels; ++p)
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t first = row0 + fp8_panel_rows * p + 16 * j;
+      const int64_t lo = std::max(r0, first), hi = std::min(r0 + nr, first + 16);
+      if (lo >= hi)
+        continue;
+      alignas(64) float v[16];
+      _mm512_store_ps(v, _mm512_mul_ps(sums[p][j], factor));
+      std::copy(v + (lo - first), v + (hi - first), out + m * ldo + (lo - r0));
+    }
 }
 
 }  // namespace
@@ -96,25 +120,26 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
       a = panel_acts(x, w, row_block, s);
     }
     const uint8_t* panel = base + p * panel_bytes;
+    // one activation row: this panel and the next together when they share a scale row block
+    if (x.num_rows == 1 && p < last && (row0 + fp8_panel_rows) / w.block_rows == row_block) {
+      __m512 sums[max_pass_rows][4];
+      panel_dot<1, 2>(panel, panel_bytes, a, k, end, sums);
+      store_rows(sums, 2, row0, 0, r0, nr, out, ldo, factor);
+      ++p;
+      continue;
+    }
     for (int64_t m0 = 0; m0 < x.num_rows; m0 += max_pass_rows) {
       const int64_t nt = std::min(max_pass_rows, x.num_rows - m0);
       const char* prefetch_to = m0 == 0 ? end : nullptr;       // later passes read from cache
       __m512 sums[max_pass_rows][4];
       switch (nt) {
-        case 1: panel_dot<1>(panel, a + m0, k, prefetch_to, sums); break;
-        case 2: panel_dot<2>(panel, a + m0, k, prefetch_to, sums); break;
-        case 3: panel_dot<3>(panel, a + m0, k, prefetch_to, sums); break;
-        default: panel_dot<4>(panel, a + m0, k, prefetch_to, sums); break;
+        case 1: panel_dot<1, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
+        case 2: panel_dot<2, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
+        case 3: panel_dot<3, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
+        default: panel_dot<4, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
       }
       for (int64_t m = 0; m < nt; ++m)
-        for (int64_t j = 0; j < 4; ++j) {
-          const int64_t lo = std::max(r0, row0 + 16 * j), hi = std::min(r0 + nr, row0 + 16 * j + 16);
-          if (lo >= hi)
-            continue;
-          alignas(64) float v[16];
-          _mm512_store_ps(v, _mm512_mul_ps(sums[m][j], factor));
-          std::copy(v + (lo - row0 - 16 * j), v + (hi - row0 - 16 * j), out + (m0 + m) * ldo + (lo - r0));
-        }
+        store_rows(sums + m, 1, row0, m0 + m, r0, nr, out, ldo, factor);
     }
   }
 }
