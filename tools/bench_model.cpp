@@ -1,7 +1,8 @@
 // tools/bench_model.cpp
 // `moeserve bench-model`: prefill and decode throughput of a checkpoint on the fast CPU path,
 // the weight bytes each decoded token reads and how close decode gets to the machine's memory
-// bandwidth; `--gemm` instead times the fast path's matmul kernels at the small preset's shapes.
+// bandwidth (`--op-times`: and where a batch-1 step's time goes, op by op); `--gemm` instead times
+// the fast path's matmul kernels at the small preset's shapes.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "tools/bench_weights.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
+#include "tools/op_timing.hpp"
 
 namespace moe::tools {
 
@@ -33,6 +35,7 @@ struct bench_options {
   std::vector<int64_t> batches = {1, 8, 32};
   bool gemm = false;
   bool mmap_weights = false;
+  bool op_times = false;
 };
 
 using clock_type = std::chrono::steady_clock;
@@ -263,7 +266,15 @@ struct decode_result {
 // followed by a plain read of the same amount of weights (`reader`), so both see the same
 // moment of a machine whose memory bandwidth drifts.
 decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, int64_t steps,
-                           thread_pool* reader) {
+                           thread_pool* reader, bool op_times) {
+  // --op-times: the batch-1 steps run through a timing backend over the session's device
+  std::unique_ptr<op_timing_backend> timing;
+  std::unique_ptr<model_runner> timed_runner;
+  if (op_times && batch == 1) {
+    timing = std::make_unique<op_timing_backend>(*s.device);
+    timed_runner = std::make_unique<model_runner>(s.weights, *timing, *s.cache);   // bench-model's session options
+  }
+  model_runner& runner = timed_runner ? *timed_runner : *s.runner;
   const int64_t vocab = s.weights.config.vocab_size;
   std::vector<sequence_kv> kvs(static_cast<size_t>(batch));
   std::vector<std::vector<int32_t>> prompts;
@@ -275,7 +286,9 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
   }
   for (int64_t b = 0; b < batch; ++b)
     entries.push_back({.tokens = prompts[b], .kv = &kvs[b]});
-  std::vector<float> logits = s.runner->forward(entries);
+  std::vector<float> logits = runner.forward(entries);
+  if (timing)
+    timing->clear();                        // the prompts' prefill is not a decode step
   std::vector<int32_t> next(static_cast<size_t>(batch));
   std::vector<double> step_seconds, read_seconds, shares;
   std::vector<uint64_t> sinks(reader ? static_cast<size_t>(reader->size()) : 0);
@@ -285,7 +298,7 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
       entries[b].tokens = std::span(&next[b], 1);
     }
     const auto start = clock_type::now();
-    logits = s.runner->forward(entries);
+    logits = runner.forward(entries);
     step_seconds.push_back(seconds_since(start));
     if (reader != nullptr && batch == 1) {
       read_seconds.push_back(time_plain_read(*reader, token_weight_spans(s.weights, step), sinks));
@@ -293,6 +306,11 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
     }
   }
   asm volatile("" : : "r"(sinks.data()) : "memory");      // keep the sums (and so the reads)
+  if (timing) {
+    std::printf("where a batch-1 decode step's time goes (all %lld steps, each op timed alone):\n",
+                static_cast<long long>(steps));
+    timing->print(stdout, steps);
+  }
   for (auto& kv : kvs)
     kv.release(*s.cache);
   auto median = [](std::vector<double> v) {
@@ -332,7 +350,7 @@ void run_model(const bench_options& o) {
   decode_result paired;
   for (int64_t batch : o.batches) {
     const decode_result r =
-        bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps, fast ? &fast->pool() : nullptr);
+        bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps, fast ? &fast->pool() : nullptr, o.op_times);
     if (batch == 1) {
       decode1 = std::max(decode1, r.tok_s);
       paired = r;
@@ -371,6 +389,8 @@ void add_bench_model(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--batches", o->batches, "decode batch sizes")->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_flag("--op-times", o->op_times,
+                "also time every op of the batch-1 decode steps: where a step's time goes, and each op's weight read rate");
   cmd->add_flag("--gemm", o->gemm, "time the matmul kernels at the small preset's shapes instead");
   cmd->callback([o] {
     if (!cpu_fast_path_supported())
