@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,12 +14,14 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/fast_backend.hpp"   // also the AVX-512 intrinsics (fast_simd.hpp)
 #include "kernels/cpu/thread_pool.hpp"
 #include "tools/bench_weights.hpp"
 #include "tools/commands.hpp"
+#include "tools/model_flops.hpp"
 #include "tools/model_session.hpp"
 #include "tools/op_timing.hpp"
 
@@ -76,6 +79,49 @@ double measure_read_bandwidth(int threads) {
   }
   asm volatile("" : : "r"(sinks.data()) : "memory");      // keep the sums (and so the reads)
   std::free(data);
+  return best;
+}
+
+// The machine's BF16 multiply-add peak: vdpbf16ps (64 FLOPs, 16 lanes of two products) into 12
+// independent accumulators on each of `threads` threads at once, FLOP/s summed over the
+// threads, best of 3. The fast path's BF16 / FP8 matmuls all run on this instruction.
+double measure_bf16_peak(int threads) {
+  const int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  constexpr int64_t iterations = 2'000'000;
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> rates(static_cast<size_t>(n));
+    std::vector<float> sinks(static_cast<size_t>(n));
+    std::atomic<int> ready{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < n; ++t)
+      pool.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < n) {}                        // start together
+        __m512 acc[12];
+        for (auto& a : acc)
+          a = _mm512_setzero_ps();
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80 + t);   // pairs of ~1.0
+        const auto start = clock_type::now();
+        for (int64_t i = 0; i < iterations; ++i) {
+          for (auto& a : acc)
+            a = _mm512_dpbf16_ps(a, x, x);
+          asm volatile("" : "+v"(acc[0]), "+v"(acc[6]));  // keep the loop
+        }
+        rates[static_cast<size_t>(t)] = 64.0 * 12 * iterations / seconds_since(start);
+        __m512 sum = acc[0];
+        for (int i = 1; i < 12; ++i)
+          sum = _mm512_add_ps(sum, acc[i]);
+        sinks[static_cast<size_t>(t)] = _mm512_reduce_add_ps(sum);
+      });
+    for (auto& th : pool)
+      th.join();
+    asm volatile("" : : "r"(sinks.data()) : "memory");
+    double total = 0.0;
+    for (const double r : rates)
+      total += r;
+    best = std::max(best, total);
+  }
   return best;
 }
 
@@ -149,7 +195,9 @@ struct gemm_shape {
 
 void run_gemm(const bench_options& o) {
   auto dev = std::make_unique<cpu_fast_backend>(o.threads);
-  std::printf("fast-path matmul kernels, %d threads\n", dev->num_threads());
+  const double peak = measure_bf16_peak(o.threads);
+  std::printf("fast-path matmul kernels, %d threads; BF16 peak (vdpbf16ps) %.1f GFLOP/s\n", dev->num_threads(),
+              peak * 1e-9);
   const gemm_shape gemms[] = {
       {"dense gate/up  [2816,1024] x 512", 2816, 1024, 512},
       {"dense down     [1024,2816] x 512", 1024, 2816, 512},
@@ -164,7 +212,9 @@ void run_gemm(const bench_options& o) {
       std::vector<std::unique_ptr<bench_weight>> ws;
       ws.push_back(make_bench_weight(type, g.out, g.in, 1));
       const double t = time_linear(*dev, ws, g.m, std::max<int64_t>(3, int64_t(4e9 / (2.0 * g.m * g.out * g.in))));
-      std::printf("  %-34s %8.1f GFLOP/s  (%.3f ms)\n", g.what, 2.0 * g.m * g.out * g.in / t * 1e-9, t * 1e3);
+      const double flops = 2.0 * g.m * g.out * g.in / t;
+      std::printf("  %-34s %8.1f GFLOP/s = %3.0f%% of peak  (%.3f ms)\n", g.what, flops * 1e-9, 100.0 * flops / peak,
+                  t * 1e3);
     }
   }
   const gemm_shape gemvs[] = {
@@ -346,6 +396,12 @@ void run_model(const bench_options& o) {
   const double first = bench_prefill(*s, o.prompt_len), second = bench_prefill(*s, o.prompt_len);
   std::printf("prefill: %lld-token prompt          %9.1f tok/s  (two runs: %.1f, %.1f)\n",
               static_cast<long long>(o.prompt_len), std::max(first, second), first, second);
+  const double prefill_gflops = std::max(first, second) / static_cast<double>(o.prompt_len) *
+                                prefill_flops(cfg, o.prompt_len) * 1e-9;
+  const double peak = measure_bf16_peak(o.threads) * 1e-9;
+  std::printf("prefill: %.1f GFLOP/s (matmuls and attention, tools/model_flops.hpp) = %.0f%% of this "
+              "machine's BF16 peak, %.1f GFLOP/s (vdpbf16ps on %d threads)\n",
+              prefill_gflops, 100.0 * prefill_gflops / peak, peak, fast ? fast->num_threads() : 1);
   double decode1 = 0.0;
   decode_result paired;
   for (int64_t batch : o.batches) {

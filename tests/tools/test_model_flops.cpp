@@ -1,0 +1,30 @@
+// tests/tools/test_model_flops.cpp
+// A forward pass's FLOPs from the config, against the tiny preset worked by hand.
+#include <doctest/doctest.h>
+
+#include "tools/make_model.hpp"
+#include "tools/model_flops.hpp"
+
+using namespace moe;
+
+TEST_CASE("model flops: the tiny preset's prefill, by hand") {
+  // tiny: hidden 64, 3 layers (layer 0 dense, intermediate 128), 4 heads, q_lora 32, kv_lora 16,
+  // nope 16, rope 8, v 16, 16 experts top-4, 1 shared, moe_intermediate 32; vocab 97.
+  const model_config c = tools::make_model_config({.preset = "tiny", .vocab_size = 97});
+  REQUIRE(c.num_hidden_layers == 3);
+  REQUIRE(c.first_k_dense_replace == 1);
+  // per layer and token, multiply-adds: q_a 64*32 = 2048, q_b 32*4*24 = 3072, kv_a 64*24 = 1536,
+  // W_UK 4*16*16 = 1024, W_UV 4*16*16 = 1024, o_proj 64*64 = 4096: 12800 (25600 FLOPs);
+  // dense MLP 3*64*128 = 24576 (49152); MoE: router 64*16 = 1024, 5 experts of 3*64*32 = 6144:
+  // 31744 (63488). 3 * 25600 + 49152 + 2 * 63488 = 252928.
+  CHECK(tools::token_matmul_flops(c) == 252928.0);
+  // a key: score over 16 + 8, weighted sum over 16: 40 multiply-adds per head, 4 heads, 3 layers
+  CHECK(tools::key_attention_flops(c) == 2.0 * 40 * 4 * 3);
+  const double lm_head = 2.0 * 64 * 97;                  // 12416
+  CHECK(tools::prefill_flops(c, 1) == 252928.0 + 960.0 + lm_head);
+  CHECK(tools::prefill_flops(c, 2) == 2 * 252928.0 + 3 * 960.0 + lm_head);   // keys 1 + 2
+
+  model_config no_lora = c;                              // q_proj 64 x 4*24 instead of q_a, q_b
+  no_lora.q_lora_rank.reset();
+  CHECK(tools::token_matmul_flops(no_lora) == 252928.0 + 3 * 2.0 * (64 * 96 - 2048 - 3072));
+}

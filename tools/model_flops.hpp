@@ -1,0 +1,25 @@
+// tools/model_flops.hpp
+// The arithmetic of a forward pass, from the config alone, as the fast path does it (absorbed
+// MLA: W_UK folded into the queries, W_UV after the weighted sum; top_k routed experts per
+// token): bench-model's prefill GFLOP/s, set against the machine's BF16 peak. A multiply-add
+// counts as two FLOPs; norms, RoPE, softmax and the router's top-k are left out (O(hidden) per
+// token against O(hidden^2)).
+#pragma once
+
+#include <cstdint>
+
+#include "config/model_config.hpp"
+
+namespace moe::tools {
+
+/// FLOPs of one token's matmuls (every layer's projections and MLP; not the lm_head, not the
+/// attention over cached keys).
+[[nodiscard]] double token_matmul_flops(const model_config& c);
+/// FLOPs of one query attending to one cached key, over all layers and heads: its score against
+/// [c_kv | k_rope] and the key's c_kv added into the weighted sum.
+[[nodiscard]] double key_attention_flops(const model_config& c);
+/// FLOPs of a prefill of `prompt_len` tokens from an empty cache (the token at position p
+/// attends to p + 1 keys) with logits for the last token only.
+[[nodiscard]] double prefill_flops(const model_config& c, int64_t prompt_len);
+
+}  // namespace moe::tools
