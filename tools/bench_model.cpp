@@ -34,7 +34,7 @@ struct bench_options {
   int threads = 0;
   int64_t prompt_len = 512;
   int64_t decode_prompt_len = 32;
-  int64_t decode_steps = 32;
+  int64_t decode_steps = 128;                // batch 1 at 32 steps swung 2x between runs
   std::vector<int64_t> batches = {1, 8, 32};
   bool gemm = false;
   bool mmap_weights = false;
