@@ -50,29 +50,37 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
   // In whole 64-row panels where a weight is BF16 or FP8: the panel kernel and the GEMM compute
   // a panel's 64 rows at once, so a cut inside one would have both tasks read it (q_a + kv_a of
   // the small preset: 144-row chunks read 2 of q_a's 6 panels twice), and a BF16 panel packed
-  // ahead is only read as a whole.
-  int64_t rows = 0, bytes = 0, granule = 16;
+  // ahead is only read as a whole. Granules are dealt out evenly rather than rounded up per
+  // task: q_a + kv_a's 9 panels as 192-row tasks made 3 tasks for 2 threads (one thread 352 rows
+  // to the other's 192), as 3 + 2 + 2 + 2 panels at most 320 against 224.
+  int64_t bytes = 0, granule = 16;
   for (const linear_weight* x : w) {
-    rows += x->out_features;
     bytes += x->num_bytes();
     if (x->type == dtype::bf16 || x->type == dtype::f8_e4m3)
       granule = fp8_panel_rows;
   }
+  int64_t granules = 0;
+  for (const linear_weight* x : w)
+    granules += (x->out_features + granule - 1) / granule;
+  if (granules == 0)
+    return {};
   int64_t chunks = std::clamp<int64_t>(bytes >> 16, 1, 2 * threads);
   if (chunks > threads)
     chunks -= chunks % threads;
-  const int64_t chunk = round_up((rows + chunks - 1) / chunks, granule);
+  chunks = std::min(chunks, granules);
   std::vector<gemv_piece> pieces;
-  int64_t task = 0, left = chunk;           // rows the current task still takes
+  int64_t task = 0, left = granules / chunks + (granules % chunks > 0 ? 1 : 0);   // granules the task still takes
   for (size_t i = 0; i < w.size(); ++i)
     for (int64_t r0 = 0; r0 < w[i]->out_features;) {
-      const int64_t nr = std::min(left, w[i]->out_features - r0);
+      const int64_t avail = (w[i]->out_features - r0 + granule - 1) / granule;
+      const int64_t take = std::min(left, avail);
+      const int64_t nr = std::min(take * granule, w[i]->out_features - r0);
       pieces.push_back({.task = task, .weight = static_cast<int64_t>(i), .r0 = r0, .num_rows = nr});
       r0 += nr;
-      left -= nr;
+      left -= take;
       if (left == 0) {
         ++task;
-        left = chunk;
+        left = granules / chunks + (task < granules % chunks ? 1 : 0);
       }
     }
   return pieces;

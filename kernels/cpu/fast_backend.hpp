@@ -53,10 +53,11 @@ void group_by_expert(const moe_experts_params& p, expert_grouping& g);   // fast
 struct gemv_piece {
   int64_t task = 0, weight = 0, r0 = 0, num_rows = 0;
 };
-/// The weights' rows as one row space, each weight's in turn, cut into equal tasks of whole
-/// multiples of 16 rows (64, a panel, when a weight is BF16 or FP8; the last shorter), as many as threads or twice as many, each >= 64 KiB
-/// where the bytes allow; a task that crosses from one weight into the next holds a piece of
-/// each. Pieces come in task order.
+/// The weights' rows cut into tasks of whole granules (64 rows, a panel, when any weight is BF16
+/// or FP8, else 16; a weight's last granule may be short), each weight's granules in turn: as many
+/// tasks as threads or twice as many, each >= 64 KiB where the bytes allow, every task holding
+/// the same number of granules or one more (the larger first). A task that crosses from one
+/// weight into the next holds a piece of each. Pieces come in task order.
 [[nodiscard]] std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads);
 
 class cpu_fast_backend : public cpu_reference_backend {
