@@ -1,7 +1,8 @@
 // kernels/cpu/fast_attend.cpp
 // The fast path's causal attention over the latent cache (see fast_attend.hpp): per block of 32
 // keys, a 16x16-transposed key tile scored against 8 query rows at a time, an online softmax per
-// row, and the value sum in 4-row x 64-column register tiles; all fp32.
+// row, and the value sum in 4-row x 64-column register tiles; all fp32. Past 256 keys, chunk by
+// chunk from a fresh softmax state, merged in key order.
 #include "kernels/cpu/fast_attend.hpp"
 
 #include <algorithm>
@@ -116,12 +117,17 @@ void accumulate_values(int64_t num_rows, const float* probs, const float* corr,
 
 }  // namespace
 
-void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table,
-            int64_t C, float scale, thread_scratch& s) {
+namespace {
+
+// Keys [kb, ke) of every row from a fresh softmax state into part[r] (each row's pos >= kb, so
+// its first block has a key to take the max from).
+void attend_range(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table, int64_t C,
+                  float scale, int64_t kb, int64_t ke, attention_partial* part, thread_scratch& s) {
   const int64_t R = rows.num_rows, kv_dim = cache.kv_dim;
   int64_t max_pos = 0;
   for (int64_t r = 0; r < R; ++r)
     max_pos = std::max(max_pos, rows.row[r].pos);
+  const int64_t end = std::min(ke, max_pos + 1);
   float* kt = s.tile_a.get<float>(kv_dim * key_block);
   float* work = s.tile_b.get<float>(R * (key_block + C + 3));
   float* probs = work;                              // [R][key_block]
@@ -133,14 +139,14 @@ void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_
   std::fill_n(o, R * C, 0.0f);
   std::fill_n(row_max, R, -std::numeric_limits<float>::infinity());
   std::fill_n(row_sum, R, 0.0f);
-  for (int64_t k0 = 0; k0 <= max_pos; k0 += key_block) {
-    const int64_t nk = std::min(key_block, max_pos + 1 - k0);
+  for (int64_t k0 = kb; k0 < end; k0 += key_block) {
+    const int64_t nk = std::min(key_block, end - k0);
     for (int64_t j = 0; j < nk; ++j)
       keys[j] = cache.slot(table, k0 + j);
     // The next block's rows, now: the cache is read from memory once per step and the hardware
     // prefetcher cannot be relied on (see fast_gemv.cpp). Measured at batch 1 with a 1024-token
     // context, three alternating pairs: +0.2 to +8 % tok/s (the machine swings more than that).
-    for (int64_t j = k0 + key_block; j <= std::min(max_pos, k0 + 2 * key_block - 1); ++j) {
+    for (int64_t j = k0 + key_block; j <= std::min(end - 1, k0 + 2 * key_block - 1); ++j) {
       const auto* row = reinterpret_cast<const char*>(cache.slot(table, j));
       for (int64_t off = 0; off < kv_dim * 4; off += 64)
         _mm_prefetch(row + off, _MM_HINT_T0);
@@ -153,11 +159,91 @@ void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_
     accumulate_values(R, probs, corr, keys, nk, C, o);
   }
   for (int64_t r = 0; r < R; ++r) {
-    const float inv = 1.0f / row_sum[r];
-    for (int64_t c = 0; c < C; ++c)
-      rows.row[r].out[c] = o[r * C + c] * inv;
+    std::copy_n(o + r * C, C, part[r].o);
+    part[r].max = row_max[r];
+    part[r].sum = row_sum[r];
   }
 }
 
+}  // namespace
+
+void attend_chunk(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table, int64_t C,
+                  float scale, int64_t chunk, attention_partial* part, thread_scratch& s) {
+  const int64_t kb = chunk * attend_chunk_keys;
+  // the rows with keys in this chunk, in order; the others get an empty partial
+  auto* live = s.attn_rows.get<query_row>(rows.num_rows);
+  auto* live_part = s.attn_chunk.get<attention_partial>(rows.num_rows);
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows.num_rows; ++r) {
+    if (rows.row[r].pos < kb) {
+      std::fill_n(part[r].o, C, 0.0f);
+      part[r].max = -std::numeric_limits<float>::infinity();
+      part[r].sum = 0.0f;
+      continue;
+    }
+    live[n] = rows.row[r];
+    live_part[n++] = part[r];
+  }
+  if (n > 0)
+    attend_range({.num_rows = n, .row = live}, cache, table, C, scale, kb, kb + attend_chunk_keys, live_part, s);
+  for (int64_t r = 0, i = 0; r < rows.num_rows; ++r)
+    if (rows.row[r].pos >= kb) {
+      part[r].max = live_part[i].max;
+      part[r].sum = live_part[i++].sum;
+    }
+}
+
+void merge_partial(attention_partial& into, const attention_partial& next, int64_t C) noexcept {
+  if (next.sum == 0.0f)                             // an empty chunk
+    return;
+  if (into.sum == 0.0f) {                           // the first chunk: taken as it is
+    std::copy_n(next.o, C, into.o);
+    into.max = next.max;
+    into.sum = next.sum;
+    return;
+  }
+  const float m = std::max(into.max, next.max);
+  const float a = std::exp(into.max - m), b = std::exp(next.max - m);
+  into.sum = into.sum * a + next.sum * b;
+  into.max = m;
+  for (int64_t c = 0; c < C; ++c)
+    into.o[c] = into.o[c] * a + next.o[c] * b;
+}
+
+void finish_partial(const attention_partial& p, int64_t C, float* out) noexcept {
+  const float inv = 1.0f / p.sum;
+  for (int64_t c = 0; c < C; ++c)
+    out[c] = p.o[c] * inv;
+}
+
+void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table,
+            int64_t C, float scale, thread_scratch& s) {
+  const int64_t R = rows.num_rows;
+  int64_t max_pos = 0;
+  for (int64_t r = 0; r < R; ++r)
+    max_pos = std::max(max_pos, rows.row[r].pos);
+  // the running state and one chunk's, each R partials and their R x C values
+  const int64_t part_bytes = round_up(R * static_cast<int64_t>(sizeof(attention_partial)), 64);
+  auto* buf = s.attn_state.get<uint8_t>(2 * part_bytes + 2 * R * C * 4);
+  auto* state = reinterpret_cast<attention_partial*>(buf);
+  auto* chunk = reinterpret_cast<attention_partial*>(buf + part_bytes);
+  auto* values = reinterpret_cast<float*>(buf + 2 * part_bytes);
+  for (int64_t r = 0; r < R; ++r) {
+    state[r] = {.o = values + r * C, .max = -std::numeric_limits<float>::infinity(), .sum = 0.0f};
+    chunk[r] = {.o = values + (R + r) * C};
+  }
+  const int64_t chunks = max_pos / attend_chunk_keys + 1;
+  if (chunks == 1) {                                 // the same as merging one chunk into nothing
+    attend_range(rows, cache, table, C, scale, 0, attend_chunk_keys, state, s);
+  } else {
+    for (int64_t c = 0; c < chunks; ++c) {
+      attend_chunk(rows, cache, table, C, scale, c, chunk, s);
+      for (int64_t r = 0; r < R; ++r)
+        merge_partial(state[r], chunk[r], C);
+    }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    finish_partial(state[r], C, rows.row[r].out);
+}
 
 }  // namespace moe::fast

@@ -6,7 +6,9 @@
 //   decode-shaped batches (every sequence one block): each task computes its rows' q_abs =
 //     W_UK[h]^T q_nope, attends, and applies W_UV: one dispatch for the whole op;
 //   prefill-shaped batches: three phases, so W_UK / W_UV are applied to all tokens at once:
-//     A. q_abs per head, B. attention tasks, C. out = W_UV[h] o_lat per head.
+//     A. q_abs per head, B. attention tasks, C. out = W_UV[h] o_lat per head;
+//   too few tasks for the threads and a long context (decode at batch 1): the three phases,
+//     with B's tasks split by key chunk and C merging each row's chunks (attention_plan).
 // The naive form is left to the reference.
 #include <algorithm>
 #include <cmath>
@@ -161,6 +163,15 @@ struct attention_plan {
   std::vector<block> blocks;                // longest keys first, for the dynamic schedule
   int64_t head_group = 0, head_groups = 0;
   bool fused = false;                       // every sequence fits one block: one pass per task
+  // > 1: fewer (block, head group) tasks than threads and keys in at least two chunks per thread
+  // (decode at batch 1 with a long context): phase B runs a task per (block, head group, key
+  // chunk), each chunk's rows from a fresh softmax state, and phase C merges each row's chunks
+  // in key order, as fast::attend merges them in one task, so the numbers are the same either
+  // way. Splitting keys rather than heads transposes each key block once, not once per head
+  // group: the small preset's attention at batch 1 on two threads, 1000 keys 135-142 -> 122-135
+  // us, 4000 keys 485-548 -> 433-485 us (alternated; at 300 keys, 256 + 44 split worse than
+  // heads: 49-54 -> 63-68 us, so it waits for two chunks per thread).
+  int64_t key_chunks = 1;
 };
 
 namespace {
@@ -192,8 +203,15 @@ attention_plan plan_attention(const mla_attention_params& p, int num_threads) {
   std::stable_sort(plan.blocks.begin(), plan.blocks.end(),
                    [](const auto& a, const auto& b) { return a.max_pos > b.max_pos; });
   const auto num_blocks = static_cast<int64_t>(plan.blocks.size());
-  if (num_blocks * ((H + plan.head_group - 1) / plan.head_group) < num_threads)   // fill threads
-    plan.head_group = std::max<int64_t>(1, (H * num_blocks + num_threads - 1) / num_threads);
+  const int64_t chunks = num_blocks > 0 ? plan.blocks.front().max_pos / fast::attend_chunk_keys + 1 : 1;
+  if (num_blocks * ((H + plan.head_group - 1) / plan.head_group) < num_threads) {   // fill threads
+    if (chunks >= 2 * num_threads) {        // fewer chunks split unevenly (300 keys: 256 + 44)
+      plan.key_chunks = chunks;
+      plan.fused = false;
+    } else {
+      plan.head_group = std::max<int64_t>(1, (H * num_blocks + num_threads - 1) / num_threads);
+    }
+  }
   plan.head_groups = (H + plan.head_group - 1) / plan.head_group;
   return plan;
 }
@@ -264,14 +282,24 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
   const int64_t dq = dn + dr, dv = p.v_dim, C = p.kv_lora_rank, kv_dim = C + dr;
 
   // Buffers: qc [T, H, kv_dim] = [q_abs | q_rope]; o_lat [T, H, C]; row pointers.
-  const int64_t rows = T * H;
+  const int64_t rows = T * H, K = plan.key_chunks;
+  const int64_t part_bytes = static_cast<int64_t>(sizeof(fast::attention_partial));
+  const int64_t split_bytes = K > 1 ? round_up(rows * K * part_bytes, 64) + round_up(rows * K * C * 4, 64) : 0;
   uint8_t* cursor = attn_buf_.get<uint8_t>(round_up(rows * kv_dim * 4, 64) + round_up(rows * C * 4, 64) +
-                                           2 * round_up(rows * 8, 64));
+                                           2 * round_up(rows * 8, 64) + split_bytes);
   auto take = [&](int64_t bytes) { uint8_t* at = cursor; cursor += round_up(bytes, 64); return at; };
   auto* qc = reinterpret_cast<float*>(take(rows * kv_dim * 4));
   auto* o_lat = reinterpret_cast<float*>(take(rows * C * 4));
   auto** q_nope = reinterpret_cast<const float**>(take(rows * 8));      // [H][T], head-major
   auto** lat_in = reinterpret_cast<const float**>(take(rows * 8));      // [H][T]
+  // key chunks split over tasks: row (t, h)'s chunk c at parts[(t * H + h) * K + c]
+  fast::attention_partial* parts = nullptr;
+  if (K > 1) {
+    parts = reinterpret_cast<fast::attention_partial*>(take(rows * K * part_bytes));
+    auto* values = reinterpret_cast<float*>(take(rows * K * C * 4));
+    for (int64_t i = 0; i < rows * K; ++i)
+      parts[i] = {.o = values + i * C};
+  }
   for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < T; ++t) {
       q_nope[h * T + t] = p.q + (t * H + h) * dq;
@@ -286,25 +314,43 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
     fast::linear_rows(x, ab.uk_t[h], 0, C, qc + h * kv_dim, H * kv_dim, scratch_[thread]);
   });
 
-  // B. attention over (sequence, token block, head group) tasks.
-  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups, [&](int64_t task, int thread) {
-    const auto& b = plan.blocks[task / plan.head_groups];
-    const int64_t h0 = (task % plan.head_groups) * plan.head_group;
-    const int64_t nh = std::min(plan.head_group, H - h0);
+  // B. attention over (sequence, token block, head group[, key chunk]) tasks.
+  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups * K, [&](int64_t task, int thread) {
+    const int64_t chunk = task % K, bg = task / K;
+    const auto& b = plan.blocks[bg / plan.head_groups];
+    const int64_t h0 = (bg % plan.head_groups) * plan.head_group;
+    const int64_t nh = std::min(plan.head_group, H - h0), n = b.count * nh;
+    const int64_t* toks = plan.seq_tokens[b.seq].data() + b.first;
     fast::thread_scratch& s = scratch_[thread];
-    auto* row = s.rows_b.get<query_row>(b.count * nh);
-    for (int64_t j = 0; j < b.count; ++j) {
-      const int64_t t = plan.seq_tokens[b.seq][b.first + j];
+    auto* row = s.rows_b.get<query_row>(n);
+    for (int64_t j = 0; j < b.count; ++j)
       for (int64_t h = 0; h < nh; ++h)
-        row[j * nh + h] = {.q = qc + (t * H + h0 + h) * kv_dim, .out = o_lat + (t * H + h0 + h) * C,
-                           .pos = p.layout.positions[t]};
+        row[j * nh + h] = {.q = qc + (toks[j] * H + h0 + h) * kv_dim, .out = o_lat + (toks[j] * H + h0 + h) * C,
+                           .pos = p.layout.positions[toks[j]]};
+    if (K == 1) {
+      fast::attend({.num_rows = n, .row = row}, p.cache, p.layout.block_tables[b.seq], C, p.softmax_scale, s);
+      return;
     }
-    fast::attend({.num_rows = b.count * nh, .row = row}, p.cache, p.layout.block_tables[b.seq], C,
-           p.softmax_scale, s);
+    auto* part = s.attn_ptrs.get<fast::attention_partial>(n);   // this chunk of each row
+    for (int64_t j = 0; j < b.count; ++j)
+      for (int64_t h = 0; h < nh; ++h)
+        part[j * nh + h] = parts[(toks[j] * H + h0 + h) * K + chunk];
+    fast::attend_chunk({.num_rows = n, .row = row}, p.cache, p.layout.block_tables[b.seq], C, p.softmax_scale,
+                       chunk, part, s);
+    for (int64_t j = 0; j < b.count; ++j)
+      for (int64_t h = 0; h < nh; ++h)
+        parts[(toks[j] * H + h0 + h) * K + chunk] = part[j * nh + h];
   });
 
-  // C. out[t, h] = W_UV[h] o_lat[t, h], a task per head.
+  // C. out[t, h] = W_UV[h] o_lat[t, h], a task per head (key chunks merged first, in order).
   pool_.parallel_for(H, [&](int64_t h, int thread) {
+    if (K > 1)
+      for (int64_t t = 0; t < T; ++t) {
+        fast::attention_partial row{.o = o_lat + (t * H + h) * C, .max = 0.0f, .sum = 0.0f};
+        for (int64_t c = 0; c < K; ++c)
+          fast::merge_partial(row, parts[(t * H + h) * K + c], C);
+        fast::finish_partial(row, C, row.o);
+      }
     const act_rows x{.num_rows = T, .k = C, .f32 = lat_in + h * T};
     fast::linear_rows(x, ab.uv[h], 0, dv, p.out + h * dv, H * dv, scratch_[thread]);
   });

@@ -47,6 +47,7 @@ struct thread_scratch {
   scratch_buffer tile_a, tile_b;            // callers' output tiles (experts, attention)
   scratch_buffer rows_a, rows_b;            // callers' row-pointer lists
   scratch_buffer attn_q, attn_o, attn_ptrs; // fused attention tasks
+  scratch_buffer attn_state, attn_chunk, attn_rows;   // attend's key chunks (fast_attend.hpp)
 };
 
 /// True when the fast kernels handle `w` (else callers use the reference).

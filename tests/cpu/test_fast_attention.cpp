@@ -165,3 +165,41 @@ TEST_CASE("fast: an FP8 kv_b whose scale blocks straddle the heads is absorbed i
   CHECK(ab.fp8.empty());
   CHECK(ab.uv[0].at(0, 0) == bf16_to_f32(f32_to_bf16(kv_b->w.at(m.dn, 0))));
 }
+
+TEST_CASE("fast: long contexts in key chunks give the same numbers split over threads or not") {
+  // Past fast::attend_chunk_keys keys a row's attention is merged from chunks. Decode at batch 1
+  // with two chunks per thread splits them over tasks; one thread, or a batch of sequences, runs
+  // them in one task: the same bits either way, and the reference's numbers.
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  cpu_reference_backend ref;
+  cpu_fast_backend fast1(1), fast2(2), fast3(3);
+  const mla_shape& m = odd_shape;
+  // F32: W_UV reads o_lat unrounded, so a last-bit change in the attention shows in the output
+  // (bf16 would round it away)
+  const auto kv_b = test::random_weight(dtype::f32, m.H * (m.dn + m.dv), m.C, 23);
+  // 1 and 2 chunks (no split), 4 (split on two threads), 7 (on three too)
+  for (int64_t past : {255, 300, 800, 1600}) {
+    CAPTURE(past);
+    attention_case alone = make_case(m, {1}, {past}, 300u + static_cast<uint32_t>(past));
+    const auto want = run(m, ref, alone, kv_b->w);
+    const auto split = run(m, fast2, alone, kv_b->w);
+    CHECK(test::rms_rel_error(split, want) < 1e-5);
+    CHECK(test::max_rel_error(split, want) < 1e-4);
+    const auto one_task = run(m, fast1, alone, kv_b->w);
+    CHECK(std::memcmp(split.data(), one_task.data(), split.size() * sizeof(float)) == 0);
+    const auto three = run(m, fast3, alone, kv_b->w);
+    CHECK(std::memcmp(split.data(), three.data(), split.size() * sizeof(float)) == 0);
+
+    // the same sequence beside two others (enough tasks for the threads: no split)
+    attention_case batch = make_case(m, {1, 1, 1}, {past, 20, 900}, 300u + static_cast<uint32_t>(past));
+    // make_case draws the cache and q for the whole batch: copy the lone case's row and keys in
+    const int64_t kv_dim = m.kv_dim(), qd = m.H * (m.dn + m.dr);
+    std::copy_n(alone.q.begin(), qd, batch.q.begin());
+    for (int64_t pos = 0; pos <= past; ++pos)
+      std::copy_n(alone.cache.begin() + (alone.tables[0][pos / block_size] * block_size + pos % block_size) * kv_dim,
+                  kv_dim,
+                  batch.cache.begin() + (batch.tables[0][pos / block_size] * block_size + pos % block_size) * kv_dim);
+    const auto batched = run(m, fast2, batch, kv_b->w);
+    CHECK(std::memcmp(split.data(), batched.data(), split.size() * sizeof(float)) == 0);
+  }
+}
