@@ -1,7 +1,7 @@
 // tools/bench_model.cpp
 // `moeserve bench-model`: prefill and decode throughput of a checkpoint on the fast CPU path,
 // the weight bytes each decoded token reads and how close decode gets to the machine's memory
-// bandwidth (`--op-times`: and where a batch-1 step's time goes, op by op); `--gemm` instead times
+// bandwidth (`--op-times`: and where a decode step's time goes, op by op); `--gemm` instead times
 // the fast path's matmul kernels at the small preset's shapes.
 #include <CLI/CLI.hpp>
 
@@ -317,10 +317,10 @@ struct decode_result {
 // moment of a machine whose memory bandwidth drifts.
 decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, int64_t steps,
                            thread_pool* reader, bool op_times) {
-  // --op-times: the batch-1 steps run through a timing backend over the session's device
+  // --op-times: the steps run through a timing backend over the session's device
   std::unique_ptr<op_timing_backend> timing;
   std::unique_ptr<model_runner> timed_runner;
-  if (op_times && batch == 1) {
+  if (op_times) {
     timing = std::make_unique<op_timing_backend>(*s.device);
     timed_runner = std::make_unique<model_runner>(s.weights, *timing, *s.cache);   // bench-model's session options
   }
@@ -357,8 +357,8 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
   }
   asm volatile("" : : "r"(sinks.data()) : "memory");      // keep the sums (and so the reads)
   if (timing) {
-    std::printf("where a batch-1 decode step's time goes (all %lld steps, each op timed alone):\n",
-                static_cast<long long>(steps));
+    std::printf("where a batch-%lld decode step's time goes (all %lld steps, each op timed alone):\n",
+                static_cast<long long>(batch), static_cast<long long>(steps));
     timing->print(stdout, steps);
   }
   for (auto& kv : kvs)
@@ -446,7 +446,7 @@ void add_bench_model(CLI::App& app) {
   cmd->add_option("--batches", o->batches, "decode batch sizes")->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_flag("--op-times", o->op_times,
-                "also time every op of the batch-1 decode steps: where a step's time goes, and each op's weight read rate");
+                "also time every op of the decode steps: where a step's time goes at each batch size, and each op's weight read rate");
   cmd->add_flag("--gemm", o->gemm, "time the matmul kernels at the small preset's shapes instead");
   cmd->callback([o] {
     if (!cpu_fast_path_supported())
