@@ -232,15 +232,10 @@ void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_
     state[r] = {.o = values + r * C, .max = -std::numeric_limits<float>::infinity(), .sum = 0.0f};
     chunk[r] = {.o = values + (R + r) * C};
   }
-  const int64_t chunks = max_pos / attend_chunk_keys + 1;
-  if (chunks == 1) {                                 // the same as merging one chunk into nothing
-    attend_range(rows, cache, table, C, scale, 0, attend_chunk_keys, state, s);
-  } else {
-    for (int64_t c = 0; c < chunks; ++c) {
-      attend_chunk(rows, cache, table, C, scale, c, chunk, s);
-      for (int64_t r = 0; r < R; ++r)
-        merge_partial(state[r], chunk[r], C);
-    }
+  for (int64_t c = 0; c <= max_pos / attend_chunk_keys; ++c) {
+    attend_chunk(rows, cache, table, C, scale, c, chunk, s);
+    for (int64_t r = 0; r < R; ++r)
+      merge_partial(state[r], chunk[r], C);
   }
   for (int64_t r = 0; r < R; ++r)
     finish_partial(state[r], C, rows.row[r].out);

@@ -68,8 +68,9 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
   if (chunks > threads)
     chunks -= chunks % threads;
   chunks = std::min(chunks, granules);
+  auto share = [&](int64_t task) { return granules / chunks + (task < granules % chunks ? 1 : 0); };
   std::vector<gemv_piece> pieces;
-  int64_t task = 0, left = granules / chunks + (granules % chunks > 0 ? 1 : 0);   // granules the task still takes
+  int64_t task = 0, left = share(0);       // granules the current task still takes
   for (size_t i = 0; i < w.size(); ++i)
     for (int64_t r0 = 0; r0 < w[i]->out_features;) {
       const int64_t avail = (w[i]->out_features - r0 + granule - 1) / granule;
@@ -80,7 +81,7 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
       left -= take;
       if (left == 0) {
         ++task;
-        left = granules / chunks + (task < granules % chunks ? 1 : 0);
+        left = share(task);
       }
     }
   return pieces;
