@@ -1,6 +1,9 @@
 // tools/topology_options.cpp
 #include "tools/topology_options.hpp"
 
+#include <sstream>
+#include <string>
+
 #include "config/model_config.hpp"
 
 namespace moe::tools {
@@ -12,52 +15,60 @@ void override_with(T& field, const std::optional<T>& flag) {
     field = *flag;
 }
 
+// "what (default N)", N from topology_config's own default, so the help cannot drift from it.
+std::string with_default(const std::string& what, const auto& value) {
+  std::ostringstream text;
+  text << what << " (default " << value << ")";
+  return text.str();
+}
+
 }  // namespace
 
 void add_topology_options(CLI::App& app, topology_options& o) {
+  const topology_config d;
   app.add_option("--config", o.config_file, "topology TOML file (see config/topology.toml)")
       ->check(CLI::ExistingFile);
-  app.add_option("--prefill-ranks", o.prefill_ranks, "prefill ranks (default 2)");
-  app.add_option("--decode-ranks", o.decode_ranks, "decode ranks (default 2)");
-  app.add_option("--ranks-per-node", o.ranks_per_node, "ranks per node (default 8)");
+  app.add_option("--prefill-ranks", o.prefill_ranks, with_default("prefill ranks", d.prefill_ranks));
+  app.add_option("--decode-ranks", o.decode_ranks, with_default("decode ranks", d.decode_ranks));
+  app.add_option("--ranks-per-node", o.ranks_per_node, with_default("ranks per node", d.ranks_per_node));
   app.add_option("--redundant-experts,--ep-num-redundant-experts", o.redundant_experts,
-                 "extra physical expert slots per EP group (default 0)");
+                 with_default("extra physical expert slots per EP group", d.redundant_experts));
   auto* tbo = app.add_option("--two-batch-overlap", o.two_batch_overlap,
-                             "two micro-batches overlapping EP communication: on|off (default on)")
+                             with_default("two micro-batches overlapping EP communication: on|off", d.two_batch_overlap ? "on" : "off"))
                   ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--enable-two-batch-overlap", o.enable_two_batch_overlap,
                "same as --two-batch-overlap on")
       ->excludes(tbo);
   app.add_option("--chunked-prefill-size", o.chunked_prefill_size,
-                 "prompt tokens per sequence per prefill step (default 512)");
+                 with_default("prompt tokens per sequence per prefill step", d.chunked_prefill_size));
   app.add_option("--max-prefill-tokens", o.max_prefill_tokens,
-                 "token budget of one prefill batch (default 4096)");
+                 with_default("token budget of one prefill batch", d.max_prefill_tokens));
   app.add_option("--max-running-requests", o.max_running_requests,
-                 "requests decoding at once per decode rank (default 64)");
+                 with_default("requests decoding at once per decode rank", d.max_running_requests));
   app.add_option("--max-queued-requests", o.max_queued_requests,
-                 "waiting requests before 'overloaded' (default 256)");
-  app.add_option("--kv-blocks", o.kv_blocks, "KV blocks per rank (default 1024)");
-  app.add_option("--page-size", o.page_size, "tokens per KV block (default 64)");
-  app.add_option("--max-context", o.max_context, "prompt + generated tokens (default 8192)");
+                 with_default("waiting requests before 'overloaded'", d.max_queued_requests));
+  app.add_option("--kv-blocks", o.kv_blocks, with_default("KV blocks per rank", d.kv_blocks));
+  app.add_option("--page-size", o.page_size, with_default("tokens per KV block", d.page_size));
+  app.add_option("--max-context", o.max_context, with_default("prompt + generated tokens", d.max_context));
   app.add_option("--dispatch-dtype", o.dispatch_dtype, 
-                 "EP dispatch payload: fp8|bf16|fp32 (default fp8)")
+                 with_default("EP dispatch payload: fp8|bf16|fp32", d.dispatch_dtype))
       ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
   app.add_option("--combine", o.combine,
                  "EP combine: exact (per expert output, same numbers on any topology) or reduced "
-                 "(DeepEP: one sum per token and rank, fewer bytes); default exact")
+                 "(DeepEP: one sum per token and rank, fewer bytes); default " + d.combine)
       ->check(CLI::IsMember({"exact", "reduced"}));
-  app.add_option("--threads-per-rank", o.threads_per_rank, "CPU threads per rank (default 1)");
+  app.add_option("--threads-per-rank", o.threads_per_rank, with_default("CPU threads per rank", d.threads_per_rank));
   app.add_option("--link-model", o.link_model,
-                 "charge EP messages link latency and bandwidth: on|off (default off)")
+                 with_default("charge EP messages link latency and bandwidth: on|off", d.link_model ? "on" : "off"))
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--intra-node-latency-us", o.intra_node_latency_us, "default 77 (DeepEP, NVLink)");
+  app.add_option("--intra-node-latency-us", o.intra_node_latency_us, with_default("microseconds per message (DeepEP, NVLink)", d.intra_node.latency_us));
   app.add_option("--intra-node-bandwidth-gbs", o.intra_node_bandwidth_gb_s,
-                 "GB/s, 0 = unlimited; default 153 (DeepEP, NVLink)");
-  app.add_option("--inter-node-latency-us", o.inter_node_latency_us, "default 118 (DeepEP, RDMA)");
+                 with_default("GB/s, 0 = unlimited (DeepEP, NVLink)", d.intra_node.bandwidth_gb_s));
+  app.add_option("--inter-node-latency-us", o.inter_node_latency_us, with_default("microseconds per message (DeepEP, RDMA)", d.inter_node.latency_us));
   app.add_option("--inter-node-bandwidth-gbs", o.inter_node_bandwidth_gb_s,
-                 "GB/s, 0 = unlimited; default 43 (DeepEP, RDMA)");
-  app.add_option("--host", o.host, "address to listen on (default 127.0.0.1)");
-  app.add_option("--port", o.port, "port to listen on (default 8765)");
+                 with_default("GB/s, 0 = unlimited (DeepEP, RDMA)", d.inter_node.bandwidth_gb_s));
+  app.add_option("--host", o.host, with_default("address to listen on", d.host));
+  app.add_option("--port", o.port, with_default("port to listen on", d.port));
 }
 
 topology_config resolve_topology(const topology_options& o) {
