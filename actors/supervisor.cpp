@@ -5,6 +5,7 @@
 #include <caf/send.hpp>
 
 #include "kernels/model/dispatch_payload.hpp"
+#include "kernels/model/kv_cache.hpp"
 
 namespace moe {
 
@@ -59,6 +60,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   const topology_config& topo = cfg.topology;
   validate(topo);
   const model_weights& w = *weights;
+  require_kv_memory(topo.prefill_ranks + topo.decode_ranks, w.config.num_hidden_layers, topo.kv_blocks,
+                    topo.page_size, w.config.kv_cache_dim(), "--kv-blocks (kv_cache.blocks)");
   ep_group prefill_group = make_group(w, topo, topo.prefill_ranks, "prefill");
   ep_group decode_group = make_group(w, topo, topo.decode_ranks, "decode");
   const rank_model_config rank_cfg{.reference = cfg.reference, .num_threads = static_cast<int>(topo.threads_per_rank),

@@ -67,6 +67,7 @@ std::unique_ptr<model_session> open_session(const session_options& opts, bool ne
   const int64_t context = std::min(opts.max_context, cfg.max_position_embeddings);
   const int64_t blocks = opts.kv_blocks ? opts.kv_blocks
                                         : (context + opts.block_size - 1) / opts.block_size;
+  require_kv_memory(1, cfg.num_hidden_layers, blocks, opts.block_size, cfg.kv_cache_dim(), "--kv-blocks");
   s->cache = std::make_unique<kv_cache>(cfg.num_hidden_layers, blocks, opts.block_size,
                                         cfg.kv_cache_dim());
   forward_options fwd;

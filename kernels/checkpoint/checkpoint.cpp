@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/checkpoint/checkpoint.hpp"
+#include "kernels/checkpoint/host_memory.hpp"
 
 namespace moe {
 namespace {
@@ -96,6 +97,11 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     sizes.push_back(ec ? 0 : size);
   }
   const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  if (memory == weight_memory::copy)        // before reading a byte: not killed half-way through
+    require_memory(total, dir.string() + ": copying the weights (" + std::to_string(files.size()) +
+                              (files.size() == 1 ? " file)" : " files)"),
+                   ": map the files instead (moeserve --mmap-weights: the page cache, slower decode) "
+                   "or use a machine with more memory");
   uint64_t loaded = 0;
   for (size_t f = 0; f < files.size(); ++f) {
     const fs::path& path = files[f];

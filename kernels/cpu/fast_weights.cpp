@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/checkpoint/host_memory.hpp"
+
 namespace moe::fast {
 
 std::shared_ptr<void> huge_page_buffer(size_t bytes) {
@@ -90,6 +92,8 @@ std::shared_ptr<void> lay_out(std::span<linear_weight* const> todo) {
     const int64_t bytes = x.type == dtype::bf16 ? gemm_panels_bytes(x) : fp8_panels_bytes(x.out_features, x.in_features);
     offset[i + 1] = offset[i] + (static_cast<size_t>(bytes) + 63) / 64 * 64;
   }
+  require_memory(offset.back(), "the fast CPU path's own copies of the weights (BF16 GEMM panels, FP8 GEMV panels)",
+                 ": use a machine with more memory");
   std::shared_ptr<void> buffer = huge_page_buffer(offset.back());
   auto* base = static_cast<uint8_t*>(buffer.get());
   std::atomic<size_t> next{0};

@@ -7,6 +7,22 @@
 
 namespace moe {
 
+void require_kv_memory(int64_t num_caches, int64_t num_layers, int64_t num_blocks, int64_t block_size,
+                       int64_t kv_dim, std::string_view flag, std::optional<uint64_t> available) {
+  const uint64_t per_block = kv_cache_bytes(num_layers, 1, block_size, kv_dim);
+  const uint64_t bytes = static_cast<uint64_t>(num_caches) * static_cast<uint64_t>(num_blocks) * per_block;
+  if (!available || bytes <= *available)
+    return;
+  const uint64_t fit = *available / (static_cast<uint64_t>(num_caches) * per_block);
+  require_memory(bytes,
+                 "the KV cache" + std::string(num_caches > 1 ? "s (" + std::to_string(num_caches) + " x " : " (") +
+                     std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens x " +
+                     std::to_string(num_layers) + " layers x " + std::to_string(kv_dim) + " fp32 values) with every block in use",
+                 ": lower " + std::string(flag) + " to at most " + std::to_string(fit) +
+                     (num_caches > 1 ? " blocks per cache" : " blocks"),
+                 available);
+}
+
 kv_cache::kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim)
     : num_layers_(num_layers), num_blocks_(num_blocks), block_size_(block_size), kv_dim_(kv_dim),
       storage_(new float[static_cast<size_t>(num_layers * num_blocks * block_size * kv_dim)]),

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/checkpoint/host_memory.hpp"
 
 namespace moe {
 
@@ -43,6 +45,21 @@ private:
   std::vector<int32_t> free_;
   std::vector<uint8_t> in_use_;
 };
+
+/// Bytes of one kv_cache's storage once every block is in use (fp32 slots).
+[[nodiscard]] constexpr uint64_t kv_cache_bytes(int64_t num_layers, int64_t num_blocks, int64_t block_size,
+                                                int64_t kv_dim) noexcept {
+  return static_cast<uint64_t>(num_layers) * static_cast<uint64_t>(num_blocks) *
+         static_cast<uint64_t>(block_size) * static_cast<uint64_t>(kv_dim) * sizeof(float);
+}
+
+/// Refuses (input_error, via require_memory) `num_caches` caches of `num_blocks` blocks each that
+/// would not fit in the memory available once all their blocks are in use: a cache's pages are
+/// only taken as its blocks fill, so an oversized pool would otherwise run for a while and then
+/// be killed mid-request. The message names the blocks per cache that would fit and `flag`.
+void require_kv_memory(int64_t num_caches, int64_t num_layers, int64_t num_blocks, int64_t block_size,
+                       int64_t kv_dim, std::string_view flag,
+                       std::optional<uint64_t> available = available_memory());
 
 /// One sequence's place in the cache: its block table and how many tokens are cached.
 struct sequence_kv {

@@ -43,5 +43,12 @@ cp -r "$tmp/m" "$tmp/badcfg"
 sed -i 's/"hidden_size": *64/"hidden_size": -64/' "$tmp/badcfg/config.json"
 expect "invalid config" 2 "hidden_size" "$moeserve" generate --model "$tmp/badcfg" --prompt hi
 
-echo "$((8 - failures)) passed, $failures failed"
+cp -r "$tmp/m" "$tmp/huge"
+truncate -s 8T "$tmp/huge/model.safetensors"   # sparse: no blocks on disk
+expect "weights bigger than memory" 2 "would take 8796.09 GB of memory" \
+  "$moeserve" generate --model "$tmp/huge" --prompt hi
+expect "KV caches bigger than memory" 2 "lower --kv-blocks" \
+  "$moeserve" generate --model "$tmp/m" --prompt hi --kv-blocks 1000000000
+
+echo "$((10 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
