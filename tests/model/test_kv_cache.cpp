@@ -40,22 +40,20 @@ TEST_CASE("KV pools that could not fit in memory with every block in use are ref
   const uint64_t available = 100000000;       // 4 caches x 2 blocks = 71,958,528 fit, x 3 do not
   CHECK_NOTHROW(require_kv_memory(4, 61, 2, 64, 576, "--kv-blocks", available));
   CHECK_NOTHROW(require_kv_memory(4, 61, 1000000, 64, 576, "--kv-blocks", std::nullopt));
-  try {
-    require_kv_memory(4, 61, 10, 64, 576, "--kv-blocks", available);
-    FAIL("expected an input_error");
-  } catch (const input_error& e) {
-    CHECK(std::string(e.what()) ==
-          "the KV caches (4 x 10 blocks of 64 tokens x 61 layers x 576 fp32 values) with every block in use "
-          "would take 0.36 GB of memory, but 0.10 GB is available (MemAvailable in /proc/meminfo): "
-          "lower --kv-blocks to at most 2 blocks per cache");
-  }
-  try {
-    require_kv_memory(1, 61, 12, 64, 576, "--kv-blocks", available);   // 107,937,792 bytes
-    FAIL("expected an input_error");
-  } catch (const input_error& e) {
-    CHECK(std::string(e.what()) ==
-          "the KV cache (12 blocks of 64 tokens x 61 layers x 576 fp32 values) with every block in use "
-          "would take 0.11 GB of memory, but 0.10 GB is available (MemAvailable in /proc/meminfo): "
-          "lower --kv-blocks to at most 11 blocks");
-  }
+  auto error = [&](int64_t caches, int64_t blocks) -> std::string {
+    try {
+      require_kv_memory(caches, 61, blocks, 64, 576, "--kv-blocks", available);
+    } catch (const input_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(error(4, 10) ==
+        "the KV caches (4 x 10 blocks of 64 tokens x 61 layers x 576 fp32 values) with every block in use "
+        "would take 0.36 GB of memory, but 0.10 GB is available (MemAvailable in /proc/meminfo): "
+        "lower --kv-blocks to at most 2 blocks per cache");
+  CHECK(error(1, 12) ==                       // 107,937,792 bytes
+        "the KV cache (12 blocks of 64 tokens x 61 layers x 576 fp32 values) with every block in use "
+        "would take 0.11 GB of memory, but 0.10 GB is available (MemAvailable in /proc/meminfo): "
+        "lower --kv-blocks to at most 11 blocks");
 }
