@@ -1,9 +1,10 @@
 // kernels/sampling/sampler.cpp
 // vLLM-style sampling of one logits row: repetition / presence / frequency penalties, then
-// greedy argmax (temperature < 1e-5) or temperature -> top-k -> top-p -> min-p -> an inverse-CDF
-// draw from a seeded std::mt19937_64. The order of top-k, top-p and min-p is vLLM v0's
-// (`_apply_top_k_top_p` then `_apply_min_p`); min-p's test is a ratio to the largest
-// probability, so it is unaffected by the renormalisation that top-k/top-p imply.
+// greedy argmax (temperature 0) or temperature -> min-p -> top-k -> top-p -> an inverse-CDF
+// draw from a seeded std::mt19937_64. The order is vLLM v1's: min-p is a logits processor run on
+// the tempered row before the top-k/top-p sampler (v0 ran min-p last), so top-p's running sum is
+// over the tokens min-p kept, renormalised. A temperature in (0, 0.01) is raised to 0.01, as
+// vLLM's SamplingParams does (smaller ones overflow the tempered logits), so only 0 is greedy.
 #include "kernels/sampling/sampler.hpp"
 
 #include <algorithm>
@@ -18,6 +19,7 @@ namespace moe {
 namespace {
 
 constexpr float sampling_eps = 1e-5f;   // vLLM _SAMPLING_EPS: below this temperature is greedy
+constexpr float min_temperature = 1e-2f;   // vLLM _MAX_TEMP: (0, this) is raised to this
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
 std::string field_error(const char* field, const char* rule, double got) {
@@ -112,12 +114,13 @@ void apply_min_p(std::vector<float>& logits, const std::vector<double>& probs, f
 }  // namespace
 
 std::string validate(const sampling_params& p) {
-  if (!(p.temperature >= 0.0f)) return field_error("temperature", "non-negative", p.temperature);
+  if (!(p.temperature >= 0.0f && std::isfinite(p.temperature)))
+    return field_error("temperature", "a finite non-negative number", p.temperature);
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return field_error("top_p", "in (0, 1]", p.top_p);
   if (p.top_k < -1) return field_error("top_k", "-1 (disable), 0 (disable) or at least 1", p.top_k);
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return field_error("min_p", "in [0, 1]", p.min_p);
-  if (!(p.repetition_penalty > 0.0f))
-    return field_error("repetition_penalty", "greater than zero", p.repetition_penalty);
+  if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty)))
+    return field_error("repetition_penalty", "a finite number greater than zero", p.repetition_penalty);
   if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
     return field_error("presence_penalty", "in [-2, 2]", p.presence_penalty);
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
@@ -130,7 +133,10 @@ std::string validate(const sampling_params& p) {
 sampler::sampler(sampling_params params, const std::vector<int32_t>& prompt_ids)
     : params_(std::move(params)),
       rng_(params_.seed ? *params_.seed : random_seed()),
-      prompt_ids_(prompt_ids) {}
+      prompt_ids_(prompt_ids) {
+  if (params_.temperature > 0.0f && params_.temperature < min_temperature)
+    params_.temperature = min_temperature;
+}
 
 void sampler::accept(int32_t token_id) {
   if (token_id < 0) return;
@@ -184,9 +190,9 @@ int32_t sampler::sample(std::vector<float>& logits) {
   const float max_logit = logits[static_cast<size_t>(best)];
   if (!std::isfinite(max_logit)) return best;   // all -inf, or a +inf logit: nothing to draw
 
+  if (params_.min_p > 0.0f) apply_min_p(logits, softmax(logits, max_logit), params_.min_p);
   apply_top_k(logits, params_.top_k);
   if (params_.top_p < 1.0f) apply_top_p(logits, softmax(logits, max_logit), params_.top_p);
-  if (params_.min_p > 0.0f) apply_min_p(logits, softmax(logits, max_logit), params_.min_p);
 
   // Inverse CDF over the surviving tokens in id order.
   const std::vector<double> probs = softmax(logits, max_logit);

@@ -12,7 +12,8 @@
 
 namespace moe {
 
-/// vLLM SamplingParams names and defaults. temperature 0 means greedy.
+/// vLLM SamplingParams names and defaults. temperature 0 means greedy; the sampler raises one in
+/// (0, 0.01) to 0.01, as vLLM does.
 struct sampling_params {
   float temperature = 1.0f;
   float top_p = 1.0f;                        // (0, 1]
@@ -38,7 +39,7 @@ class sampler {
 public:
   sampler(sampling_params params, const std::vector<int32_t>& prompt_ids);
 
-  /// Applies penalties, temperature, top-k, top-p and min-p to `logits` ([vocab], modified in
+  /// Applies penalties, temperature, min-p, top-k and top-p to `logits` ([vocab], modified in
   /// place) and draws the next token (argmax when greedy; lowest id on ties).
   [[nodiscard]] int32_t sample(std::vector<float>& logits);
   /// The same on a read-only row: greedy without penalties reads it in place, else a copy.

@@ -237,7 +237,7 @@ TEST_CASE("error messages say what was expected and what came") {
   CHECK(rejected(prompt().add("temperature", "hot")).message ==
         "temperature: expected a number, got \"hot\"");
   CHECK(rejected(prompt().add("temperature", -0.5)).message ==
-        "temperature: expected non-negative, got -0.5.");
+        "temperature: expected a finite non-negative number, got -0.5.");
   CHECK(rejected(params_builder().add("messages", std::vector{message("tool", "x")})).message ==
         "messages[0].role: expected \"system\", \"user\" or \"assistant\", got \"tool\"");
   CHECK(rejected(prompt().add("stream", "yes")).message ==

@@ -65,17 +65,28 @@ void check_distribution(const std::map<int32_t, int>& counts,
 
 }  // namespace
 
-TEST_CASE("greedy: argmax, lowest id on ties, tiny temperatures are greedy") {
+TEST_CASE("greedy: argmax, lowest id on ties") {
   sampler s(greedy(), {});
   std::vector<float> a{1.0f, 3.0f, 2.0f, 3.0f};
   CHECK(s.sample(a) == 1);
   std::vector<float> b{-5.0f, -1.0f, -1.0f};
   CHECK(s.sample(b) == 1);
-  sampling_params p;
-  p.temperature = 0.9e-5f;   // below vLLM's 1e-5 epsilon
-  sampler t(p, {});
-  std::vector<float> c{0.0f, 0.5f, 7.0f, 7.0f};
-  CHECK(t.sample(c) == 2);
+}
+
+TEST_CASE("temperatures in (0, 0.01) are raised to 0.01 and sample, as vLLM's; only 0 is greedy") {
+  // at 0.01: logits [1, 0.995] -> [100, 99.5]: p(1) = 1 / (1 + e^0.5) = 0.377541
+  const std::vector<float> logits{1.0f, 0.995f};
+  const double p1 = 1.0 / (1.0 + std::exp(0.5));
+  const int n = 20000;
+  for (const float t : {0.9e-5f, 0.005f, 0.01f}) {
+    CAPTURE(t);
+    sampling_params p;
+    p.temperature = t;
+    check_distribution(draw_many(p, logits, n), {{0, 1.0 - p1}, {1, p1}}, n);
+  }
+  sampling_params zero;
+  zero.temperature = 0.0f;
+  check_distribution(draw_many(zero, logits, 200), {{0, 1.0}}, 200);
 }
 
 TEST_CASE("greedy on a read-only row: lowest id of the largest, NaN never wins, past the 16 lanes") {
@@ -227,6 +238,19 @@ TEST_CASE("min-p drops tokens below min_p * max probability") {
   check_distribution(draw_many(p, logits, 2000), {{3, 1.0}}, 2000);
 }
 
+TEST_CASE("min-p runs before top-k and top-p (vLLM v1): top-p sums what min-p kept, renormalised") {
+  const std::vector<float> logits = log_of({0.2, 0.3, 0.5});
+  const int n = 20000;
+  sampling_params p;
+  p.top_p = 0.6f;                // alone: 0.5, 0.8 -> {2, 1}
+  check_distribution(draw_many(p, logits, n), {{1, 0.375}, {2, 0.625}}, n);
+  p.min_p = 0.5f;                // first: cut 0.25 -> {1, 2} as {0.375, 0.625}; top-p 0.6 -> {2}
+  check_distribution(draw_many(p, logits, 2000), {{2, 1.0}}, 2000);
+  p.top_p = 1.0f;
+  p.top_k = 1;                   // min-p keeps {1, 2}, top-k the largest of them
+  check_distribution(draw_many(p, logits, 2000), {{2, 1.0}}, 2000);
+}
+
 TEST_CASE("masked logits are -inf after sample()") {
   sampling_params p;
   p.top_k = 2;
@@ -285,14 +309,18 @@ TEST_CASE("validate names the field") {
     return moe::validate(p);
   };
   CHECK(msg([](sampling_params& p) { p.temperature = -0.1f; }) ==
-        "temperature must be non-negative, got -0.1.");
+        "temperature must be a finite non-negative number, got -0.1.");
+  CHECK(msg([](sampling_params& p) { p.temperature = std::numeric_limits<float>::infinity(); }) ==
+        "temperature must be a finite non-negative number, got inf.");
+  CHECK(msg([](sampling_params& p) { p.repetition_penalty = std::numeric_limits<float>::infinity(); }) ==
+        "repetition_penalty must be a finite number greater than zero, got inf.");
   CHECK(msg([](sampling_params& p) { p.top_p = 0.0f; }) == "top_p must be in (0, 1], got 0.");
   CHECK(msg([](sampling_params& p) { p.top_p = 1.5f; }) == "top_p must be in (0, 1], got 1.5.");
   CHECK(msg([](sampling_params& p) { p.top_k = -2; }).rfind("top_k must be -1", 0) == 0);
   CHECK(msg([](sampling_params& p) { p.top_k = 0; }).empty());
   CHECK(msg([](sampling_params& p) { p.min_p = 1.5f; }) == "min_p must be in [0, 1], got 1.5.");
   CHECK(msg([](sampling_params& p) { p.repetition_penalty = 0.0f; }) ==
-        "repetition_penalty must be greater than zero, got 0.");
+        "repetition_penalty must be a finite number greater than zero, got 0.");
   CHECK(msg([](sampling_params& p) { p.presence_penalty = 2.5f; }) ==
         "presence_penalty must be in [-2, 2], got 2.5.");
   CHECK(msg([](sampling_params& p) { p.frequency_penalty = -3.0f; }) ==
