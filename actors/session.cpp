@@ -93,14 +93,16 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
         delta += st.text->finish();
       send_chunk(self, chunk, std::move(delta));
       if (chunk.reason != finish_reason::none)
-        answer(self, chunk.reason, std::move(chunk.error));
+        answer(self, final_reason(chunk.reason, *st.text), std::move(chunk.error));
     },
     [=](cancel_atom) {
-      const auto& cfg = self->state.cfg;
-      if (cfg.prefill_rank)
-        caf::anon_send(cfg.prefill_rank, cancel_atom::value, cfg.request_id);
-      if (cfg.decode_rank)
-        caf::anon_send(cfg.decode_rank, cancel_atom::value, cfg.request_id);
+      auto& st = self->state;
+      if (st.cfg.prefill_rank)
+        caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.cfg.request_id);
+      if (st.cfg.decode_rank)
+        caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.cfg.request_id);
+      token_chunk none;                     // the text held back for stop strings, streamed as
+      send_chunk(self, none, st.text->finish());   // a last chunk: the chunks add up to the text
       answer(self, finish_reason::abort, {});
     },
   };

@@ -21,7 +21,11 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 using close_atom = caf::atom_constant<caf::atom("close")>;
+using close_grace_atom = caf::atom_constant<caf::atom("closegrace")>;
 constexpr auto submit_timeout = std::chrono::seconds(30);
+// After its connection closed, how long a bridge waits for its cancelled requests' results (they
+// come at once; this only bounds a lost one).
+constexpr auto close_grace = std::chrono::seconds(10);
 constexpr uint32_t overloaded_retry_ms = 100;
 
 struct generate_job {
@@ -71,15 +75,19 @@ void send_cancel(bridge_pointer self, uint64_t request_id) {
   caf::anon_send(self->state.cfg.target->handles.queue, cancel_atom::value, request_id);
 }
 
-// Once closed, only submits still unanswered matter: their ids must be learned to cancel them.
-void maybe_quit(bridge_pointer self) {
-  if (!self->state.closed || self->state.quitting)
+void quit_now(bridge_pointer self) {
+  if (self->state.quitting)
     return;
-  for (const auto& [msgid, f] : self->state.by_msgid)
-    if (!f.request_id)
-      return;
   self->state.quitting = true;
   self->quit();
+}
+
+// Once closed, the bridge stays until every request it cancelled has answered: submits still
+// unanswered must learn their ids to be cancelled, and the aborted results carry the counts
+// (cancelled requests, output tokens) the server's stats report.
+void maybe_quit(bridge_pointer self) {
+  if (self->state.closed && self->state.by_msgid.empty())
+    quit_now(self);
 }
 
 /// Answers `msgid` with an error (it is no longer in flight).
@@ -206,6 +214,7 @@ caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_
     [=](close_atom) {
       auto& st = self->state;
       st.closed = true;
+      self->delayed_send(self, close_grace, close_grace_atom::value);
       for (auto& [msgid, f] : st.by_msgid) {
         if (f.request_id)
           send_cancel(self, *f.request_id);
@@ -214,6 +223,7 @@ caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_
       }
       maybe_quit(self);
     },
+    [=](close_grace_atom) { quit_now(self); },
     [=](token_atom, stream_chunk& chunk) {
       auto it = self->state.msgid_of.find(chunk.request_id);
       if (it == self->state.msgid_of.end())

@@ -3,6 +3,8 @@
 // the bridge actor only ever reaches a connection through deliver().
 #include "net/rpc_connection.hpp"
 
+#include <algorithm>
+
 #include <exception>
 #include <map>
 #include <string_view>
@@ -171,7 +173,9 @@ void rpc_connection::handle_request(rpc_request& request) {
       }
       case rpc_method::detokenize: {
         request_limits limits = shared_->limits.requests;
-        limits.max_token_id = target.tok->vocab_size() - 1;
+        // any id the model can produce: its vocabulary may be larger than the tokenizer's (V3:
+        // 129280 against 128815), and decode skips ids without a token, as HF does
+        limits.max_token_id = std::max<int64_t>(target.tok->vocab_size(), target.vocab_size) - 1;
         auto ids = parse_detokenize(request.params, limits);
         if (auto* err = std::get_if<rpc_error>(&ids))
           return write(encode_error(msgid, *err));

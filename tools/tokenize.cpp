@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -72,10 +73,15 @@ void run_tokenize(const tokenize_options& opts) {
 void run_detokenize(const tokenize_options& opts) {
   const auto tok = tokenizer::load(opts.model_dir);
   const std::vector<int32_t> ids = parse_ids(opts.text_given ? opts.text : read_stdin());
+  // any id the model can produce (its vocabulary may be larger than the tokenizer's: V3 has
+  // 129280 rows for 128815 tokens); ids without a token decode to nothing, as in HF
+  int64_t vocab = tok->vocab_size();
+  if (std::filesystem::exists(std::filesystem::path(opts.model_dir) / "config.json"))
+    vocab = std::max(vocab, load_model_config(opts.model_dir).vocab_size);
   for (const int32_t id : ids)
-    if (id < 0 || id >= tok->vocab_size())
+    if (id < 0 || id >= vocab)
       throw input_error("token id " + std::to_string(id) + " is outside the vocab [0, " +
-                        std::to_string(tok->vocab_size()) + ")");
+                        std::to_string(vocab) + ")");
   const std::string text = tok->decode(ids, opts.skip_special);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);

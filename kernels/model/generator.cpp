@@ -82,6 +82,7 @@ generation_result generator::run(const std::vector<int32_t>& prompt_ids,
     logits = runner_.forward(std::span(&entry, 1));
   }
   emit(out.finish());
+  result.reason = final_reason(result.reason, out);
   result.text = out.text();
   result.decode_seconds = seconds_since(t1);
   return result;

@@ -50,4 +50,12 @@ private:
   bool stopped_ = false;
 };
 
+/// The reason a request ended, once its text is final: a stop string that only the text held back
+/// to the end completes (text_stream::finish, an unfinished character's U+FFFD included) makes a
+/// "length" end a "stop", as its text is cut there.
+[[nodiscard]] inline finish_reason final_reason(finish_reason token_reason, const text_stream& text) noexcept {
+  return token_reason == finish_reason::length && text.stopped() ? finish_reason::stop : token_reason;
+}
+
+
 }  // namespace moe

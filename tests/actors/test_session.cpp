@@ -82,3 +82,79 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "sessions stream numbered chunks and s
   self->send_exit(prefill, caf::exit_reason::user_shutdown);
   self->send_exit(decode, caf::exit_reason::user_shutdown);
 }
+
+namespace {
+
+// What a session sends its client until its final answer: the streamed text and the result.
+struct session_output {
+  std::string streamed;
+  session_result result;
+};
+
+session_output run_session(testing::actor_fixture& f, std::shared_ptr<const tokenizer> tok,
+                           std::vector<std::string> stop, const std::vector<token_chunk>& chunks,
+                           bool cancel) {
+  request_spec spec{.prompt_ids = {0}, .sampling = {.stop = std::move(stop)}};
+  auto s = spawn_session(f.sys, {.request_id = 7, .spec = spec, .tok = std::move(tok),
+                                 .client = caf::actor_cast<caf::actor>(f.self)});
+  for (const token_chunk& c : chunks)
+    f.self->send(s, token_atom::value, c);
+  if (cancel)
+    f.self->send(s, cancel_atom::value);
+  session_output out;
+  bool done = false, timed_out = false;
+  uint64_t next_seq = 0;
+  while (!done && !timed_out)
+    f.self->receive(
+        [&](token_atom, const stream_chunk& c) {
+          CHECK(c.seq == next_seq++);
+          out.streamed += c.text_delta;
+        },
+        [&](done_atom, const session_result& r) {
+          out.result = r;
+          done = true;
+        },
+        caf::after(10s) >> [&] { timed_out = true; });
+  REQUIRE_FALSE(timed_out);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(testing::actor_fixture, "a cancel streams the text held back for stop strings; a stop string "
+                                          "completed at the end makes the end a stop") {
+  if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+    return;
+  }
+  auto tok = tokenizer::load(MOE_TOKENIZER_DIR);
+  const std::vector<int32_t> hello = tok->encode("Hello world");
+  REQUIRE(tok->decode(hello) == "Hello world");
+
+  // a 6-byte stop string holds back the last 5 bytes; cancelled, they come as a last chunk
+  const session_output cancelled =
+      run_session(*this, tok, {"QQQQQQ"}, {{.request_id = 7, .token_ids = hello}}, /*cancel=*/true);
+  CHECK(cancelled.result.reason == finish_reason::abort);
+  CHECK(cancelled.result.output_ids == hello);
+  CHECK(cancelled.result.text == "Hello world");
+  CHECK(cancelled.streamed == "Hello world");
+
+  // "Hello world" then the lone byte 0xE4 (the byte-level token "ä"): an unfinished character,
+  // U+FFFD at the end, where the stop string U+FFFD cuts it off: a stop, not a length end
+  const std::optional<int32_t> lead_byte = tok->token_id("\xC3\xA4");
+  REQUIRE(lead_byte.has_value());
+  std::vector<int32_t> ids = hello;
+  ids.push_back(*lead_byte);
+  const session_output cut =
+      run_session(*this, tok, {"\xEF\xBF\xBD"}, {{.request_id = 7, .token_ids = ids, .reason = finish_reason::length}},
+                  /*cancel=*/false);
+  CHECK(cut.result.reason == finish_reason::stop);
+  CHECK(cut.result.text == "Hello world");
+  CHECK(cut.streamed == "Hello world");
+  // without the stop string the same end is a length end with the U+FFFD in the text
+  const session_output kept =
+      run_session(*this, tok, {}, {{.request_id = 7, .token_ids = ids, .reason = finish_reason::length}}, false);
+  CHECK(kept.result.reason == finish_reason::length);
+  CHECK(kept.result.text == "Hello world\xEF\xBF\xBD");
+  CHECK(kept.streamed == kept.result.text);
+}

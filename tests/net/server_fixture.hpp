@@ -62,13 +62,14 @@ struct server_fixture {
   }
   server_fixture() : sys{tune(cfg)}, self{sys} {}
 
-  /// Spawns the cluster and the server (call once the tokenizer is known to exist).
-  void start(net::server_limits limits = {}, net::auth_keys keys = {}) {
+  /// Spawns the cluster and the server (call once the tokenizer is known to exist), over a tiny
+  /// model of `vocab_size` tokens.
+  void start(net::server_limits limits = {}, net::auth_keys keys = {}, int64_t vocab_size = 1000) {
     tok = tokenizer::load(MOE_TOKENIZER_DIR);
-    weights = std::make_shared<const model_weights>(tiny_model_builder(9).build(tiny_config(1000)));
+    weights = std::make_shared<const model_weights>(tiny_model_builder(9).build(tiny_config(vocab_size)));
     handles = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
     server = std::make_unique<net::rpc_server>(
-        sys, net::serving_target{.handles = handles, .tok = tok, .vocab_size = 1000,
+        sys, net::serving_target{.handles = handles, .tok = tok, .vocab_size = vocab_size,
                                  .max_context = static_cast<size_t>(topo.max_context), .model_name = "tiny"},
         net::server_config{.limits = limits, .keys = std::move(keys)});
   }

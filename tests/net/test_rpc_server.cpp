@@ -1,10 +1,12 @@
 // tests/net/test_rpc_server.cpp
 // The TCP server end to end on loopback: pipelining, a request one byte at a time, out-of-order
 // completion, queue time spent waiting for a running slot, cancel, client disconnect (KV
-// freed), and streamed outputs of 100 concurrent clients equal to the single-rank generator.
+// freed, counted as cancelled), and streamed outputs of 100 concurrent clients equal to the single-rank generator.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "net/server_fixture.hpp"
 #include "net/wire.hpp"
@@ -200,6 +202,21 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
   test_client again(server->port());                        // the server still serves
   again.send(request_bytes(1, "health", std::vector<int>{}));
   CHECK(error_code(again.next_response()) == 0);
+  // the server's stats count it as cancelled, with the tokens it made: the closed connection's
+  // bridge waits for the aborted result (asked again while that result is on its way)
+  int64_t cancelled = 0, output_tokens = 0;
+  for (uint32_t tries = 0; tries < 200 && cancelled == 0; ++tries) {
+    if (tries > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    again.send(request_bytes(2 + tries, "stats", std::vector<int>{}));
+    const net::rpc_response r = again.next_response();
+    REQUIRE(error_code(r) == 0);
+    const auto m = result_map(r);
+    cancelled = m.at("cancelled").as<int64_t>();
+    output_tokens = m.at("output_tokens").as<int64_t>();
+  }
+  CHECK(cancelled == 1);
+  CHECK(output_tokens >= 1);                                 // at least the token it saw
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leaves nothing behind") {

@@ -227,3 +227,16 @@ TEST_CASE_FIXTURE(server_fixture, "random bytes from many clients never take the
   after.send(request_bytes(1, "health", std::vector<int>{}));
   CHECK(error_code(after.next_response()) == 0);
 }
+
+TEST_CASE_FIXTURE(server_fixture, "detokenize takes any id the model can produce, past the tokenizer's") {
+  if (skip_without_tokenizer())
+    return;
+  start({}, {}, 129280);                    // V3's embedding rows; the tokenizer has 128815 ids
+  REQUIRE(tok->vocab_size() < 129044);
+  test_client c(server->port());
+  c.send(request_bytes(1, "detokenize", std::vector<std::vector<int32_t>>{{0, 129044}}));
+  const net::rpc_response r = c.next_response();
+  REQUIRE(error_code(r) == 0);
+  CHECK(r.result.as<std::string>() == tok->decode({0}));   // no token: no text, as in HF
+  CHECK(code_of(c, request_bytes(2, "detokenize", std::vector<std::vector<int32_t>>{{129280}})) == 422);
+}

@@ -50,5 +50,17 @@ expect "weights bigger than memory" 2 "would take 8796.09 GB of memory" \
 expect "KV caches bigger than memory" 2 "lower --kv-blocks" \
   "$moeserve" generate --model "$tmp/m" --prompt hi --kv-blocks 1000000000
 
-echo "$((10 - failures)) passed, $failures failed"
+"$moeserve" make-model --preset tiny --seed 1 --out "$tmp/v3vocab" >/dev/null 2>&1 ||   # vocab 129280
+  { echo "FAIL: make-model"; exit 1; }
+expect "detokenize past the model's vocabulary" 2 "outside the vocab [0, 129280)" \
+  "$moeserve" detokenize --model "$tmp/v3vocab" "[1, 129280]"
+out=$("$moeserve" detokenize --model "$tmp/v3vocab" "[1, 129044]" 2>&1)   # past the tokenizer's
+if [[ $? -ne 0 || $out != "<｜end▁of▁sentence｜>" ]]; then
+  echo "FAIL: detokenize of an id the model has and the tokenizer lacks: $out"
+  failures=$((failures + 1))
+else
+  echo "ok: detokenize of an id the model has and the tokenizer lacks -> $out"
+fi
+
+echo "$((12 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
