@@ -56,13 +56,14 @@ private:
 
 /// One turn of a conversation.
 struct chat_message {
-  std::string role;                                  // "system", "user" or "assistant"
+  std::string role;                                  // "system", "user", "assistant" or "tool"
   std::string content;
 };
 
 /// The DeepSeek-V3 chat format, as its Jinja chat template renders plain conversations:
-/// BOS, system prompts, then "<｜User｜>..." / "<｜Assistant｜>...<｜end▁of▁sentence｜>" turns,
-/// and "<｜Assistant｜>" when add_generation_prompt. Throws input_error on an unknown role.
+/// BOS, system prompts, then "<｜User｜>..." / "<｜Assistant｜>...<｜end▁of▁sentence｜>" turns, tool
+/// outputs as the template wraps them, and "<｜Assistant｜>" when add_generation_prompt (the
+/// server's generate accepts system, user and assistant only). Throws input_error on an unknown role.
 [[nodiscard]] std::string apply_chat_template(const std::vector<chat_message>& messages,
                                               bool add_generation_prompt = true);
 
