@@ -179,7 +179,6 @@ void start(bridge_pointer self, generate_job& job) {
   if (auto* err = std::get_if<rpc_error>(&ids))
     return fail(self, job.msgid, *err);
   auto& prompt_ids = std::get<std::vector<int32_t>>(ids);
-  resolve_max_tokens(job.req, prompt_ids.size(), target.max_context);
   if (auto err = check_context(prompt_ids.size(), job.req.sampling.max_tokens, target.max_context))
     return fail(self, job.msgid, *err);
   const uint32_t msgid = job.msgid;

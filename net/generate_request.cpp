@@ -1,7 +1,6 @@
 // net/generate_request.cpp
 #include "net/generate_request.hpp"
 
-#include <algorithm>
 #include <array>
 #include <set>
 #include <span>
@@ -180,7 +179,6 @@ std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& 
   generate_request req;
   std::set<std::string_view> seen;
   int num_prompts = 0;
-  bool max_tokens_given = false;            // and not nil
   for (const msgpack::object_kv& kv : std::span(map.ptr, map.size)) {
     if (kv.key.type != msgpack::type::STR)
       return field_error("params", "string keys", kv.key);
@@ -195,7 +193,6 @@ std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& 
                               : field->parse(kv.val, limits, req))
       return *err;
     if (key == "prompt" || key == "messages" || key == "input_ids") ++num_prompts;
-    max_tokens_given = max_tokens_given || key == "max_tokens";
   }
   if (num_prompts == 0)
     return make_error(rpc_errc::validation, "prompt: one of prompt, messages or input_ids is required");
@@ -203,16 +200,7 @@ std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& 
     return make_error(rpc_errc::validation, "prompt: give only one of prompt, messages or input_ids");
   if (const std::string err = validate(req.sampling); !err.empty())
     return make_error(rpc_errc::validation, field_first(err));
-  if (req.kind == prompt_kind::chat && !max_tokens_given)
-    req.max_tokens_to_context = limits.max_tokens;
   return req;
-}
-
-void resolve_max_tokens(generate_request& req, size_t num_prompt_tokens, size_t max_model_len) {
-  if (!req.max_tokens_to_context || num_prompt_tokens >= max_model_len)
-    return;
-  req.sampling.max_tokens = static_cast<int32_t>(
-      std::min<size_t>(static_cast<size_t>(*req.max_tokens_to_context), max_model_len - num_prompt_tokens));
 }
 
 std::optional<rpc_error> check_context(size_t num_prompt_tokens, int32_t max_tokens,

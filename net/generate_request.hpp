@@ -41,9 +41,6 @@ struct generate_request {
   std::vector<chat_message> messages;        // kind chat: roles system, user, assistant
   std::vector<int32_t> input_ids;            // kind token_ids
   sampling_params sampling;                  // vLLM names and defaults, logprobs (0..20) included
-  /// Chat without max_tokens: vLLM's chat default, the rest of the context, at most this
-  /// (request_limits::max_tokens); resolve_max_tokens applies it once the prompt is tokenized.
-  std::optional<int32_t> max_tokens_to_context;
   bool stream = false;                       // "token" notifications before the response
   std::string model;                         // "" when not given
 };
@@ -53,11 +50,6 @@ struct generate_request {
 /// Every error's message starts with the field it is about, e.g. "stop[2]: ...".
 [[nodiscard]] std::variant<generate_request, rpc_error> parse_generate(
     const msgpack::object& params, const request_limits& limits = {});
-
-/// max_tokens once the prompt is tokenized: a chat request that gave none gets the rest of the
-/// context (at most max_tokens_to_context), as vLLM's chat completions; others keep theirs
-/// (vLLM's completions default, 16). A prompt that fills the context is left to check_context.
-void resolve_max_tokens(generate_request& req, size_t num_prompt_tokens, size_t max_model_len);
 
 /// vLLM's context check once the prompt is tokenized: 413 when the prompt alone fills the
 /// context, 422 (naming max_tokens) when prompt + max_tokens does not fit.

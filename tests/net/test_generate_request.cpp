@@ -276,33 +276,3 @@ TEST_CASE("check_context: the prompt must leave room for max_tokens") {
   CHECK(over->code == rpc_errc::validation);
   CHECK(names(*over, "max_tokens"));
 }
-
-TEST_CASE("a chat without max_tokens gets the rest of the context, as vLLM's chat completions") {
-  const auto chat = [] { return params_builder().add("messages", std::vector{message("user", "Hi")}); };
-  request_limits limits;
-  limits.max_tokens = 1000;
-  generate_request req = accepted(chat(), limits);
-  CHECK(req.max_tokens_to_context == 1000);
-  resolve_max_tokens(req, 100, 8192);         // the rest, 8092, is over the server's 1000
-  CHECK(req.sampling.max_tokens == 1000);
-  resolve_max_tokens(req, 7500, 8192);        // the rest of the context, 692
-  CHECK(req.sampling.max_tokens == 692);
-  CHECK_FALSE(check_context(7500, req.sampling.max_tokens, 8192));
-  generate_request full = accepted(chat(), limits);
-  resolve_max_tokens(full, 8192, 8192);       // a full context is left for check_context (413)
-  CHECK(full.sampling.max_tokens == 16);
-  // nil is not given; a given max_tokens, and prompts that are not chats, keep theirs
-  generate_request nil = accepted(chat().add_nil("max_tokens"), limits);
-  resolve_max_tokens(nil, 100, 8192);
-  CHECK(nil.sampling.max_tokens == 1000);
-  generate_request given = accepted(chat().add("max_tokens", 5), limits);
-  CHECK_FALSE(given.max_tokens_to_context);
-  resolve_max_tokens(given, 100, 8192);
-  CHECK(given.sampling.max_tokens == 5);
-  generate_request text = accepted(prompt(), limits);
-  resolve_max_tokens(text, 100, 8192);
-  CHECK(text.sampling.max_tokens == 16);
-  generate_request ids = accepted(params_builder().add("input_ids", std::vector{0, 5}), limits);
-  resolve_max_tokens(ids, 2, 8192);
-  CHECK(ids.sampling.max_tokens == 16);
-}
