@@ -138,14 +138,25 @@ void hierarchical(const matrix<double>& w, int64_t P, int64_t G, int64_t N, int6
 expert_plan rebalance_experts(const matrix<double>& load, int64_t num_physical, int64_t num_groups,
                               int64_t num_nodes, int64_t num_ranks) {
   const int64_t E = load.cols;
-  if (num_physical < E || num_ranks <= 0 || num_physical % num_ranks != 0 || num_nodes <= 0 ||
-      num_ranks % num_nodes != 0 || num_groups <= 0 || E % num_groups != 0)
+  if (E <= 0 || num_physical < E || num_ranks <= 0 || num_physical % num_ranks != 0 || num_nodes <= 0 ||
+      num_groups <= 0)
     throw std::invalid_argument(
-        "rebalance_experts: need num_physical >= experts, num_physical % num_ranks == 0, "
-        "num_ranks % num_nodes == 0 and experts % num_groups == 0");
+        "rebalance_experts: need experts > 0, num_physical >= experts and num_physical % num_ranks == 0");
+  // the node and group conditions bind the hierarchical policy only; the global one places
+  // over one group and one node
+  const bool hierarchical_policy = num_groups % num_nodes == 0;
+  if (hierarchical_policy && (num_ranks % num_nodes != 0 || E % num_groups != 0))
+    throw std::invalid_argument(
+        "rebalance_experts: the hierarchical policy (groups % nodes == 0) needs num_ranks % num_nodes == 0 "
+        "and experts % num_groups == 0");
   expert_plan plan;
+  if (load.rows == 0) {                     // no MoE layers: nothing to place
+    plan.phy2log = matrix<int32_t>(0, num_physical);
+    plan.logcnt = matrix<int32_t>(0, E);
+    return plan;
+  }
   matrix<int32_t> phyrank;
-  if (num_groups % num_nodes == 0)
+  if (hierarchical_policy)
     hierarchical(load, num_physical, num_groups, num_nodes, num_ranks, plan.phy2log, phyrank, plan.logcnt);
   else
     hierarchical(load, num_physical, 1, 1, num_ranks, plan.phy2log, phyrank, plan.logcnt);

@@ -44,7 +44,8 @@ void replicate_experts(const matrix<double>& weight, int64_t num_physical, matri
 /// Places `num_physical` replicas to minimise the maximum per-rank load. `load` is
 /// [num_moe_layers, num_logical_experts]. Hierarchical (groups packed to nodes, replicas inside
 /// nodes) when num_groups % num_nodes == 0, else global (one group, one node). Requires
-/// num_physical % num_ranks == 0, num_ranks % num_nodes == 0, num_logical % num_groups == 0.
+/// num_physical % num_ranks == 0, and for the hierarchical policy also num_ranks % num_nodes == 0
+/// and num_logical % num_groups == 0 (eplb.py's asserts); no layers give an empty plan.
 [[nodiscard]] expert_plan rebalance_experts(const matrix<double>& load, int64_t num_physical,
                                             int64_t num_groups, int64_t num_nodes, int64_t num_ranks);
 

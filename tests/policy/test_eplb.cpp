@@ -79,3 +79,25 @@ TEST_CASE("global policy when groups do not divide among nodes, every expert pla
     CHECK(seen[e] == plan.logcnt(0, e));
   CHECK_THROWS_AS((void)rebalance_experts(w, 15, 4, 2, 8), std::invalid_argument);
 }
+
+TEST_CASE("the global policy needs neither ranks % nodes nor experts % groups; no layers, no plan") {
+  matrix<double> w(1, 12);                  // loads [10 17 12 19 14 21 16 11 18 13 20 15]
+  for (int64_t e = 0; e < 12; ++e)
+    w(0, e) = 10.0 + static_cast<double>((e * 7) % 12);
+  // 4 groups over 3 nodes: global, 4 ranks (4 % 3 != 0). No replicas; by hand, heaviest first
+  // into the lightest rank with room (ties: lower rank): 21 20 19 18 to ranks 0-3, then
+  // 17 -> 3, 16 -> 2, 15 -> 1, 14 -> 0, 13 -> 0, 12 -> 1, 11 -> 2, 10 -> 3; slots in that order
+  const expert_plan plan = rebalance_experts(w, 12, 4, 3, 4);
+  CHECK(plan.phy2log.data == std::vector<int32_t>{5, 4, 9, 10, 11, 2, 3, 6, 7, 8, 1, 0});
+  CHECK(plan.logcnt.data == std::vector<int32_t>(12, 1));
+  CHECK(rank_loads(plan, w, 0, 4) == std::vector<double>{48, 47, 46, 45});
+  // 12 experts in 5 groups over 2 nodes: global too
+  CHECK_NOTHROW((void)rebalance_experts(w, 12, 5, 2, 4));
+  // hierarchical (4 groups over 2 nodes) still needs ranks % nodes
+  CHECK_THROWS_AS((void)rebalance_experts(w, 12, 4, 2, 3), std::invalid_argument);
+  const expert_plan none = rebalance_experts(matrix<double>(0, 12), 16, 4, 2, 8);
+  CHECK(none.phy2log.rows == 0);
+  CHECK(none.phy2log.cols == 16);
+  CHECK(none.log2phy.empty());
+  CHECK_THROWS_AS((void)rebalance_experts(matrix<double>(1, 0), 16, 4, 2, 8), std::invalid_argument);
+}
