@@ -28,9 +28,12 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
   else
     cmd.add_flag("--reference", opts.reference,
                  "run the plain-loop CPU reference backend (fp32, slow) instead of the fast path");
-  cmd.add_option("--threads", opts.threads, "CPU threads for the fast path (0: all cores)")
+  // without kv_flags the verb runs the cluster, whose ranks take --threads-per-rank and absorbed
+  // attention: these two reach its --single-rank runner only
+  const std::string single_rank = kv_flags ? "" : " (--single-rank only)";
+  cmd.add_option("--threads", opts.threads, "CPU threads for the fast path (0: all cores)" + single_rank)
       ->check(CLI::Range(0, 1024));
-  cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive")
+  cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive" + single_rank)
       ->check(CLI::IsMember({"absorbed", "naive"}));
   add_weight_memory_flag(cmd, opts.mmap_weights);
   if (!kv_flags)

@@ -108,7 +108,7 @@ void add_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "serve a model over MessagePack-RPC (TCP)");
   cmd->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
       ->required();
-  add_topology_options(*cmd, o->topology);
+  add_topology_options(*cmd, o->topology, /*listen=*/true);
   cmd->add_flag("--reference", o->reference, "run the plain-loop CPU reference backend on every rank");
   add_weight_memory_flag(*cmd, o->mmap_weights);
   auto& l = o->limits;

@@ -24,7 +24,7 @@ std::string with_default(const std::string& what, const auto& value) {
 
 }  // namespace
 
-void add_topology_options(CLI::App& app, topology_options& o) {
+void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
   const topology_config d;
   app.add_option("--config", o.config_file, "topology TOML file (see config/topology.toml)")
       ->check(CLI::ExistingFile);
@@ -67,6 +67,8 @@ void add_topology_options(CLI::App& app, topology_options& o) {
   app.add_option("--inter-node-latency-us", o.inter_node_latency_us, with_default("microseconds per message (DeepEP, RDMA)", d.inter_node.latency_us));
   app.add_option("--inter-node-bandwidth-gbs", o.inter_node_bandwidth_gb_s,
                  with_default("GB/s, 0 = unlimited (DeepEP, RDMA)", d.inter_node.bandwidth_gb_s));
+  if (!listen)
+    return;
   app.add_option("--host", o.host, with_default("address to listen on", d.host));
   app.add_option("--port", o.port, with_default("port to listen on", d.port));
 }

@@ -28,8 +28,9 @@ struct topology_options {
   std::optional<int64_t> port;
 };
 
-/// Adds --config and the topology flags listed in config/topology.toml.
-void add_topology_options(CLI::App& app, topology_options& opts);
+/// Adds --config and the topology flags listed in config/topology.toml; --host and --port only
+/// with `listen` (serve: the other verbs listen on nothing).
+void add_topology_options(CLI::App& app, topology_options& opts, bool listen = false);
 
 /// The file (or the defaults), overridden by the flags given, validated; throws input_error.
 [[nodiscard]] topology_config resolve_topology(const topology_options& opts);

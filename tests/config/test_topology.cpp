@@ -52,7 +52,7 @@ struct temp_file {
 topology_config resolve(std::vector<std::string> args) {
   CLI::App app;
   moe::tools::topology_options opts;
-  moe::tools::add_topology_options(app, opts);
+  moe::tools::add_topology_options(app, opts, /*listen=*/true);
   args.insert(args.begin(), "moeserve");
   std::vector<char*> argv;
   for (std::string& a : args)
@@ -320,4 +320,15 @@ TEST_CASE("topology flags: a bad file is an error naming the file and key") {
   const std::string msg = error_of([&] { resolve({"--config", file.path.string()}); });
   CHECK(msg.find(file.path.string()) == 0);
   CHECK(msg.find("\"decode.ranks\"") != std::string::npos);
+}
+
+TEST_CASE("topology flags: only a verb that listens takes --host and --port") {
+  CLI::App app;
+  moe::tools::topology_options opts;
+  moe::tools::add_topology_options(app, opts);   // generate, bench-cluster
+  std::vector<std::string> args = {"moeserve", "--port", "9000"};
+  std::vector<char*> argv;
+  for (std::string& a : args)
+    argv.push_back(a.data());
+  CHECK_THROWS_AS(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ExtrasError);
 }
