@@ -15,7 +15,11 @@
 #include "net/server_probes.hpp"
 
 namespace moe::net {
+
 namespace {
+// What a queued reply costs beyond its bytes (its string and queue slot), so that many tiny
+// replies to a client that does not read count against max_write_buffer as the memory they hold.
+constexpr size_t queued_reply_overhead = 64;
 
 constexpr uint32_t overloaded_retry_ms = 100;
 
@@ -109,7 +113,9 @@ void rpc_connection::on_read(std::error_code ec, size_t num_bytes) {
   if (closed_ || closing_)
     return;
   const bool started = decoder_.partial_bytes() > 0;
-  if (!started || !was_started)                            // a message's clock starts once
+  // a message's clock starts once: when its first bytes come (what is left after messages
+  // that completed in this read is a new one)
+  if (!started || !was_started || !messages_.empty())
     arm_timer(started);
   read();
 }
@@ -240,10 +246,11 @@ void rpc_connection::handle_auth(rpc_request& request) {
 void rpc_connection::write(msgpack::sbuffer bytes) {
   if (closed_)
     return;
-  if (queued_bytes_ + bytes.size() > shared_->limits.max_write_buffer)
+  const size_t cost = bytes.size() + queued_reply_overhead;
+  if (queued_bytes_ + cost > shared_->limits.max_write_buffer)
     return close();                                        // a reader too slow: drop it
-  queued_bytes_ += bytes.size();
-  write_queue_.push_back(std::move(bytes));
+  queued_bytes_ += cost;
+  write_queue_.emplace_back(bytes.data(), bytes.size());
   if (!writing_)
     write_next();
 }
@@ -255,15 +262,18 @@ void rpc_connection::write_next() {
       close();
     return;
   }
+  if (!writing_)
+    write_progress_ = std::chrono::steady_clock::now();
   writing_ = true;
-  const msgpack::sbuffer& front = write_queue_.front();
+  const std::string& front = write_queue_.front();
   asio::async_write(socket_, asio::buffer(front.data(), front.size()),
                     [self = shared_from_this()](std::error_code ec, size_t) {
                       if (self->closed_)
                         return;
                       if (ec)
                         return self->close();
-                      self->queued_bytes_ -= self->write_queue_.front().size();
+                      self->write_progress_ = std::chrono::steady_clock::now();
+                      self->queued_bytes_ -= self->write_queue_.front().size() + queued_reply_overhead;
                       self->write_queue_.pop_front();
                       self->write_next();
                     });
@@ -283,6 +293,9 @@ void rpc_connection::arm_timer(bool message_started) {
       return;                                              // cancelled or re-armed
     if (message_started)
       return self->close();                                // a message stopped arriving
+    const auto limit = self->shared_->limits.idle_timeout;
+    if (self->writing_ && std::chrono::steady_clock::now() - self->write_progress_ >= limit)
+      return self->close();                                // a reader that stopped reading
     if (!self->in_flight_.empty() || self->writing_)
       return self->arm_timer(false);                       // busy, not idle
     self->close();

@@ -8,9 +8,11 @@
 #include <array>
 #include <asio.hpp>
 #include <caf/actor.hpp>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_set>
 
 #include "net/auth.hpp"
@@ -60,8 +62,9 @@ private:
   frame_decoder decoder_;
   std::array<char, 16384> read_buffer_{};
   std::vector<rpc_message> messages_;
-  std::deque<msgpack::sbuffer> write_queue_;
-  size_t queued_bytes_ = 0;
+  std::deque<std::string> write_queue_;     // replies at their exact size (an sbuffer reserves 8 KiB)
+  size_t queued_bytes_ = 0;                 // their bytes + queued_reply_overhead each
+  std::chrono::steady_clock::time_point write_progress_;   // a write started or finished
   bool writing_ = false;
   bool closing_ = false;                    // close once the queued replies are written
   bool closed_ = false;

@@ -5,6 +5,7 @@
 
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <thread>
@@ -42,10 +43,29 @@ struct rpc_server::impl {
   uint16_t port = 0;
   bool stopped = false;
 
+  asio::steady_timer accept_retry{*io};
+  bool accept_failing = false;             // io thread only
+
   void accept() {
     acceptor.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
-      if (ec)
+      if (ec == asio::error::operation_aborted || !acceptor.is_open())
         return;                                              // closed by stop()
+      if (ec) {
+        // out of file descriptors (EMFILE, ENFILE), memory, or a connection reset before it
+        // was taken: keep serving the connections there are and try again shortly
+        if (!accept_failing)
+          std::fprintf(stderr, "moeserve: accept failed (%s); retrying every 100 ms\n", ec.message().c_str());
+        accept_failing = true;
+        accept_retry.expires_after(std::chrono::milliseconds(100));
+        accept_retry.async_wait([this](std::error_code wait_ec) {
+          if (!wait_ec && acceptor.is_open())
+            accept();
+        });
+        return;
+      }
+      if (accept_failing)
+        std::fprintf(stderr, "moeserve: accepting connections again\n");
+      accept_failing = false;
       admit(std::move(socket));
       accept();
     });
@@ -117,6 +137,7 @@ void rpc_server::stop() {
   asio::post(*impl_->io, [i = impl_.get()] {
     std::error_code ignored;
     i->acceptor.close(ignored);
+    i->accept_retry.cancel();
     for (auto& weak : i->connections)
       if (auto c = weak.lock())
         c->close();

@@ -3,8 +3,12 @@
 // connection that broke them.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <random>
+#include <set>
 #include <system_error>
+#include <thread>
 
 #include "net/server_fixture.hpp"
 #include "net/wire.hpp"
@@ -239,4 +243,31 @@ TEST_CASE_FIXTURE(server_fixture, "detokenize takes any id the model can produce
   REQUIRE(error_code(r) == 0);
   CHECK(r.result.as<std::string>() == tok->decode({0}));   // no token: no text, as in HF
   CHECK(code_of(c, request_bytes(2, "detokenize", std::vector<std::vector<int32_t>>{{129280}})) == 422);
+}
+
+TEST_CASE_FIXTURE(server_fixture, "a client whose sends straddle message boundaries keeps its connection") {
+  if (skip_without_tokenizer())
+    return;
+  start({.idle_timeout = std::chrono::milliseconds(300), .read_timeout = std::chrono::milliseconds(300)});
+  std::string bytes;
+  for (uint32_t id = 1; id <= 12; ++id)
+    bytes += request_bytes(id, "health", std::vector<int>{});
+  const size_t len = bytes.size() / 12;      // msgids below 128: every request the same size
+  // each send ends one message and starts the next, 100 ms apart: 1.2 s in all, every message
+  // whole within 100 ms, the connection never without a started message
+  test_client c(server->port());
+  size_t at = 0;
+  for (size_t k = 0; k <= 12; ++k) {
+    const size_t end = std::min(bytes.size(), len / 2 + k * len);
+    c.send(std::string_view(bytes).substr(at, end - at));
+    at = end;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::set<uint32_t> answered;
+  for (int i = 0; i < 12; ++i) {
+    const net::rpc_response r = c.next_response();
+    CHECK(error_code(r) == 0);
+    answered.insert(r.msgid);
+  }
+  CHECK(answered.size() == 12);
 }
