@@ -19,8 +19,9 @@ bool never_reference(msgpack::type::object_type, size_t, void*) { return false; 
 msgpack::unpack_limit unpack_limits(const frame_limits& l) {
   // An array or str can never hold more elements or bytes than its frame.
   const auto cap = [&](size_t n) { return std::min(n, l.max_frame_bytes); };
+  // msgpack-c counts an ext's type byte in its size: + 1 so that max_ext_bytes is the payload's
   return msgpack::unpack_limit(cap(l.max_array_size), cap(l.max_map_size), cap(l.max_str_bytes),
-                               cap(l.max_bin_bytes), cap(l.max_ext_bytes), l.max_depth);
+                               cap(l.max_bin_bytes), cap(l.max_ext_bytes + 1), l.max_depth);
 }
 
 std::optional<uint32_t> as_msgid(const msgpack::object& o) {

@@ -196,6 +196,20 @@ TEST_CASE("array and string limits apply to complete values too") {
   CHECK(err.msgid == 2u);
 }
 
+TEST_CASE("max_ext_bytes bounds an ext's payload, not payload + type byte") {
+  const auto ext_request = [](uint32_t msgid, size_t payload) {
+    return packed([&](packer& pk) {
+      const std::string body(payload, 'e');
+      pk.pack_array(4).pack(0).pack(msgid).pack("m").pack_array(1);
+      pk.pack_ext(payload, 1).pack_ext_body(body.data(), static_cast<uint32_t>(payload));
+    });
+  };
+  frame_decoder dec({.max_ext_bytes = 16});
+  CHECK(only_request(dec.feed(ext_request(1, 16))).msgid == 1u);
+  frame_decoder dec2({.max_ext_bytes = 16});
+  CHECK(only_error(dec2.feed(ext_request(2, 17))).error.code == rpc_errc::too_large);
+}
+
 TEST_CASE("a top level that is not an array closes the connection") {
   for (const std::string& bytes :
        {packed([](packer& pk) { pk.pack(5); }), packed([](packer& pk) { pk.pack("hello"); }),
