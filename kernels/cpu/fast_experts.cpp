@@ -94,6 +94,10 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   const int64_t I = experts[p.expert_begin].gate_proj.out_features;
   expert_grouping& g = grouping_;
   group_by_expert(p, g);
+  if (g.active.empty()) {                   // no token routes into [expert_begin, expert_end)
+    std::fill_n(p.out, p.num_tokens * p.hidden, 0.0f);
+    return;
+  }
   const int64_t P = static_cast<int64_t>(g.pos_slot.size());
 
   // Buffers: x as bf16 [T, ldd]; per position: its x rows, h [P, I] fp32 and bf16, y [P, D].

@@ -89,6 +89,20 @@ TEST_CASE("fast: moe_experts matches the reference and is identical for any thre
   }
 }
 
+TEST_CASE("fast: an expert range no token routes into gives zeros, as the reference") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  experts_case c = make_case(dtype::bf16, 8, 64, 64, 5, 2, 11u);
+  for (int32_t& id : c.topk_ids)
+    id %= 4;                                // every token picks among experts 0-3
+  cpu_reference_backend ref;
+  for (int threads : {1, 2, 3}) {
+    cpu_fast_backend fast(threads);
+    CAPTURE(threads);
+    CHECK(run(fast, c, 4, 8) == std::vector<float>(5 * 64, 0.0f));   // divided by 0 experts
+    CHECK(run(fast, c, 4, 8) == run(ref, c, 4, 8));
+  }
+}
+
 TEST_CASE("fast: group_by_expert is a stable counting sort that skips experts out of range") {
   MOE_SKIP_WITHOUT_FAST_PATH();
   // 3 tokens, top 2; experts 0..3 in range [1, 4): expert 0 skipped.

@@ -97,7 +97,7 @@ TEST_CASE("fast: linear matches the reference for every weight dtype, GEMV and G
         const auto x = test::random_floats(tokens * s.in, 11u + static_cast<uint32_t>(tokens));
         const auto want = run_linear(ref, w->w, x, tokens);
         const auto got = run_linear(fast2, w->w, x, tokens);
-        // bf16 activations (FP8: times the block scale): relative rounding <= 2^-9 per product;
+        // bf16 activations (FP8: times the block scale): relative rounding <= 2^-8 per product;
         // F32 / F16 weights keep fp32 activations.
         const bool rounded = type == dtype::bf16 || type == dtype::f8_e4m3;
         CHECK(test::max_rel_error(got, want) < (rounded ? 1e-2 : 1e-5));
