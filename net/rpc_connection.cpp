@@ -22,12 +22,23 @@ namespace {
 constexpr size_t queued_reply_overhead = 64;
 
 constexpr uint32_t overloaded_retry_ms = 100;
+// ready / stats probes (each asks the cluster's actors) one connection may have unanswered: a
+// client pipelining thousands of them would fill the request queue for everyone.
+constexpr size_t max_probes_in_flight = 8;
 
 reply_fn reply_to(const std::shared_ptr<rpc_connection>& connection) {
   std::weak_ptr<rpc_connection> weak = connection;
   return [weak](msgpack::sbuffer bytes, std::optional<uint32_t> finished) {
     if (auto c = weak.lock())
       c->deliver(std::move(bytes), finished);
+  };
+}
+
+reply_fn probe_reply_to(const std::shared_ptr<rpc_connection>& connection) {
+  std::weak_ptr<rpc_connection> weak = connection;
+  return [weak](msgpack::sbuffer bytes, std::optional<uint32_t>) {
+    if (auto c = weak.lock())
+      c->deliver_probe(std::move(bytes));
   };
 }
 
@@ -86,6 +97,14 @@ void rpc_connection::deliver(msgpack::sbuffer bytes, std::optional<uint32_t> fin
   asio::post(socket_.get_executor(), [self = shared_from_this(), held, finished] {
     if (finished)
       self->in_flight_.erase(*finished);
+    self->write(std::move(*held));
+  });
+}
+
+void rpc_connection::deliver_probe(msgpack::sbuffer bytes) {
+  auto held = std::make_shared<msgpack::sbuffer>(std::move(bytes));
+  asio::post(socket_.get_executor(), [self = shared_from_this(), held] {
+    --self->probes_in_flight_;
     self->write(std::move(*held));
   });
 }
@@ -196,10 +215,17 @@ void rpc_connection::handle_request(rpc_request& request) {
       case rpc_method::models: return write(encode_models(msgid, target));
       case rpc_method::health: return write(encode_health(msgid, *shared_->counters));
       case rpc_method::ready:
-        return spawn_ready_probe(shared_->sys, shared_->target, msgid, reply_to(shared_from_this()));
       case rpc_method::stats:
+        if (probes_in_flight_ >= max_probes_in_flight)
+          return write(encode_error(
+              msgid, make_overloaded("connection: " + std::to_string(probes_in_flight_) +
+                                         " ready/stats requests in flight, the limit",
+                                     overloaded_retry_ms)));
+        ++probes_in_flight_;
+        if (*method == rpc_method::ready)
+          return spawn_ready_probe(shared_->sys, shared_->target, msgid, probe_reply_to(shared_from_this()));
         return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters,
-                                 shared_->stats_sampler, msgid, reply_to(shared_from_this()));
+                                 shared_->stats_sampler, msgid, probe_reply_to(shared_from_this()));
       default: return;
     }
   } catch (const std::exception& e) {                      // a bug must not take the server down
@@ -296,7 +322,7 @@ void rpc_connection::arm_timer(bool message_started) {
     const auto limit = self->shared_->limits.idle_timeout;
     if (self->writing_ && std::chrono::steady_clock::now() - self->write_progress_ >= limit)
       return self->close();                                // a reader that stopped reading
-    if (!self->in_flight_.empty() || self->writing_)
+    if (!self->in_flight_.empty() || self->probes_in_flight_ > 0 || self->writing_)
       return self->arm_timer(false);                       // busy, not idle
     self->close();
   });

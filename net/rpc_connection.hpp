@@ -43,6 +43,8 @@ public:
   void close();
   /// From any thread: queues `bytes` for writing; `finished` leaves the in-flight set.
   void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished);
+  /// A ready / stats probe's answer (one fewer in flight).
+  void deliver_probe(msgpack::sbuffer bytes);
 
 private:
   void read();
@@ -69,6 +71,7 @@ private:
   bool closing_ = false;                    // close once the queued replies are written
   bool closed_ = false;
   std::unordered_set<uint32_t> in_flight_;  // generate msgids not answered yet
+  size_t probes_in_flight_ = 0;             // ready / stats asked of the cluster, not answered
   auth_role role_;                          // what the last successful auth granted
   int num_auth_failures_ = 0;
   caf::actor bridge_;

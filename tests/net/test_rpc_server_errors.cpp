@@ -271,3 +271,27 @@ TEST_CASE_FIXTURE(server_fixture, "a client whose sends straddle message boundar
   }
   CHECK(answered.size() == 12);
 }
+
+TEST_CASE_FIXTURE(server_fixture, "ready and stats requests in flight per connection are bounded") {
+  if (skip_without_tokenizer())
+    return;
+  start();
+  // 20 pipelined in one send are read at once: the first 8 are asked of the cluster, whose
+  // answers cannot come back before the read is handled, so the rest get 429
+  std::string bytes;
+  for (uint32_t id = 0; id < 20; ++id)
+    bytes += request_bytes(id, id % 2 ? "stats" : "ready", std::vector<int>{});
+  test_client c(server->port());
+  c.send(bytes);
+  int ok = 0, overloaded = 0;
+  for (int i = 0; i < 20; ++i) {
+    const int code = error_code(c.next_response());
+    ok += code == 0;
+    overloaded += code == 429;
+  }
+  CHECK(ok + overloaded == 20);
+  CHECK(ok >= 8);
+  CHECK(overloaded >= 1);
+  c.send(request_bytes(99, "ready", std::vector<int>{}));   // answered ones free their places
+  CHECK(error_code(c.next_response()) == 0);
+}
