@@ -45,11 +45,20 @@ struct field_reader {
     const json* v = find(key);
     if (v == nullptr)
       return std::nullopt;
-    if (v->is_number_integer())
-      return v->get<int64_t>();
+    // Every integer of a config is a size, a count or a token id: bounded so that products of
+    // a few of them (shapes, KV bytes) cannot wrap an int64 and pass a check they should fail.
+    constexpr int64_t bound = int64_t{1} << 24;
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(bound))
+      field_error(origin, qualified(key), std::string(expected) + " of at most 2^24", *v);
+    if (v->is_number_integer()) {
+      const int64_t n = v->get<int64_t>();
+      if (n > bound || n < -bound)
+        field_error(origin, qualified(key), std::string(expected) + " of at most 2^24", *v);
+      return n;
+    }
     if (v->is_number_float()) {                     // 4096.0 is an integer; 0.5 is not
       const double d = v->get<double>();
-      if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e15)
+      if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) <= static_cast<double>(bound))
         return static_cast<int64_t>(d);
     }
     field_error(origin, qualified(key), expected, *v);
@@ -162,7 +171,7 @@ model_config read_fields(const json& root, std::string_view origin) {
   c.topk_method = r.string_or("topk_method", c.topk_method);
   c.hidden_act = r.string_or("hidden_act", c.hidden_act);
   c.rms_norm_eps = r.number_or("rms_norm_eps", c.rms_norm_eps);
-  c.max_position_embeddings = r.int_or("max_position_embeddings", 0);
+  c.max_position_embeddings = r.int_or("max_position_embeddings", 4096);   // HF DeepseekV3Config's default
   c.rope_interleave = r.bool_or("rope_interleave", true);
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
   c.bos_token_id = r.token_id_or("bos_token_id", c.bos_token_id);
@@ -278,8 +287,8 @@ void validate(const model_config& c, std::string_view origin) {
     field_error(origin, "hidden_act", "\"silu\"", c.hidden_act);
   if (!(c.rms_norm_eps > 0.0))
     field_error(origin, "rms_norm_eps", "a positive number", c.rms_norm_eps);
-  if (c.max_position_embeddings < 0)
-    field_error(origin, "max_position_embeddings", "a non-negative integer", c.max_position_embeddings);
+  if (c.max_position_embeddings < 2)            // a prompt token and a generated one
+    field_error(origin, "max_position_embeddings", "an integer of at least 2", c.max_position_embeddings);
   if (c.num_nextn_predict_layers < 0)
     field_error(origin, "num_nextn_predict_layers", "a non-negative integer", c.num_nextn_predict_layers);
   if (c.bos_token_id < 0 || c.bos_token_id >= c.vocab_size)
@@ -301,7 +310,7 @@ model_config parse_model_config(std::string_view json_text, std::string_view ori
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {         // parse_error, and out_of_range for 1e400
     throw input_error(std::string(origin) + ": malformed JSON: " + e.what());
   }
   if (!root.is_object())

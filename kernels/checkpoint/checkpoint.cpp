@@ -34,7 +34,7 @@ std::vector<fs::path> files_from_index(const fs::path& dir, const fs::path& inde
   json root;
   try {
     root = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {         // parse_error, out_of_range (1e400)
     throw input_error(index_path.string() + ": malformed JSON: " + e.what());
   }
   auto map_it = root.is_object() ? root.find("weight_map") : root.end();

@@ -15,6 +15,8 @@
 #include <limits>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -176,6 +178,32 @@ void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& p
   return base;
 }
 
+// The format's data area is the tensors back to back, from its first byte to its last: no
+// holes, no overlaps (as the reference safetensors loader requires). A header length one byte
+// short shifts every tensor into its neighbour's bytes, and overlapping offsets would read one
+// tensor as another (and, in copy mode, repack shared FP8 bytes twice): both fail here.
+void check_tiling(const std::map<std::string, tensor_info, std::less<>>& tensors,
+                  const std::filesystem::path& path, const std::byte* data_begin, uint64_t data_size) {
+  std::vector<std::pair<uint64_t, const std::string*>> begins;
+  for (const auto& [name, t] : tensors)
+    begins.emplace_back(static_cast<uint64_t>(t.data - data_begin), &name);
+  std::sort(begins.begin(), begins.end());
+  uint64_t covered = 0;
+  for (const auto& [begin, name] : begins) {
+    if (begin < covered)
+      tensor_error(path, *name, "data_offsets begin at byte " + std::to_string(begin) +
+                                    ", inside the tensor before it (tensors may not overlap)");
+    if (begin > covered)
+      tensor_error(path, *name, "data_offsets begin at byte " + std::to_string(begin) + ", leaving bytes " +
+                                    std::to_string(covered) + ".." + std::to_string(begin) +
+                                    " of the data to no tensor (the data must be the tensors back to back)");
+    covered = begin + static_cast<uint64_t>(tensors.find(*name)->second.num_bytes);
+  }
+  if (covered != data_size)
+    file_error(path, "the tensors cover " + std::to_string(covered) + " bytes of a " +
+                         std::to_string(data_size) + "-byte data area (header length wrong, or bytes after the last tensor)");
+}
+
 }  // namespace
 
 std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path, weight_memory memory,
@@ -224,7 +252,7 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
   json root;
   try {
     root = json::parse(header, header + header_len);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {         // parse_error, out_of_range (1e400)
     file_error(path, std::string("malformed header JSON: ") + e.what());
   }
   if (!root.is_object())
@@ -237,6 +265,7 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
       continue;
     file->tensors_.emplace(name, parse_entry(name, entry, path, data_begin, data_size));
   }
+  check_tiling(file->tensors_, path, data_begin, data_size);
   if (memory == weight_memory::copy) {
     if (fp8_panels)
       repack_fp8_tensors(file->tensors_);

@@ -140,6 +140,29 @@ TEST_CASE("a mistyped or missing field names the field and what was expected") {
   CHECK(contains(parse_error(j), "quantization_config.weight_block_size"));
 }
 
+TEST_CASE("sizes past 2^24 (products could wrap int64), a number overflowing a double, and a context under 2 are refused") {
+  auto j = v3_json();
+  j["num_attention_heads"] = (int64_t{1} << 62) + 4;           // heads x 24 would wrap to 96
+  CHECK(parse_error(j) == "config.json: field \"num_attention_heads\": expected a positive integer of "
+                          "at most 2^24, got 4611686018427387908");
+  j = v3_json();
+  j["n_shared_experts"] = uint64_t{1} << 63;
+  CHECK(contains(parse_error(j), "field \"n_shared_experts\": expected an integer of at most 2^24"));
+  j = v3_json();
+  j["max_position_embeddings"] = 16777216.0;                  // 2^24 itself, written as a float: fine
+  CHECK(parse_model_config(j.dump(), "config.json").max_position_embeddings == 16777216);
+  std::string text = v3_json().dump();
+  text.replace(text.find("163840"), 6, "1e400");
+  const std::string overflow = error_of([&] { (void)parse_model_config(text, "x/config.json"); });
+  CHECK(contains(overflow, "x/config.json: malformed JSON"));
+  CHECK(contains(overflow, "number overflow"));
+  j = v3_json();
+  j["max_position_embeddings"] = 0;
+  CHECK(contains(parse_error(j), "field \"max_position_embeddings\": expected an integer of at least 2, got 0"));
+  j.erase("max_position_embeddings");                          // HF DeepseekV3Config's default
+  CHECK(parse_model_config(j.dump(), "config.json").max_position_embeddings == 4096);
+}
+
 TEST_CASE("validation rejects inconsistent configs, naming the field") {
   struct bad_case {
     const char* field;

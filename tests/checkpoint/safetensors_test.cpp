@@ -222,6 +222,27 @@ TEST_CASE("malformed safetensors files are rejected naming the file and tensor")
   SUBCASE("missing file") {
     CHECK(contains(open_error(dir.path / "nope.safetensors"), "nope.safetensors: cannot open"));
   }
+  SUBCASE("overlapping tensors, a hole, or bytes no tensor covers") {
+    write_raw(file, R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12);
+    std::string msg = open_error(file);
+    CHECK(contains(msg, "tensor \"b\": data_offsets begin at byte 4, inside the tensor before it"));
+    write_raw(file, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                        "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})", 12);
+    CHECK(contains(open_error(file), "tensor \"b\": data_offsets begin at byte 8, leaving bytes 4..8"));
+    write_raw(file, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 5);
+    msg = open_error(file);
+    CHECK(contains(msg, file.string()));
+    CHECK(contains(msg, "the tensors cover 4 bytes of a 5-byte data area"));
+  }
+  SUBCASE("a header length one byte short shifts the data: refused") {
+    const std::string header = R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}} )";   // 1 pad
+    write_raw(file, header, 8);
+    std::string bytes = read_text(file);
+    bytes[0] = static_cast<char>(header.size() - 1);         // the space becomes the data's first byte
+    write_text(file, bytes);
+    CHECK(contains(open_error(file), "the tensors cover 8 bytes of a 9-byte data area"));
+  }
 }
 
 TEST_CASE("checkpoint directories: index with shards, scanned shards, and their errors") {
