@@ -14,6 +14,7 @@
 
 #include "config/model_config.hpp"
 #include "tools/bench_runner.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 
 namespace moe::tools {
@@ -192,7 +193,8 @@ void add_bench(CLI::App& app) {
       ->check(range_ratio_check);
   cmd->add_option("--prompt", o->prompt, "send this text as every prompt instead of random token ids")
       ->excludes(input_len);
-  cmd->add_option("--seed", o->cfg.seed, "random prompts, lengths and arrivals (default 0)");
+  cmd->add_option("--seed", o->cfg.seed, "random prompts, lengths and arrivals (default 0)")
+      ->check(non_negative_integer);
   cmd->add_option("--json", o->json_file, "also write the numbers, per request too, as JSON to FILE");
   cmd->callback([cmd, o] { run(*cmd, *o); });
 }

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "actors/system_config.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/cluster_client.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
@@ -140,6 +141,10 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       run.requests.insert(run.requests.end(), wave.requests.begin(), wave.requests.end());
       run.wall_s += wave.wall_s;
     }
+    for (const cluster_request_result& q : run.requests)   // a failed request has no figures
+      if (q.result.reason == finish_reason::error)
+        throw input_error("bench-cluster: a request failed (" + q.result.error +
+                          "); check --prompt-len, --output-len and the topology's --max-context");
   } catch (...) {
     c.stop();
     throw;
@@ -506,7 +511,8 @@ void add_bench_cluster(CLI::App& app) {
   cmd->add_option("--repeat", o->repeat,
                   "overlap: rounds of runs with one and two micro-batches (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{20}));
-  cmd->add_option("--seed", o->seed, "prompt RNG seed");
+  cmd->add_option("--seed", o->seed, "prompt RNG seed")
+      ->check(non_negative_integer);
   cmd->add_option("--trace", o->trace_file,
                   "write the last run's Chrome trace (JSON) to this file (--overlap: the last two-micro-batch runs, "
                   "to FILE with .decode / .prefill before its extension)");

@@ -385,6 +385,14 @@ void run_model(const bench_options& o) {
                  max_batch * ((o.decode_prompt_len + o.decode_steps + so.block_size - 1) / so.block_size);
   auto s = open_session(so, /*need_tokenizer=*/false);
   const model_config& cfg = s->weights.config;
+  // the KV blocks above are sized from the flags, so the model's own context is checked here
+  if (o.prompt_len > cfg.max_position_embeddings)
+    throw input_error("--prompt-len: " + std::to_string(o.prompt_len) + " tokens is over the model's " +
+                      std::to_string(cfg.max_position_embeddings) + "-token context (max_position_embeddings)");
+  if (o.decode_prompt_len + o.decode_steps > cfg.max_position_embeddings)
+    throw input_error("--decode-prompt-len + --decode-steps: " +
+                      std::to_string(o.decode_prompt_len + o.decode_steps) + " tokens is over the model's " +
+                      std::to_string(cfg.max_position_embeddings) + "-token context (max_position_embeddings)");
   const int64_t bytes_per_token = weight_bytes_per_token(s->weights);
   auto* fast = dynamic_cast<cpu_fast_backend*>(s->device.get());
   std::printf("model %s: %lld layers, hidden %lld, vocab %lld, backend %s, %d threads\n",

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/checkpoint/checkpoint.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 
 namespace moe::tools {
@@ -451,7 +452,8 @@ void add_make_model(CLI::App& app) {
   auto opts = std::make_shared<make_model_options>();
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight DeepSeek-V3-architecture checkpoint");
   cmd->add_option("--preset", opts->preset, "model size")->check(CLI::IsMember({"tiny", "small"}))->required();
-  cmd->add_option("--seed", opts->seed, "random seed (same seed -> identical files)");
+  cmd->add_option("--seed", opts->seed, "random seed (same seed -> identical files)")
+      ->check(non_negative_integer);
   cmd->add_flag("--fp8", opts->fp8, "FP8 e4m3 linear weights with 128x128 block scales");
   cmd->add_option("--shards", opts->num_shards, "number of safetensors files (> 1 adds the index)");
   cmd->add_option("--vocab-size", opts->vocab_size, "vocabulary rows (default 129280)");

@@ -2,6 +2,7 @@
 #include "tools/sampling_options.hpp"
 
 #include "config/model_config.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/model_session.hpp"
 
 namespace moe::tools {
@@ -13,7 +14,8 @@ void add_sampling_options(CLI::App& cmd, sampling_flags& f) {
   cmd.add_option("--top-p", p.top_p, "nucleus sampling mass, (0, 1]")->capture_default_str();
   cmd.add_option("--top-k", p.top_k, "keep the k most likely tokens (-1: all)")->capture_default_str();
   cmd.add_option("--min-p", p.min_p, "drop tokens below min_p * max prob")->capture_default_str();
-  cmd.add_option("--seed", f.seed, "sampling seed (default: random)");
+  cmd.add_option("--seed", f.seed, "sampling seed (default: random)")
+      ->check(non_negative_integer);
   cmd.add_option("--repetition-penalty", p.repetition_penalty, "> 1 discourages repeats")
       ->capture_default_str();
   cmd.add_option("--presence-penalty", p.presence_penalty, "[-2, 2]")->capture_default_str();

@@ -62,5 +62,12 @@ else
   echo "ok: detokenize of an id the model has and the tokenizer lacks -> $out"
 fi
 
-echo "$((12 - failures)) passed, $failures failed"
+expect "negative seed" 2 "--seed: expected a non-negative integer" \
+  "$moeserve" make-model --preset tiny --seed -1 --out "$tmp/neg"
+expect "bench-model prompt past the context" 2 "--prompt-len: 1000000 tokens is over the model's" \
+  "$moeserve" bench-model --model "$tmp/v3vocab" --prompt-len 1000000
+expect "bench-cluster whose requests all fail" 2 "bench-cluster: a request failed" \
+  "$moeserve" bench-cluster --model "$tmp/m" --concurrency 1 --prompt-len 9000 --output-len 2
+
+echo "$((15 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
