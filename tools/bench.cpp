@@ -193,6 +193,8 @@ void add_bench(CLI::App& app) {
       ->check(range_ratio_check);
   cmd->add_option("--prompt", o->prompt, "send this text as every prompt instead of random token ids")
       ->excludes(input_len);
+  cmd->add_option("--api-key", o->cfg.api_key, "authenticate every connection with this key first; env MOESERVE_API_KEY")
+      ->envname("MOESERVE_API_KEY");
   cmd->add_option("--seed", o->cfg.seed, "random prompts, lengths and arrivals (default 0)")
       ->check(non_negative_integer);
   cmd->add_option("--json", o->json_file, "also write the numbers, per request too, as JSON to FILE");

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "config/model_config.hpp"
 #include "tools/bench_wire.hpp"
@@ -76,6 +77,11 @@ public:
     connect_all();
     for (auto& c : conns_)
       read(*c);
+    if (!cfg_.api_key.empty())              // answered before anything after it on each connection
+      for (auto& c : conns_) {
+        auth_msgids_.insert(next_msgid_);
+        send(*c, auth_frame(next_msgid_++, cfg_.api_key));
+      }
     models_msgid_ = next_msgid_++;
     send(*conns_.front(), models_frame(models_msgid_));
     deadline_timer_.expires_after(models_wait);
@@ -261,6 +267,11 @@ private:
   }
 
   void on_response(const net::rpc_response& r) {
+    if (auth_msgids_.erase(r.msgid) > 0) {
+      if (!r.error.is_nil())
+        throw input_error("auth (--api-key): the server answered " + error_of(r.error).second);
+      return;
+    }
     if (r.msgid == models_msgid_ && !started_)
       return start(read_models(r));
     const auto it = generates_.find(r.msgid);
@@ -391,6 +402,7 @@ private:
   std::optional<arrival_schedule> arrivals_;
   served_model model_;
   uint32_t next_msgid_ = 1, models_msgid_ = 0;
+  std::unordered_set<uint32_t> auth_msgids_;   // unanswered auths
   bool started_ = false, stop_issuing_ = false, done_ = false;
   steady::time_point start_, end_;
   double next_arrival_s_ = 0.0;

@@ -28,6 +28,7 @@ struct bench_config {
   int64_t num_connections = 8;              // requests go to the one with fewest in flight
   load_shape shape;
   uint64_t seed = 0;                        // prompts, lengths and arrivals
+  std::string api_key;                      // non-empty: every connection sends `auth` first
 };
 
 /// Where a run stands (reported about once a second).

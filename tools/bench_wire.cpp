@@ -36,6 +36,10 @@ msgpack::sbuffer generate_frame(uint32_t msgid, const bench_request& req, const 
 
 msgpack::sbuffer models_frame(uint32_t msgid) { return request_frame(msgid, "models", std::array<int, 0>{}); }
 
+msgpack::sbuffer auth_frame(uint32_t msgid, const std::string& key) {
+  return request_frame(msgid, "auth", std::array<std::string, 1>{key});
+}
+
 msgpack::sbuffer cancel_frame(uint32_t msgid, uint32_t generate_msgid) {
   return request_frame(msgid, "cancel", std::array<uint32_t, 1>{generate_msgid});
 }

@@ -28,6 +28,8 @@ struct served_model {
 [[nodiscard]] msgpack::sbuffer generate_frame(uint32_t msgid, const bench_request& req, const load_shape& shape);
 /// [0, msgid, "models", []]
 [[nodiscard]] msgpack::sbuffer models_frame(uint32_t msgid);
+/// [0, msgid, "auth", [key]]
+[[nodiscard]] msgpack::sbuffer auth_frame(uint32_t msgid, const std::string& key);
 /// [0, msgid, "cancel", [generate_msgid]]
 [[nodiscard]] msgpack::sbuffer cancel_frame(uint32_t msgid, uint32_t generate_msgid);
 

@@ -11,6 +11,7 @@
 
 #include "config/model_config.hpp"
 #include "net/rpc_frame.hpp"
+#include "tools/bench_wire.hpp"
 #include "tools/commands.hpp"
 #include "tools/sampling_options.hpp"
 
@@ -29,14 +30,6 @@ struct client_options {
 
 constexpr uint32_t generate_msgid = 1;
 constexpr uint32_t auth_msgid = 2;
-
-/// [0, 2, "auth", [key]]
-msgpack::sbuffer auth_frame(const std::string& key) {
-  msgpack::sbuffer out;
-  msgpack::packer<msgpack::sbuffer> pk(out);
-  pk.pack_array(4).pack(0).pack(auth_msgid).pack("auth").pack_array(1).pack(key);
-  return out;
-}
 
 [[noreturn]] void throw_server_error(const msgpack::object& error_map) {
   const auto error = error_map.as<std::map<std::string, msgpack::object>>();
@@ -111,7 +104,7 @@ void run(const CLI::App& cmd, client_options& o) {
   if (ec)
     throw input_error("cannot connect to " + o.host + ":" + std::to_string(o.port) + ": " + ec.message());
   if (!o.api_key.empty()) {                                 // answered before the generate
-    const msgpack::sbuffer frame = auth_frame(o.api_key);
+    const msgpack::sbuffer frame = auth_frame(auth_msgid, o.api_key);
     asio::write(socket, asio::buffer(frame.data(), frame.size()));
   }
   const msgpack::sbuffer frame = generate_frame(o, params);

@@ -98,6 +98,22 @@ TEST_CASE_FIXTURE(server_fixture, "--duration stops issuing, cancels what still 
     CHECK(s.num_free_blocks == s.num_blocks);
 }
 
+TEST_CASE_FIXTURE(server_fixture, "with --api-key every connection authenticates first; a wrong key is a clear error") {
+  if (skip_without_tokenizer())
+    return;
+  start({}, {.api_key = "sekrit"});
+  bench_config cfg = config_for(server->port());
+  cfg.num_prompts = 4;
+  cfg.num_connections = 2;
+  cfg.shape = {.input_len = 4, .output_len = 2};
+  CHECK_THROWS_WITH_AS(run_bench(cfg, {}), doctest::Contains("authenticate first"), input_error);   // no key
+  cfg.api_key = "wrong";
+  CHECK_THROWS_WITH_AS(run_bench(cfg, {}), doctest::Contains("auth (--api-key)"), input_error);
+  cfg.api_key = "sekrit";
+  const bench_run run = run_bench(cfg, {});
+  CHECK(compute_metrics(run.records, run.duration_s).completed == 4);
+}
+
 TEST_CASE("nothing listening: a clear input_error") {
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
