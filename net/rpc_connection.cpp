@@ -4,7 +4,6 @@
 #include "net/rpc_connection.hpp"
 
 #include <algorithm>
-
 #include <exception>
 #include <map>
 #include <string_view>
@@ -15,8 +14,8 @@
 #include "net/server_probes.hpp"
 
 namespace moe::net {
-
 namespace {
+
 // What a queued reply costs beyond its bytes (its string and queue slot), so that many tiny
 // replies to a client that does not read count against max_write_buffer as the memory they hold.
 constexpr size_t queued_reply_overhead = 64;
@@ -26,19 +25,12 @@ constexpr uint32_t overloaded_retry_ms = 100;
 // client pipelining thousands of them would fill the request queue for everyone.
 constexpr size_t max_probes_in_flight = 8;
 
-reply_fn reply_to(const std::shared_ptr<rpc_connection>& connection) {
+/// Replies for `connection`; a probe's (ready, stats) also leaves the probes in flight.
+reply_fn reply_to(const std::shared_ptr<rpc_connection>& connection, bool probe = false) {
   std::weak_ptr<rpc_connection> weak = connection;
-  return [weak](msgpack::sbuffer bytes, std::optional<uint32_t> finished) {
+  return [weak, probe](msgpack::sbuffer bytes, std::optional<uint32_t> finished) {
     if (auto c = weak.lock())
-      c->deliver(std::move(bytes), finished);
-  };
-}
-
-reply_fn probe_reply_to(const std::shared_ptr<rpc_connection>& connection) {
-  std::weak_ptr<rpc_connection> weak = connection;
-  return [weak](msgpack::sbuffer bytes, std::optional<uint32_t>) {
-    if (auto c = weak.lock())
-      c->deliver_probe(std::move(bytes));
+      c->deliver(std::move(bytes), finished, probe);
   };
 }
 
@@ -92,19 +84,13 @@ void rpc_connection::close() {
     bridge_close(bridge_);
 }
 
-void rpc_connection::deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished) {
+void rpc_connection::deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished, bool probe) {
   auto held = std::make_shared<msgpack::sbuffer>(std::move(bytes));
-  asio::post(socket_.get_executor(), [self = shared_from_this(), held, finished] {
+  asio::post(socket_.get_executor(), [self = shared_from_this(), held, finished, probe] {
     if (finished)
       self->in_flight_.erase(*finished);
-    self->write(std::move(*held));
-  });
-}
-
-void rpc_connection::deliver_probe(msgpack::sbuffer bytes) {
-  auto held = std::make_shared<msgpack::sbuffer>(std::move(bytes));
-  asio::post(socket_.get_executor(), [self = shared_from_this(), held] {
-    --self->probes_in_flight_;
+    if (probe)
+      --self->probes_in_flight_;
     self->write(std::move(*held));
   });
 }
@@ -223,9 +209,9 @@ void rpc_connection::handle_request(rpc_request& request) {
                                      overloaded_retry_ms)));
         ++probes_in_flight_;
         if (*method == rpc_method::ready)
-          return spawn_ready_probe(shared_->sys, shared_->target, msgid, probe_reply_to(shared_from_this()));
+          return spawn_ready_probe(shared_->sys, shared_->target, msgid, reply_to(shared_from_this(), /*probe=*/true));
         return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters,
-                                 shared_->stats_sampler, msgid, probe_reply_to(shared_from_this()));
+                                 shared_->stats_sampler, msgid, reply_to(shared_from_this(), /*probe=*/true));
       default: return;
     }
   } catch (const std::exception& e) {                      // a bug must not take the server down

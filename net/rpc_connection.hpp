@@ -41,10 +41,9 @@ public:
   void start();
   /// Closes the socket and cancels the connection's requests (io thread).
   void close();
-  /// From any thread: queues `bytes` for writing; `finished` leaves the in-flight set.
-  void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished);
-  /// A ready / stats probe's answer (one fewer in flight).
-  void deliver_probe(msgpack::sbuffer bytes);
+  /// From any thread: queues `bytes` for writing; `finished` leaves the in-flight set, and a
+  /// `probe`'s answer (ready, stats) the probes in flight.
+  void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished, bool probe = false);
 
 private:
   void read();

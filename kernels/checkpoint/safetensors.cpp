@@ -15,7 +15,7 @@
 #include <limits>
 #include <sstream>
 #include <thread>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -184,12 +184,12 @@ void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& p
 // tensor as another (and, in copy mode, repack shared FP8 bytes twice): both fail here.
 void check_tiling(const std::map<std::string, tensor_info, std::less<>>& tensors,
                   const std::filesystem::path& path, const std::byte* data_begin, uint64_t data_size) {
-  std::vector<std::pair<uint64_t, const std::string*>> begins;
+  std::vector<std::tuple<uint64_t, uint64_t, const std::string*>> spans;   // begin, bytes, name
   for (const auto& [name, t] : tensors)
-    begins.emplace_back(static_cast<uint64_t>(t.data - data_begin), &name);
-  std::sort(begins.begin(), begins.end());
+    spans.emplace_back(static_cast<uint64_t>(t.data - data_begin), static_cast<uint64_t>(t.num_bytes), &name);
+  std::sort(spans.begin(), spans.end());
   uint64_t covered = 0;
-  for (const auto& [begin, name] : begins) {
+  for (const auto& [begin, bytes, name] : spans) {
     if (begin < covered)
       tensor_error(path, *name, "data_offsets begin at byte " + std::to_string(begin) +
                                     ", inside the tensor before it (tensors may not overlap)");
@@ -197,7 +197,7 @@ void check_tiling(const std::map<std::string, tensor_info, std::less<>>& tensors
       tensor_error(path, *name, "data_offsets begin at byte " + std::to_string(begin) + ", leaving bytes " +
                                     std::to_string(covered) + ".." + std::to_string(begin) +
                                     " of the data to no tensor (the data must be the tensors back to back)");
-    covered = begin + static_cast<uint64_t>(tensors.find(*name)->second.num_bytes);
+    covered = begin + bytes;
   }
   if (covered != data_size)
     file_error(path, "the tensors cover " + std::to_string(covered) + " bytes of a " +

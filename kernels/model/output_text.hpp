@@ -57,5 +57,4 @@ private:
   return token_reason == finish_reason::length && text.stopped() ? finish_reason::stop : token_reason;
 }
 
-
 }  // namespace moe
