@@ -117,6 +117,14 @@ rope_scaling_config parse_rope_scaling(const json& obj, std::string_view origin,
                                        const std::string& key) {
   const field_reader r{obj, origin, key + "."};
   rope_scaling_config rs;
+  if (!r.has("type") && !r.has("rope_type")) {
+    // Scaling parameters with no type would silently run plain RoPE (HF's remote code raises
+    // KeyError here); only transformers 5's rope_parameters may hold rope_theta alone.
+    for (const auto& [name, value] : obj.items())
+      if (name != "rope_theta" && !value.is_null())
+        invalid(origin, key + ".type", "missing beside \"" + name +
+                                           "\" (expected \"yarn\", or no " + key + " for plain RoPE)");
+  }
   rs.type = r.has("type") ? r.string_or("type", "") : r.string_or("rope_type", "default");
   rs.factor = r.number_or("factor", 1.0);
   rs.original_max_position_embeddings = r.int_or("original_max_position_embeddings", 0);

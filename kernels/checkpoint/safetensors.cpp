@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -250,8 +251,14 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
                          std::to_string(size) + "-byte file (truncated or not a safetensors file)");
   const char* header = reinterpret_cast<const char*>(bytes + 8);
   json root;
+  std::set<std::string> names;      // a name given twice would otherwise keep its last entry in silence
+  const json::parser_callback_t no_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+      tensor_error(path, parsed.get<std::string>(), "named twice in the header");
+    return true;
+  };
   try {
-    root = json::parse(header, header + header_len);
+    root = json::parse(header, header + header_len, no_duplicates);
   } catch (const json::exception& e) {         // parse_error, out_of_range (1e400)
     file_error(path, std::string("malformed header JSON: ") + e.what());
   }

@@ -197,6 +197,14 @@ TEST_CASE("validation rejects inconsistent configs, naming the field") {
   auto j = v3_json();
   j["rope_scaling"]["type"] = "linear";
   CHECK(contains(parse_error(j), "field \"rope_scaling.type\": expected \"yarn\""));
+  j = v3_json();                          // YaRN parameters with no type: not plain RoPE in silence
+  j["rope_scaling"].erase("type");
+  CHECK(contains(parse_error(j), "field \"rope_scaling.type\": missing beside \"beta_fast\""));
+  j = v3_json();                          // transformers 5: rope_theta alone needs no type
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_theta", 50000.0}};
+  CHECK(parse_model_config(j.dump(), "config.json").rope_theta == 50000.0);
+  CHECK_FALSE(parse_model_config(j.dump(), "config.json").rope_scaling.has_value());
   j = v3_json();
   j["quantization_config"]["quant_method"] = "gptq";
   CHECK(contains(parse_error(j), "field \"quantization_config.quant_method\""));

@@ -235,6 +235,14 @@ TEST_CASE("malformed safetensors files are rejected naming the file and tensor")
     CHECK(contains(msg, file.string()));
     CHECK(contains(msg, "the tensors cover 4 bytes of a 5-byte data area"));
   }
+  SUBCASE("a tensor named twice") {
+    write_raw(file, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                        "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
+                        "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8);
+    const std::string msg = open_error(file);
+    CHECK(contains(msg, file.string()));
+    CHECK(contains(msg, "tensor \"a\": named twice in the header"));
+  }
   SUBCASE("a header length one byte short shifts the data: refused") {
     const std::string header = R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}} )";   // 1 pad
     write_raw(file, header, 8);
