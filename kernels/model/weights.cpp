@@ -3,6 +3,7 @@
 // config.json. Linear weights stay views into the mapping; norms and biases become f32 vectors.
 #include "kernels/model/weights.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/checkpoint/checkpoint.hpp"
@@ -21,6 +22,17 @@ std::string layer_prefix(int64_t layer_idx) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Norm weights, router biases and FP8 block scales are few (~40 MB of V3's 690 GB) and a NaN
+// or infinity in one turns every logit NaN or re-routes tokens in silence: checked at load.
+// A scale must also be >= 0 (block quantisation never writes a negative one; 0 is an all-zero block).
+void check_values(const tensor_info& t, const float* v, int64_t n, bool non_negative) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i]) || (non_negative && v[i] < 0.0f))
+      throw input_error(t.file + ": tensor \"" + t.name + "\": element " + std::to_string(i) + " is " +
+                        std::to_string(v[i]) + " (expected a finite" +
+                        (non_negative ? " non-negative" : "") + " number)");
+}
 
 // Reads tensors out of the checkpoint into `w`, copying into `w.owned` only what must be copied.
 struct loader {
@@ -52,6 +64,7 @@ struct loader {
       dtype_error(t, role, "F32, BF16 or F16");
     std::vector<float> out(static_cast<size_t>(n));
     to_f32(t, out.data());
+    check_values(t, out.data(), n, /*non_negative=*/false);
     return out;
   }
 
@@ -74,13 +87,19 @@ struct loader {
       throw input_error(weight.file + ": tensor \"" + weight.name + "\" is F8_E4M3 but its scale \"" +
                         name + "\" is missing from " + ckpt.dir().string());
     const tensor_info& s = ckpt.tensor(name, {ceil_div(out, block_rows), ceil_div(in, block_cols)});
-    if (s.type == dtype::f32)
-      return static_cast<const float*>(aligned_data(s));
-    if (s.type != dtype::bf16 && s.type != dtype::f16)
-      dtype_error(s, "an FP8 block scale", "F32, BF16 or F16");
-    float* converted = own(s.num_bytes / dtype_size(s.type) * 4);
-    to_f32(s, converted);
-    return converted;
+    const int64_t n = ceil_div(out, block_rows) * ceil_div(in, block_cols);
+    const float* scales = nullptr;
+    if (s.type == dtype::f32) {
+      scales = static_cast<const float*>(aligned_data(s));
+    } else {
+      if (s.type != dtype::bf16 && s.type != dtype::f16)
+        dtype_error(s, "an FP8 block scale", "F32, BF16 or F16");
+      float* converted = own(n * 4);
+      to_f32(s, converted);
+      scales = converted;
+    }
+    check_values(s, scales, n, /*non_negative=*/true);
+    return scales;
   }
 
   // nn.Linear weight [out, in]; FP8 ones come with their block scales.

@@ -316,6 +316,36 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
     });
     CHECK(contains(load_error(dir.path), "\"" + weight + "_scale_inv\": expected shape [1, 1]"));
   }
+  SUBCASE("a NaN, infinite or negative scale; a NaN router bias or norm weight") {
+    const std::vector<std::pair<std::string, float>> cases = {
+        {weight + "_scale_inv", std::nanf("")},
+        {weight + "_scale_inv", -INFINITY},
+        {weight + "_scale_inv", -0.5f},
+        {"model.layers.2.mlp.gate.e_score_correction_bias", std::nanf("")},
+        {"model.layers.1.self_attn.kv_a_layernorm.weight", INFINITY}};
+    for (const auto& [name, value] : cases) {
+      CAPTURE(name);
+      CAPTURE(value);
+      temp_dir bad;
+      make_tiny(bad.path, /*fp8=*/true);
+      edit_tensors(bad.path, [&, name = name, value = value](auto& t) {
+        auto& s = find_tensor(t, name);
+        std::vector<float> v(s.bytes.size() / 4);
+        std::memcpy(v.data(), s.bytes.data(), s.bytes.size());
+        v.back() = value;
+        s.bytes = f32_bytes(v);
+      });
+      const std::string msg = load_error(bad.path);
+      CHECK(contains(msg, (bad.path / "model.safetensors").string()));
+      CHECK_MESSAGE(contains(msg, "tensor \"" + name + "\": element "), msg);
+      CHECK(contains(msg, "(expected a finite"));
+    }
+    edit_tensors(dir.path, [&](auto& t) {         // a zero scale is an all-zero block: accepted
+      auto& s = find_tensor(t, weight + "_scale_inv");
+      s.bytes = f32_bytes(std::vector<float>(s.bytes.size() / 4, 0.0f));
+    });
+    CHECK(load(dir.path).layers[1].attn.kv_b_proj.at(0, 0) == 0.0f);
+  }
   SUBCASE("BF16 scale and bias") {
     const model_weights ref = load(dir.path);
     edit_tensors(dir.path, [&](auto& t) {
