@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "tools/token_ids.hpp"
+
 namespace moe::tools {
 
 /// For unsigned flags such as --seed: CLI11 would read "-1" as 2^64 - 1.
@@ -13,5 +15,9 @@ inline const CLI::Validator non_negative_integer(
       return text.empty() || text.front() == '-' ? "expected a non-negative integer, got " + text : std::string();
     },
     "UINT");
+
+/// For --tokens and --stop-token-ids: refused before any weights load.
+inline const CLI::Validator token_id_list([](const std::string& text) { return token_ids_error(text); },
+                                          "IDS");
 
 }  // namespace moe::tools

@@ -15,6 +15,8 @@
 #include "tools/cluster_client.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
+#include "tools/cli_checks.hpp"
+#include "tools/token_ids.hpp"
 #include "tools/sampling_options.hpp"
 #include "tools/topology_options.hpp"
 
@@ -150,7 +152,7 @@ void add_generate(CLI::App& app) {
   add_topology_options(*cmd, o->topology);
   add_sampling_options(*cmd, o->sampling);
   cmd->add_option("--prompt", o->prompt, "prompt text");
-  cmd->add_option("--tokens", o->tokens, "prompt token ids, e.g. 0,100,200");
+  cmd->add_option("--tokens", o->tokens, "prompt token ids, e.g. 0,100,200")->check(token_id_list);
   cmd->add_option("--system", o->system, "system prompt (with --chat)");
   cmd->add_flag("--chat", o->chat, "wrap the prompt in the DeepSeek-V3 chat format");
   cmd->add_flag("--json", o->json, "print one JSON object instead of streaming text");

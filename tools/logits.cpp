@@ -6,6 +6,8 @@
 
 #include "tools/commands.hpp"
 #include "tools/model_session.hpp"
+#include "tools/cli_checks.hpp"
+#include "tools/token_ids.hpp"
 #include "tools/npy.hpp"
 
 namespace moe::tools {
@@ -36,7 +38,7 @@ void add_logits(CLI::App& app) {
   auto o = std::make_shared<logits_options>();
   CLI::App* cmd = app.add_subcommand("logits", "write the logits of a full prefill as .npy");
   add_session_options(*cmd, o->session, /*reference_by_default=*/true);
-  cmd->add_option("--tokens", o->tokens, "token ids, e.g. 0,100,200")->required();
+  cmd->add_option("--tokens", o->tokens, "token ids, e.g. 0,100,200")->required()->check(token_id_list);
   cmd->add_option("--out", o->out, "output .npy file")->required();
   cmd->add_option("--chunked-prefill-size", o->chunk_size, "tokens per forward call")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -1,8 +1,6 @@
 // tools/model_session.cpp
 #include "tools/model_session.hpp"
 
-#include <cctype>
-#include <charconv>
 #include <filesystem>
 
 #include "kernels/cpu/fast_weights.hpp"
@@ -78,28 +76,6 @@ std::unique_ptr<model_session> open_session(const session_options& opts, bool ne
   fwd.ep = opts.ep;
   s->runner = std::make_unique<model_runner>(s->weights, *s->device, *s->cache, fwd);
   return s;
-}
-
-std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
-  std::vector<int32_t> ids;
-  const char* p = text.data();
-  const char* end = p + text.size();
-  auto skip = [&] {
-    while (p < end && (std::isspace(static_cast<unsigned char>(*p)) || *p == ',' || *p == '[' || *p == ']'))
-      ++p;
-  };
-  for (skip(); p < end; skip()) {
-    int32_t id = 0;
-    const auto [next, ec] = std::from_chars(p, end, id);
-    if (ec != std::errc{} || id < 0)
-      throw input_error(what + ": expected non-negative integer token ids separated by commas, got \"" +
-                        text + "\"");
-    ids.push_back(id);
-    p = next;
-  }
-  if (ids.empty())
-    throw input_error(what + ": no token ids given");
-  return ids;
 }
 
 }  // namespace moe::tools

@@ -51,7 +51,4 @@ struct model_session {
 [[nodiscard]] std::unique_ptr<model_session> open_session(const session_options& opts,
                                                           bool need_tokenizer);
 
-/// Parses "1,2,3" or "[1, 2, 3]" into token ids; throws input_error naming `what`.
-[[nodiscard]] std::vector<int32_t> parse_ids(const std::string& text, const std::string& what);
-
 }  // namespace moe::tools

@@ -4,6 +4,7 @@
 #include "config/model_config.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/model_session.hpp"
+#include "tools/token_ids.hpp"
 
 namespace moe::tools {
 
@@ -21,7 +22,8 @@ void add_sampling_options(CLI::App& cmd, sampling_flags& f) {
   cmd.add_option("--presence-penalty", p.presence_penalty, "[-2, 2]")->capture_default_str();
   cmd.add_option("--frequency-penalty", p.frequency_penalty, "[-2, 2]")->capture_default_str();
   cmd.add_option("--stop", p.stop, "stop string (repeatable); not included in the output");
-  cmd.add_option("--stop-token-ids", f.stop_token_ids, "token ids that end generation, e.g. 1,2");
+  cmd.add_option("--stop-token-ids", f.stop_token_ids, "token ids that end generation, e.g. 1,2")
+      ->check(token_id_list);
   cmd.add_flag("--ignore-eos", p.ignore_eos, "keep generating after the EOS token");
 }
 

@@ -16,6 +16,7 @@
 #include "config/model_config.hpp"
 #include "kernels/tokenizer/tokenizer.hpp"
 #include "tools/commands.hpp"
+#include "tools/token_ids.hpp"
 
 namespace moe::tools {
 namespace {
@@ -33,31 +34,6 @@ std::string read_stdin() {
   return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
 }
 
-/// "1,2,3", "1 2 3" or a JSON array "[1, 2, 3]".
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  size_t pos = 0;
-  auto skip_separators = [&] {
-    while (pos < text.size() && std::string_view(" \t\r\n,[]").find(text[pos]) != std::string::npos)
-      ++pos;
-  };
-  for (skip_separators(); pos < text.size(); skip_separators()) {
-    size_t used = 0;
-    long long id = 0;
-    try {
-      id = std::stoll(text.substr(pos), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || id < INT32_MIN || id > INT32_MAX)
-      throw input_error("ids must be integers like \"1,2,3\" or [1, 2, 3]; cannot read '" +
-                        text.substr(pos, 20) + "'");
-    ids.push_back(static_cast<int32_t>(id));
-    pos += used;
-  }
-  return ids;
-}
-
 void run_tokenize(const tokenize_options& opts) {
   const auto tok = tokenizer::load(opts.model_dir);
   std::string text = opts.text_given ? opts.text : read_stdin();
@@ -72,7 +48,7 @@ void run_tokenize(const tokenize_options& opts) {
 
 void run_detokenize(const tokenize_options& opts) {
   const auto tok = tokenizer::load(opts.model_dir);
-  const std::vector<int32_t> ids = parse_ids(opts.text_given ? opts.text : read_stdin());
+  const std::vector<int32_t> ids = parse_ids(opts.text_given ? opts.text : read_stdin(), "ids", /*allow_empty=*/true);
   // any id the model can produce (its vocabulary may be larger than the tokenizer's: V3 has
   // 129280 rows for 128815 tokens); ids without a token decode to nothing, as in HF
   int64_t vocab = tok->vocab_size();
