@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "config/model_config.hpp"
@@ -123,6 +124,12 @@ void run(const CLI::App& cmd, bench_options& o) {
   std::fprintf(stderr, "bench: %s:%u, request rate %g, max concurrency %s, %lld connections\n", cfg.host.c_str(),
                static_cast<unsigned>(cfg.port), cfg.request_rate, cap.c_str(),
                static_cast<long long>(cfg.num_connections));
+  std::ofstream json_out;                   // opened first: a bad path fails before the run, not after
+  if (!o.json_file.empty()) {
+    json_out.open(o.json_file);
+    if (!json_out)
+      throw input_error("--json: cannot write " + o.json_file);
+  }
   bench_run result;
   {
     progress_line progress(cfg.num_prompts);
@@ -136,12 +143,15 @@ void run(const CLI::App& cmd, bench_options& o) {
   std::fputs(format_errors(metrics).c_str(), stdout);
   std::fputs(format_report(metrics, settings).c_str(), stdout);
   std::fflush(stdout);
-  if (!o.json_file.empty()) {
-    std::ofstream out(o.json_file);
-    out << metrics_json(metrics, settings, result.records);
-    if (!out)
+  if (json_out.is_open()) {
+    json_out << metrics_json(metrics, settings, result.records);
+    json_out.close();
+    if (!json_out)
       throw input_error("--json: cannot write " + o.json_file);
   }
+  if (metrics.completed == 0 && !result.records.empty())   // nothing measured: fail scripts that use it
+    throw std::runtime_error("bench: none of the " + std::to_string(result.records.size()) +
+                             " requests completed (their errors are listed above)");
 }
 
 }  // namespace

@@ -57,12 +57,15 @@ struct in_flight_generate {
 };
 
 /// The lengths must fit the context whatever is drawn (else the server answers 413/422).
-void check_fits(const load_shape& shape, const served_model& model) {
+/// `prompt_tokens`: the server's count of a --prompt.
+void check_fits(const load_shape& shape, const served_model& model, int64_t prompt_tokens) {
   const length_range in = length_range_of(shape.input_len, shape.range_ratio);
   const length_range out = length_range_of(shape.output_len, shape.range_ratio);
-  const int64_t longest = (shape.prompt ? 1 : in.max) + out.max;
+  const int64_t longest = (shape.prompt ? prompt_tokens : in.max) + out.max;
   if (longest > model.max_context)
-    throw input_error("--input-len/--output-len/--range-ratio: requests of up to " + std::to_string(longest) +
+    throw input_error(std::string(shape.prompt ? "--prompt (" + std::to_string(prompt_tokens) + " tokens)/--output-len"
+                                               : "--input-len/--output-len") +
+                      "/--range-ratio: requests of up to " + std::to_string(longest) +
                       " tokens do not fit the model's context of " + std::to_string(model.max_context));
   if (model.vocab_size < 1)
     throw input_error("models: vocab_size " + std::to_string(model.vocab_size));
@@ -112,10 +115,9 @@ private:
     }
   }
 
-  void start(const served_model& model) {
-    check_fits(cfg_.shape, model);
-    model_ = model;
-    source_.emplace(cfg_.shape, model.vocab_size, cfg_.seed);
+  void start(int64_t prompt_tokens) {
+    check_fits(cfg_.shape, model_, prompt_tokens);
+    source_.emplace(cfg_.shape, model_.vocab_size, cfg_.seed);
     arrivals_.emplace(cfg_.request_rate, cfg_.seed + arrival_seed_offset);
     next_arrival_s_ = arrivals_->next_arrival_s();
     start_ = steady::now();
@@ -272,8 +274,15 @@ private:
         throw input_error("auth (--api-key): the server answered " + error_of(r.error).second);
       return;
     }
-    if (r.msgid == models_msgid_ && !started_)
-      return start(read_models(r));
+    if (r.msgid == models_msgid_ && !started_) {
+      model_ = read_models(r);
+      if (!cfg_.shape.prompt)
+        return start(0);
+      tokenize_msgid_ = next_msgid_++;                    // the prompt's length, as the server counts it
+      return send(*conns_.front(), tokenize_frame(tokenize_msgid_, *cfg_.shape.prompt));
+    }
+    if (r.msgid == tokenize_msgid_ && !started_)
+      return start(read_token_count(r));
     const auto it = generates_.find(r.msgid);
     if (it == generates_.end())
       return;                                                // the answer to one of our cancels
@@ -401,7 +410,7 @@ private:
   std::optional<request_source> source_;
   std::optional<arrival_schedule> arrivals_;
   served_model model_;
-  uint32_t next_msgid_ = 1, models_msgid_ = 0;
+  uint32_t next_msgid_ = 1, models_msgid_ = 0, tokenize_msgid_ = 0;
   std::unordered_set<uint32_t> auth_msgids_;   // unanswered auths
   bool started_ = false, stop_issuing_ = false, done_ = false;
   steady::time_point start_, end_;

@@ -36,6 +36,10 @@ msgpack::sbuffer generate_frame(uint32_t msgid, const bench_request& req, const 
 
 msgpack::sbuffer models_frame(uint32_t msgid) { return request_frame(msgid, "models", std::array<int, 0>{}); }
 
+msgpack::sbuffer tokenize_frame(uint32_t msgid, const std::string& text) {
+  return request_frame(msgid, "tokenize", std::array<std::string, 1>{text});
+}
+
 msgpack::sbuffer auth_frame(uint32_t msgid, const std::string& key) {
   return request_frame(msgid, "auth", std::array<std::string, 1>{key});
 }
@@ -96,6 +100,14 @@ served_model read_models(const net::rpc_response& r) {
   } catch (const std::exception& e) {
     throw input_error(std::string("models: unreadable answer: ") + e.what());
   }
+}
+
+int64_t read_token_count(const net::rpc_response& r) {
+  if (!r.error.is_nil())
+    throw input_error("--prompt: the server's tokenize answered " + error_of(r.error).second);
+  if (r.result.type != msgpack::type::ARRAY)
+    throw input_error("--prompt: the server's tokenize answered no list of token ids");
+  return static_cast<int64_t>(r.result.via.array.size);
 }
 
 }  // namespace moe::tools

@@ -1,5 +1,5 @@
 // tools/bench_wire.hpp
-// The MessagePack-RPC messages `moeserve bench` sends (generate, models, cancel) and how it
+// The MessagePack-RPC messages `moeserve bench` sends (generate, models, tokenize, auth, cancel) and how it
 // reads the answers (token notifications, results, error maps), as plain functions.
 #pragma once
 
@@ -28,6 +28,8 @@ struct served_model {
 [[nodiscard]] msgpack::sbuffer generate_frame(uint32_t msgid, const bench_request& req, const load_shape& shape);
 /// [0, msgid, "models", []]
 [[nodiscard]] msgpack::sbuffer models_frame(uint32_t msgid);
+/// [0, msgid, "tokenize", [text]]: the server's count of a --prompt (with BOS, as generate does).
+[[nodiscard]] msgpack::sbuffer tokenize_frame(uint32_t msgid, const std::string& text);
 /// [0, msgid, "auth", [key]]
 [[nodiscard]] msgpack::sbuffer auth_frame(uint32_t msgid, const std::string& key);
 /// [0, msgid, "cancel", [generate_msgid]]
@@ -50,5 +52,8 @@ void read_outcome(const net::rpc_response& r, bench_record& rec);
 
 /// The first model of a `models` answer; throws input_error on an error or another shape.
 [[nodiscard]] served_model read_models(const net::rpc_response& r);
+
+/// The number of ids of a `tokenize` answer; throws input_error on an error or another shape.
+[[nodiscard]] int64_t read_token_count(const net::rpc_response& r);
 
 }  // namespace moe::tools

@@ -68,6 +68,10 @@ expect "bench-model prompt past the context" 2 "--prompt-len: 1000000 tokens is 
   "$moeserve" bench-model --model "$tmp/v3vocab" --prompt-len 1000000
 expect "bench-cluster whose requests all fail" 2 "bench-cluster: a request failed" \
   "$moeserve" bench-cluster --model "$tmp/m" --concurrency 1 --prompt-len 9000 --output-len 2
+expect "bench --json into a missing directory, before connecting" 2 "--json: cannot write" \
+  "$moeserve" bench --port 1 --json "$tmp/nope/b.json"
+expect "detokenize of an unclosed list" 2 "the '[' is never closed" \
+  "$moeserve" detokenize --model "$tmp/m" "[1, 2"
 
-echo "$((15 - failures)) passed, $failures failed"
+echo "$((17 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]

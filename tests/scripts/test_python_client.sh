@@ -65,6 +65,22 @@ env -u MOESERVE_API_KEY "$moeserve" client --port "$port" --max-tokens 2 "$promp
 grep -q "server: 401" "$tmp/nokey.err" || fail "no 401 without the key: $(cat "$tmp/nokey.err")"
 echo "ok: without the key: $(cat "$tmp/nokey.err")"
 
+# bench: a --prompt longer than the context is refused up front, counted in the server's tokens;
+# a run where no request completes (each cancelled 10 ms in, long before 250 tokens) exits 1
+long_prompt=$(printf '1 %.0s' {1..130})
+MOESERVE_API_KEY=$key timeout -k 5 60 "$moeserve" bench --port "$port" --num-prompts 2 --output-len 2 \
+  --prompt "$long_prompt" >"$tmp/bench.out" 2>"$tmp/bench.err"
+status=$?
+[[ $status -eq 2 ]] && grep -q -- "--prompt (261 tokens)" "$tmp/bench.err" ||
+  fail "bench --prompt past the context: exit $status, $(cat "$tmp/bench.err")"
+echo "ok: bench --prompt past the context -> $(tail -1 "$tmp/bench.err")"
+MOESERVE_API_KEY=$key timeout -k 5 60 "$moeserve" bench --port "$port" --num-prompts 2 --concurrency 2 \
+  --input-len 4 --output-len 250 --duration 0.01 --grace-period 0 >"$tmp/bench.out" 2>"$tmp/bench.err"
+status=$?
+[[ $status -eq 1 ]] && grep -q "none of the 2 requests completed" "$tmp/bench.err" ||
+  fail "bench with no request completed: exit $status, $(cat "$tmp/bench.err")"
+echo "ok: bench with no request completed -> $(tail -1 "$tmp/bench.err")"
+
 kill -TERM "$server_pid"
 wait "$server_pid"
 status=$?

@@ -114,6 +114,32 @@ TEST_CASE_FIXTURE(server_fixture, "with --api-key every connection authenticates
   CHECK(compute_metrics(run.records, run.duration_s).completed == 4);
 }
 
+TEST_CASE_FIXTURE(server_fixture, "a --prompt is measured in the server's tokens against the context") {
+  if (skip_without_tokenizer())
+    return;
+  start();
+  bench_config cfg = config_for(server->port());
+  cfg.num_prompts = 2;
+  cfg.num_connections = 1;
+  // digits and spaces: token ids below the test model's 1000-token vocabulary
+  cfg.shape = {.input_len = 1, .output_len = 3, .prompt = std::string("1 2 3 4")};
+  const bench_run run = run_bench(cfg, {});
+  REQUIRE(run.records.size() == 2);
+  INFO(run.records[0].error_kind, " ", run.records[0].error);
+  CHECK(run.records[0].prompt_tokens == 8);              // BOS + 4 digits + 3 spaces
+
+  CHECK(compute_metrics(run.records, run.duration_s).completed == 2);
+  std::string digits;                                    // BOS + 63 digits + 62 spaces + 3 outputs > 128
+  for (int i = 0; i < 63; ++i)
+    digits += std::to_string(i % 10) + " ";
+  digits.pop_back();
+  cfg.shape.prompt = digits;
+  CHECK_THROWS_WITH_AS(static_cast<void>(run_bench(cfg, {})),
+                       doctest::Contains("--prompt ("), input_error);
+  CHECK_THROWS_WITH_AS(static_cast<void>(run_bench(cfg, {})),
+                       doctest::Contains("do not fit the model's context of 128"), input_error);
+}
+
 TEST_CASE("nothing listening: a clear input_error") {
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
