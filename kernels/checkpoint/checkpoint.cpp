@@ -2,6 +2,7 @@
 // Opens a checkpoint directory: config.json plus model.safetensors.index.json and its shards, or a
 // single model.safetensors, or else every *.safetensors file; builds one name -> tensor index.
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -58,6 +59,20 @@ std::vector<fs::path> files_from_index(const fs::path& dir, const fs::path& inde
   return files;
 }
 
+// model.layers.<N>.* with N >= num_hidden_layers: the multi-token-prediction module, which is
+// not run (model-spec section 3), so neither read nor indexed.
+tensor_filter beyond_layers(int64_t num_layers) {
+  return [num_layers](std::string_view name) {
+    constexpr std::string_view prefix = "model.layers.";
+    if (!name.starts_with(prefix))
+      return false;
+    name.remove_prefix(prefix.size());
+    int64_t layer = 0;
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), layer);
+    return ec == std::errc{} && end != name.data() + name.size() && *end == '.' && layer >= num_layers;
+  };
+}
+
 std::vector<fs::path> scan_safetensors(const fs::path& dir) {
   std::vector<fs::path> files;
   for (const fs::directory_entry& e : fs::directory_iterator(dir))
@@ -97,8 +112,13 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     sizes.push_back(ec ? 0 : size);
   }
   const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  const tensor_filter skip = beyond_layers(ckpt->config_.num_hidden_layers);
+  uint64_t needed = total;
+  if (memory == weight_memory::copy)
+    for (const fs::path& path : files)
+      needed -= std::min(needed, safetensors_skipped_bytes(path, skip));
   if (memory == weight_memory::copy)        // before reading a byte: not killed half-way through
-    require_memory(total, dir.string() + ": copying the weights (" + std::to_string(files.size()) +
+    require_memory(needed, dir.string() + ": copying the weights (" + std::to_string(files.size()) +
                               (files.size() == 1 ? " file)" : " files)"),
                    ": map the files instead (moeserve --mmap-weights: the page cache, slower decode) "
                    "or use a machine with more memory");
@@ -108,7 +128,7 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     std::function<void(uint64_t)> on_bytes;
     if (progress)
       on_bytes = [&progress, loaded, total](uint64_t n) { progress(loaded + n, total); };
-    ckpt->files_.push_back(safetensors_file::open(path, memory, on_bytes, fp8_panels));
+    ckpt->files_.push_back(safetensors_file::open(path, memory, on_bytes, fp8_panels, skip));
     loaded += sizes[f];
     for (const auto& [name, info] : ckpt->files_.back()->tensors()) {
       auto [it, inserted] = ckpt->index_.emplace(name, &info);
@@ -118,6 +138,8 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     }
   }
   for (const auto& [tensor, file_name] : weight_map) {
+    if (skip(tensor))
+      continue;
     auto it = ckpt->index_.find(tensor);
     if (it == ckpt->index_.end() || fs::path(it->second->file).filename() != file_name)
       throw input_error(index_path.string() + ": tensor \"" + tensor + "\" is mapped to " + file_name +

@@ -48,6 +48,9 @@ enum class weight_memory : uint8_t {
 /// on the loading thread as pieces arrive.
 using load_progress = std::function<void(uint64_t done, uint64_t total)>;
 
+/// Tensor names to leave out of a load (the multi-token-prediction layer).
+using tensor_filter = std::function<bool(std::string_view name)>;
+
 /// One loaded .safetensors file with its parsed header.
 class safetensors_file {
 public:
@@ -57,10 +60,12 @@ public:
   /// `on_bytes` (optional) hears the bytes of this file loaded so far. With `fp8_panels` and
   /// weight_memory::copy, every F8_E4M3 tensor of two dimensions that fp8_panels_fit is repacked
   /// in place into weight_layout::fp8_panels (its tensor_info says so); mapped files stay as stored.
+  /// Tensors `skip` names are checked like the rest, then left out of tensors(); with
+  /// weight_memory::copy their bytes are never read (nor their memory committed).
   static std::unique_ptr<safetensors_file> open(const std::filesystem::path& path,
                                                 weight_memory memory = weight_memory::copy,
                                                 const std::function<void(uint64_t)>& on_bytes = {},
-                                                bool fp8_panels = false);
+                                                bool fp8_panels = false, const tensor_filter& skip = {});
   ~safetensors_file();
   safetensors_file(const safetensors_file&) = delete;
   safetensors_file& operator=(const safetensors_file&) = delete;
@@ -78,8 +83,14 @@ private:
   std::map<std::string, tensor_info, std::less<>> tensors_;
 };
 
+/// Bytes of `path`'s tensors that `skip` names, from its header alone; 0 when the header cannot
+/// be read (open reports why).
+[[nodiscard]] uint64_t safetensors_skipped_bytes(const std::filesystem::path& path, const tensor_filter& skip);
+
 /// A checkpoint directory. Tensor look-ups check presence and shape and throw input_error with
-/// the tensor's name and file (or the directory when missing).
+/// the tensor's name and file (or the directory when missing). Tensors of layers past
+/// num_hidden_layers (the MTP module) are checked in their headers, then left out: not read in
+/// copy mode, not in the index.
 class checkpoint {
 public:
   /// `fp8_panels`: see safetensors_file::open (the fast CPU kernels' layout for FP8 weights).

@@ -144,11 +144,10 @@ struct fd_guard {
   ~fd_guard() { ::close(fd); }
 };
 
-// The file's `size` bytes in fresh anonymous memory, 2 MiB-aligned and advised for transparent
-// huge pages (best effort: with THP off it stays 4 KiB pages), still writable (open makes it
-// read-only once parsed). Sets `mapped` to the length to munmap.
-void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& path, size_t& mapped,
-                           const std::function<void(uint64_t)>& on_bytes) {
+// `size` bytes of fresh anonymous memory, 2 MiB-aligned and advised for transparent huge pages
+// (best effort: with THP off it stays 4 KiB pages), writable (open makes it read-only once
+// parsed); pages never written are never committed. Sets `mapped` to the length to munmap.
+std::byte* allocate_huge_pages(uint64_t size, const std::filesystem::path& path, size_t& mapped) {
   constexpr size_t huge = size_t{2} << 20;
   mapped = (size + huge - 1) / huge * huge;
   void* raw = ::mmap(nullptr, mapped + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -161,22 +160,55 @@ void* read_into_huge_pages(int fd, uint64_t size, const std::filesystem::path& p
   if (first + huge > base)
     ::munmap(base + mapped, static_cast<size_t>(first + huge - base));
   (void)::madvise(base, mapped, MADV_HUGEPAGE);
-  for (uint64_t done = 0; done < size;) {
-    const ssize_t n = ::pread(fd, base + done, std::min<uint64_t>(size - done, uint64_t{64} << 20),
+  return base;
+}
+
+// Bytes [begin, end) of the file into base + begin, in 64 MiB reads; `on_bytes` hears the
+// file offset reached.
+void read_span(int fd, std::byte* base, uint64_t begin, uint64_t end, const std::filesystem::path& path,
+               const std::function<void(uint64_t)>& on_bytes) {
+  for (uint64_t done = begin; done < end;) {
+    const ssize_t n = ::pread(fd, base + done, std::min<uint64_t>(end - done, uint64_t{64} << 20),
                               static_cast<off_t>(done));
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0) {
-      const std::string why = n < 0 ? std::strerror(errno) : "the file ended early (changed while loading?)";
-      ::munmap(base, mapped);
-      file_error(path, "cannot read at byte " + std::to_string(done) + ": " + why);
-    }
+    if (n <= 0)
+      file_error(path, "cannot read at byte " + std::to_string(done) + ": " +
+                           (n < 0 ? std::strerror(errno) : "the file ended early (changed while loading?)"));
     done += static_cast<uint64_t>(n);
     if (on_bytes)
       on_bytes(done);
   }
-  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   // the copy is what runs
-  return base;
+}
+
+// The 8-byte little-endian header length at `bytes`, checked against the file's size.
+uint64_t header_length(const std::byte* bytes, uint64_t size, const std::filesystem::path& path) {
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i)
+    header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
+  if (header_len > size - 8)
+    file_error(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
+                         std::to_string(size) + "-byte file (truncated or not a safetensors file)");
+  return header_len;
+}
+
+// The header's JSON object; a tensor named twice is refused (a parse would keep the last entry).
+json parse_header(const char* header, uint64_t header_len, const std::filesystem::path& path) {
+  json root;
+  std::set<std::string> names;
+  const json::parser_callback_t no_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+      tensor_error(path, parsed.get<std::string>(), "named twice in the header");
+    return true;
+  };
+  try {
+    root = json::parse(header, header + header_len, no_duplicates);
+  } catch (const json::exception& e) {         // parse_error, out_of_range (1e400)
+    file_error(path, std::string("malformed header JSON: ") + e.what());
+  }
+  if (!root.is_object())
+    file_error(path, "header must be a JSON object, got " + std::string(root.type_name()));
+  return root;
 }
 
 // The format's data area is the tensors back to back, from its first byte to its last: no
@@ -207,64 +239,64 @@ void check_tiling(const std::map<std::string, tensor_info, std::less<>>& tensors
 
 }  // namespace
 
-std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path, weight_memory memory,
-                                                         const std::function<void(uint64_t)>& on_bytes,
-                                                         bool fp8_panels) {
+namespace {
+
+struct opened_file {
+  int fd;
+  uint64_t size;
+};
+
+opened_file open_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     file_error(path, std::string("cannot open: ") + std::strerror(errno));
-  const fd_guard guard{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0)
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
     file_error(path, std::string("cannot stat: ") + std::strerror(errno));
+  }
   const auto size = static_cast<uint64_t>(st.st_size);
-  if (size < 8)
+  if (size < 8) {
+    ::close(fd);
     file_error(path, "file is " + std::to_string(size) +
                          " bytes, shorter than the 8-byte safetensors header length");
-  void* map = nullptr;
-  size_t mapped = size;
+  }
+  return {fd, size};
+}
+
+}  // namespace
+
+std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path, weight_memory memory,
+                                                         const std::function<void(uint64_t)>& on_bytes,
+                                                         bool fp8_panels, const tensor_filter& skip) {
+  const auto [fd, size] = open_file(path);
+  const fd_guard guard{fd};
+  std::unique_ptr<safetensors_file> file(new safetensors_file());   // unmaps on a throw below
+  file->path_ = path;
+  std::byte* bytes = nullptr;
+  uint64_t header_len = 0;
   if (memory == weight_memory::copy) {
-    map = read_into_huge_pages(fd, size, path, mapped, on_bytes);
+    // The header first, then only the tensors kept: a skipped tensor's pages are never touched,
+    // so never committed (V3's MTP layer would hold ~15 GB for nothing).
+    bytes = allocate_huge_pages(size, path, file->map_size_);
+    file->map_ = bytes;
+    read_span(fd, bytes, 0, 8, path, {});
+    header_len = header_length(bytes, size, path);
+    read_span(fd, bytes, 8, 8 + header_len, path, {});
   } else {
     // MAP_POPULATE: the page tables are filled (and the file read ahead) now, at load, rather
     // than one fault per page on first use: a server is warm when it says it is ready. Measured,
     // small FP8 preset on 2P+2D, bench-cluster at concurrency 1 (mean TTFT of two requests, the
     // first one cold): 280-294 -> 221-223 ms; a cold lm_head took 140 ms instead of ~15.
-    map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (map == MAP_FAILED)
       file_error(path, std::string("cannot mmap: ") + std::strerror(errno));
-    if (on_bytes)
-      on_bytes(size);
+    file->map_ = map;
+    file->map_size_ = size;
+    bytes = static_cast<std::byte*>(map);
+    header_len = header_length(bytes, size, path);
   }
-
-  std::unique_ptr<safetensors_file> file(new safetensors_file());
-  file->path_ = path;
-  file->map_ = map;
-  file->map_size_ = mapped;
-
-  const auto* bytes = static_cast<const std::byte*>(map);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i)                      // little-endian uint64
-    header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
-  if (header_len > size - 8)
-    file_error(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
-                         std::to_string(size) + "-byte file (truncated or not a safetensors file)");
-  const char* header = reinterpret_cast<const char*>(bytes + 8);
-  json root;
-  std::set<std::string> names;      // a name given twice would otherwise keep its last entry in silence
-  const json::parser_callback_t no_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
-      tensor_error(path, parsed.get<std::string>(), "named twice in the header");
-    return true;
-  };
-  try {
-    root = json::parse(header, header + header_len, no_duplicates);
-  } catch (const json::exception& e) {         // parse_error, out_of_range (1e400)
-    file_error(path, std::string("malformed header JSON: ") + e.what());
-  }
-  if (!root.is_object())
-    file_error(path, "header must be a JSON object, got " + std::string(root.type_name()));
-
+  const json root = parse_header(reinterpret_cast<const char*>(bytes + 8), header_len, path);
   const std::byte* data_begin = bytes + 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
   for (const auto& [name, entry] : root.items()) {
@@ -273,12 +305,59 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
     file->tensors_.emplace(name, parse_entry(name, entry, path, data_begin, data_size));
   }
   check_tiling(file->tensors_, path, data_begin, data_size);
+  if (skip)
+    std::erase_if(file->tensors_, [&](const auto& entry) { return skip(entry.first); });
+
   if (memory == weight_memory::copy) {
+    std::vector<std::pair<uint64_t, uint64_t>> spans;      // file offsets of the kept tensors, merged
+    for (const auto& [name, t] : file->tensors_)
+      spans.emplace_back(t.data - bytes, t.data - bytes + t.num_bytes);
+    std::sort(spans.begin(), spans.end());
+    uint64_t at = 8 + header_len;
+    for (const auto& [begin, end] : spans) {
+      if (begin > at && on_bytes)
+        on_bytes(begin);                                   // skipped bytes count as done
+      read_span(fd, bytes, std::max(begin, at), std::max(end, at), path, on_bytes);
+      at = std::max(end, at);
+    }
+    if (on_bytes)
+      on_bytes(size);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   // the copy is what runs
     if (fp8_panels)
       repack_fp8_tensors(file->tensors_);
-    (void)::mprotect(map, mapped, PROT_READ);
+    (void)::mprotect(file->map_, file->map_size_, PROT_READ);
+  } else if (on_bytes) {
+    on_bytes(size);
   }
   return file;
+}
+
+uint64_t safetensors_skipped_bytes(const std::filesystem::path& path, const tensor_filter& skip) {
+  try {
+    const auto [fd, size] = open_file(path);
+    const fd_guard guard{fd};
+    std::byte length[8];
+    if (::pread(fd, length, 8, 0) != 8)
+      return 0;
+    const uint64_t header_len = header_length(length, size, path);
+    std::string header(header_len, '\0');
+    if (::pread(fd, header.data(), header_len, 8) != static_cast<ssize_t>(header_len))
+      return 0;
+    uint64_t skipped = 0;
+    const json root = parse_header(header.data(), header_len, path);
+    for (const auto& [name, entry] : root.items()) {
+      const auto off = entry.is_object() ? entry.find("data_offsets") : entry.end();
+      if (!skip(name) || off == entry.end() || !off->is_array() || off->size() != 2 ||
+          !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+        continue;
+      const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
+      if (begin <= end && end <= size)
+        skipped += end - begin;
+    }
+    return std::min(skipped, size);
+  } catch (const input_error&) {
+    return 0;                                              // open names what is wrong
+  }
 }
 
 safetensors_file::~safetensors_file() {

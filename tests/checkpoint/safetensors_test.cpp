@@ -41,6 +41,12 @@ std::vector<std::byte> bytes_of(std::initializer_list<uint8_t> v) {
   return out;
 }
 
+std::vector<std::byte> f32_bytes_of(std::initializer_list<float> v) {
+  std::vector<std::byte> out(v.size() * sizeof(float));
+  std::memcpy(out.data(), std::data(v), out.size());
+  return out;
+}
+
 // One byte of every page of [data, data + n), summed; not instrumented by AddressSanitizer, whose
 // shadow-memory checks would fault pages of their own.
 __attribute__((no_sanitize_address)) uint64_t touch_pages(const std::byte* data, int64_t n, int64_t page) {
@@ -55,6 +61,7 @@ struct mapping {
   uintptr_t start = 0, end = 0;
   std::string perms, path;
   bool thp_eligible = false;
+  int64_t rss_kib = 0;                              // resident: the pages committed
 };
 mapping mapping_of(const void* p) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
@@ -75,6 +82,8 @@ mapping mapping_of(const void* p) {
       found = start <= addr && addr < end;
     } else if (found && line.starts_with("THPeligible:")) {
       m.thp_eligible = line.find('1') != std::string::npos;
+    } else if (found && line.starts_with("Rss:")) {
+      m.rss_kib = std::stoll(line.substr(4));
     }
   }
   REQUIRE(found);
@@ -120,6 +129,39 @@ TEST_CASE("weights load as a read-only copy in memory advised for huge pages, or
     MESSAGE("transparent huge pages are off here: the copy stays in 4 KiB pages");
   CHECK(mm.perms == "r--s");                        // the file's shared page cache
   CHECK(mm.path == fs::canonical(file).string());
+}
+
+TEST_CASE("skipped tensors (the MTP layer) are checked, left out, and in a copy never read nor committed") {
+  temp_dir dir;
+  const fs::path file = dir.path / "w.safetensors";
+  constexpr int64_t big = int64_t{32} << 20;
+  safetensors_writer w;
+  w.add("model.layers.2.mlp.gate.weight", dtype::f32, {4}, f32_bytes_of({1, 2, 3, 4}));
+  w.add("model.layers.3.eh_proj.weight", dtype::bf16, {big / 2}, [](std::span<std::byte> dst) {
+    std::memset(dst.data(), 0x5a, dst.size());
+  });
+  w.add("model.norm.weight", dtype::f32, {2}, f32_bytes_of({5, 6}));
+  w.write(file);
+  const tensor_filter skip = [](std::string_view name) { return name.starts_with("model.layers.3."); };
+  CHECK(safetensors_skipped_bytes(file, skip) == static_cast<uint64_t>(big));
+  CHECK(safetensors_skipped_bytes(dir.path / "nope.safetensors", skip) == 0);
+  for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {
+    CAPTURE(static_cast<int>(memory));
+    uint64_t last = 0;
+    const auto f = safetensors_file::open(file, memory, [&](uint64_t n) { CHECK(n >= last); last = n; }, false, skip);
+    CHECK(last == fs::file_size(file));                   // progress reaches the whole file
+    CHECK(f->tensors().size() == 2);
+    CHECK_FALSE(f->tensors().contains("model.layers.3.eh_proj.weight"));
+    float v[2];
+    std::memcpy(v, f->tensors().at("model.norm.weight").data, sizeof v);
+    CHECK(v[1] == 6.0f);
+    if (memory == weight_memory::copy)                    // without the skip: 32 MiB resident
+      CHECK(mapping_of(f->tensors().at("model.norm.weight").data).rss_kib < 12 * 1024);
+  }
+  // the skipped tensor's header entry is still checked
+  write_raw(file, R"({"model.layers.3.x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 4);
+  CHECK(contains(error_of([&] { (void)safetensors_file::open(file, weight_memory::copy, {}, false, skip); }),
+                 "span 4 bytes but shape and dtype need 8"));
 }
 
 TEST_CASE("writer and reader round-trip tensors, metadata and alignment") {

@@ -181,6 +181,8 @@ TEST_CASE("MTP layers (model.layers.<num_hidden_layers>.*) are ignored") {
   });
   const model_weights w = load(dir.path);
   CHECK(w.layers.size() == 3);
+  CHECK_FALSE(w.source->contains("model.layers.3.eh_proj.weight"));   // not read, not indexed
+  CHECK(w.source->contains("model.layers.2.mlp.gate.weight"));
 }
 
 TEST_CASE("misaligned tensor data is copied into owned storage") {
