@@ -45,6 +45,41 @@ size_t first_non_ascii(std::string_view s, size_t from) {
 
 bool is_ascii(std::string_view s) { return first_non_ascii(s, 0) == s.size(); }
 
+// HF's regex engine (Oniguruma) and JavaScript take \s as \t-\r, U+0085 and the Unicode
+// separators (Z); PCRE2 with UCP also counts U+180E (the Mongolian vowel separator, no longer a
+// space since Unicode 6.3), so " \u180e" would split as one run of spaces. \s is spelt out as
+// Oniguruma's set, and so is \S outside bracket classes (inside one it stays PCRE2's: the
+// DeepSeek-V3 patterns have none). POSIX [:classes:] inside brackets are not tracked.
+std::string with_oniguruma_spaces(std::string_view pattern) {
+  constexpr std::string_view space = "\\t-\\r\\x{85}\\p{Z}";
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char escaped = pattern[++i];
+      if (escaped == 's')
+        out += in_class ? std::string(space) : "[" + std::string(space) + "]";
+      else if (escaped == 'S' && !in_class)
+        out += "[^" + std::string(space) + "]";
+      else
+        out += {c, escaped};
+      continue;
+    }
+    out += c;
+    if (c == '[' && !in_class) {
+      in_class = true;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^')
+        out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']')     // a ']' first is a literal
+        out += pattern[++i];
+    } else if (c == ']' && in_class) {
+      in_class = false;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 struct pre_tokenizer::stage {
@@ -67,7 +102,8 @@ pre_tokenizer::pre_tokenizer(const std::vector<std::string>& patterns, std::stri
   for (const std::string& pattern : patterns) {
     int error = 0;
     PCRE2_SIZE error_offset = 0;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+    const std::string compiled = with_oniguruma_spaces(pattern);
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error,
                                      &error_offset, nullptr);
     if (code == nullptr) {
@@ -75,7 +111,7 @@ pre_tokenizer::pre_tokenizer(const std::vector<std::string>& patterns, std::stri
       pcre2_get_error_message(error, message.data(), message.size());
       throw input_error(std::string(origin) + ": pre-tokenizer regex does not compile at offset " +
                         std::to_string(error_offset) + " (" +
-                        reinterpret_cast<const char*>(message.data()) + "): " + pattern);
+                        reinterpret_cast<const char*>(message.data()) + "): " + compiled);
     }
     stage s;
     s.code.reset(code);

@@ -1,7 +1,8 @@
 // kernels/tokenizer/pre_tokenizer.hpp
 // HF's Sequence of Split(Regex, behavior Isolated) pre-tokenizers: each regex splits every piece
 // the previous one produced into its matches and the gaps between them, all kept. Regexes are
-// PCRE2 in UTF + UCP mode (JIT when available), and invalid UTF-8 in the text is tolerated.
+// PCRE2 in UTF + UCP mode (JIT when available) with \s as Oniguruma's (HF's engine) set, and
+// invalid UTF-8 in the text is tolerated.
 // ASCII-only pieces take hand-written matchers where one exists for the pattern.
 #pragma once
 

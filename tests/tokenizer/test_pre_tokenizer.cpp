@@ -52,6 +52,16 @@ TEST_CASE("pre-tokenizer splits as the regexes say") {
   CHECK(split(pre, "\x01\x02x\x03") == v{"\x01", "\x02x", "\x03"});
   CHECK(split(pre, "\n  \u3000\n x") == v{"\n  \u3000\n", " x"});   // newline after wide space
   CHECK(split(pre, "").empty());
+  // U+180E is no space to Oniguruma (nor JavaScript), though PCRE2's \s includes it
+  CHECK(split(pre, " \u180e") == v{" ", "\u180e"});
+  CHECK(split(pre, "a \u180e\u180e b") == v{"a", " ", "\u180e\u180e", " b"});
+  CHECK(split(pre, "\u0085\u2028 x") == v{"\u0085\u2028", " x"});   // NEL and Zl are spaces
+}
+
+TEST_CASE("\\s and \\S are Oniguruma's in and out of bracket classes, escapes kept") {
+  const moe::pre_tokenizer pre({R"(\\s|[\s\d]+|\S)"}, "test");
+  using v = std::vector<std::string>;
+  CHECK(split(pre, "a1 \u180e2\\s") == v{"a", "1 ", "\u180e", "2", "\\s"});
 }
 
 TEST_CASE("ASCII matchers split exactly like PCRE2 on random text") {

