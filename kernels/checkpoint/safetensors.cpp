@@ -320,7 +320,7 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
       read_span(fd, bytes, std::max(begin, at), std::max(end, at), path, on_bytes);
       at = std::max(end, at);
     }
-    if (on_bytes)
+    if (on_bytes && at < size)                             // skipped tensors at the end
       on_bytes(size);
     (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   // the copy is what runs
     if (fp8_panels)

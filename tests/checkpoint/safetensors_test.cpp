@@ -148,7 +148,7 @@ TEST_CASE("skipped tensors (the MTP layer) are checked, left out, and in a copy 
   for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {
     CAPTURE(static_cast<int>(memory));
     uint64_t last = 0;
-    const auto f = safetensors_file::open(file, memory, [&](uint64_t n) { CHECK(n >= last); last = n; }, false, skip);
+    const auto f = safetensors_file::open(file, memory, [&](uint64_t n) { CHECK(n > last); last = n; }, false, skip);
     CHECK(last == fs::file_size(file));                   // progress reaches the whole file
     CHECK(f->tensors().size() == 2);
     CHECK_FALSE(f->tensors().contains("model.layers.3.eh_proj.weight"));
