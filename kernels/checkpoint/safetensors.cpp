@@ -237,10 +237,7 @@ void check_tiling(const std::map<std::string, tensor_info, std::less<>>& tensors
                          std::to_string(data_size) + "-byte data area (header length wrong, or bytes after the last tensor)");
 }
 
-}  // namespace
-
-namespace {
-
+// The file open for reading and its size, checked to hold the header length.
 struct opened_file {
   int fd;
   uint64_t size;
