@@ -24,12 +24,9 @@ void cluster::stop() const { caf::anon_send_exit(supervisor, caf::exit_reason::u
 
 namespace {
 
-ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks, const char* role) {
+// The experts' split over the ranks was checked by validate_for_model.
+ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks) {
   const int64_t E = w.config.n_routed_experts, R = topo.redundant_experts;
-  if (E > 0 && (E + R) % num_ranks != 0)
-    throw input_error(std::string("redundant_experts: ") + std::to_string(E) + " experts + " + std::to_string(R) +
-                      " redundant slots do not split evenly over " + std::to_string(num_ranks) + " " + role +
-                      " ranks (--redundant-experts)");
   return {.rank = 0, .num_ranks = num_ranks, .placements = E > 0 ? default_placements(w, num_ranks, R) : nullptr,
           .ep = ep_precision_of(topo), .num_micro_batches = topo.two_batch_overlap ? 2 : 1};
 }
@@ -60,10 +57,11 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   const topology_config& topo = cfg.topology;
   validate(topo);
   const model_weights& w = *weights;
+  validate_for_model(topo, w.config);
   require_kv_memory(topo.prefill_ranks + topo.decode_ranks, w.config.num_hidden_layers, topo.kv_blocks,
                     topo.page_size, w.config.kv_cache_dim(), "--kv-blocks (kv_cache.blocks)");
-  ep_group prefill_group = make_group(w, topo, topo.prefill_ranks, "prefill");
-  ep_group decode_group = make_group(w, topo, topo.decode_ranks, "decode");
+  ep_group prefill_group = make_group(w, topo, topo.prefill_ranks);
+  ep_group decode_group = make_group(w, topo, topo.decode_ranks);
   const rank_model_config rank_cfg{.reference = cfg.reference, .num_threads = static_cast<int>(topo.threads_per_rank),
                                    .num_kv_blocks = topo.kv_blocks, .block_size = topo.page_size,
                                    .max_context = topo.max_context, .chunk_size = topo.chunked_prefill_size,
@@ -91,7 +89,7 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   }
   introduce(c.prefill_ranks, 0);
   introduce(c.decode_ranks, topo.prefill_ranks);
-  const int64_t max_context = std::min({topo.max_context, w.config.max_position_embeddings, topo.kv_blocks * topo.page_size});
+  const int64_t max_context = served_context(topo, w.config.max_position_embeddings);
   c.decode_balancer = spawn_decode_balancer(
       sys, c.decode_ranks,
       {.num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests});

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -127,16 +128,32 @@ void at_least(int64_t value, int64_t min, std::string_view key, std::string_view
     invalid(key, flag, "must be >= " + std::to_string(min) + ", got " + std::to_string(value));
 }
 
+// Upper bounds keep every product the runtime forms of these (ranks x requests, blocks x page x
+// layers x dims, expert slots) inside int64 and every allocation sane: "unlimited" written as
+// 2^63 - 1 must be an error, not an overflow that admits nothing.
+void in_range(int64_t value, int64_t min, int64_t max, std::string_view key, std::string_view flag) {
+  at_least(value, min, key, flag);
+  if (value > max)
+    invalid(key, flag, "must be <= " + std::to_string(max) + ", got " + std::to_string(value));
+}
+
+constexpr int64_t max_ranks = 1024;
+constexpr int64_t max_count = int64_t{1} << 24;      // tokens, requests, expert slots
+constexpr int64_t max_page_size = 4096;
+constexpr int64_t max_kv_blocks = INT32_MAX;          // block ids are int32
+constexpr double max_latency_us = 1e7;                // 10 s a message
+constexpr double min_bandwidth_gb_s = 1e-3;           // 1 MB/s
+
 void check_link(const link_spec& link, std::string_view side) {
   const std::string prefix = "link_model." + std::string(side) + "_node_";
   const std::string flag = "--" + std::string(side) + "-node-";
-  if (!std::isfinite(link.latency_us) || link.latency_us < 0.0)
+  if (!std::isfinite(link.latency_us) || link.latency_us < 0.0 || link.latency_us > max_latency_us)
     invalid(prefix + "latency_us", flag + "latency-us",
-            "must be a finite number >= 0, got " + std::to_string(link.latency_us));
-  if (!std::isfinite(link.bandwidth_gb_s) || link.bandwidth_gb_s < 0.0)
+            "must be a number in 0..1e7 (10 s), got " + std::to_string(link.latency_us));
+  if (!std::isfinite(link.bandwidth_gb_s) || link.bandwidth_gb_s < 0.0 ||
+      (link.bandwidth_gb_s > 0.0 && link.bandwidth_gb_s < min_bandwidth_gb_s))
     invalid(prefix + "bandwidth_gb_s", flag + "bandwidth-gbs",
-            "must be a finite number >= 0 (0: unlimited), got " +
-                std::to_string(link.bandwidth_gb_s));
+            "must be 0 (unlimited) or a finite number >= 0.001, got " + std::to_string(link.bandwidth_gb_s));
 }
 
 }  // namespace
@@ -172,24 +189,23 @@ topology_config load_topology(const std::filesystem::path& file) {
 }
 
 void validate(const topology_config& c) {
-  at_least(c.prefill_ranks, 1, "prefill.ranks", "--prefill-ranks");
-  at_least(c.decode_ranks, 1, "decode.ranks", "--decode-ranks");
-  at_least(c.ranks_per_node, 1, "cluster.ranks_per_node", "--ranks-per-node");
-  at_least(c.threads_per_rank, 1, "cluster.threads_per_rank", "--threads-per-rank");
-  at_least(c.redundant_experts, 0, "expert_parallel.redundant_experts", "--redundant-experts");
-  at_least(c.chunked_prefill_size, 1, "prefill.chunked_prefill_size", "--chunked-prefill-size");
+  in_range(c.prefill_ranks, 1, max_ranks, "prefill.ranks", "--prefill-ranks");
+  in_range(c.decode_ranks, 1, max_ranks, "decode.ranks", "--decode-ranks");
+  in_range(c.ranks_per_node, 1, max_ranks, "cluster.ranks_per_node", "--ranks-per-node");
+  in_range(c.threads_per_rank, 1, 1024, "cluster.threads_per_rank", "--threads-per-rank");
+  in_range(c.redundant_experts, 0, max_count, "expert_parallel.redundant_experts", "--redundant-experts");
+  in_range(c.chunked_prefill_size, 1, max_count, "prefill.chunked_prefill_size", "--chunked-prefill-size");
+  in_range(c.max_prefill_tokens, 1, max_count, "prefill.max_prefill_tokens", "--max-prefill-tokens");
   // A chunk larger than the batch budget could never be scheduled whole.
   if (c.max_prefill_tokens < c.chunked_prefill_size)
     invalid("prefill.max_prefill_tokens", "--max-prefill-tokens",
             "must be >= prefill.chunked_prefill_size (" + std::to_string(c.chunked_prefill_size) +
                 "), got " + std::to_string(c.max_prefill_tokens));
-  at_least(c.max_running_requests, 1, "decode.max_running_requests", "--max-running-requests");
-  at_least(c.max_queued_requests, 1, "scheduler.max_queued_requests", "--max-queued-requests");
-  at_least(c.max_context, 2, "scheduler.max_context", "--max-context");
-  at_least(c.kv_blocks, 1, "kv_cache.blocks", "--kv-blocks");
-  at_least(c.page_size, 1, "kv_cache.page_size", "--page-size");
-  if (c.kv_blocks > std::numeric_limits<int64_t>::max() / c.page_size)
-    invalid("kv_cache.blocks", "--kv-blocks", "times kv_cache.page_size overflows int64");
+  in_range(c.max_running_requests, 1, max_count, "decode.max_running_requests", "--max-running-requests");
+  in_range(c.max_queued_requests, 1, max_count, "scheduler.max_queued_requests", "--max-queued-requests");
+  in_range(c.max_context, 2, max_count, "scheduler.max_context", "--max-context");
+  in_range(c.kv_blocks, 1, max_kv_blocks, "kv_cache.blocks", "--kv-blocks");
+  in_range(c.page_size, 1, max_page_size, "kv_cache.page_size", "--page-size");
   if (c.kv_blocks * c.page_size < 2)
     invalid("kv_cache.blocks", "--kv-blocks",
             "times kv_cache.page_size must hold >= 2 tokens, got " +
@@ -205,6 +221,23 @@ void validate(const topology_config& c) {
     invalid("server.host", "--host", "must not be empty");
   if (c.port < 0 || c.port > 65535)
     invalid("server.port", "--port", "must be in 0..65535, got " + std::to_string(c.port));
+}
+
+void validate_for_model(const topology_config& c, const model_config& m) {
+  const int64_t slots = m.n_routed_experts + c.redundant_experts;
+  if (m.n_routed_experts == 0)
+    return;
+  for (const auto& [ranks, key, flag] : {std::tuple{c.prefill_ranks, "prefill.ranks", "--prefill-ranks"},
+                                         std::tuple{c.decode_ranks, "decode.ranks", "--decode-ranks"}})
+    if (slots % ranks != 0)
+      invalid(key, flag,
+              "must divide the model's " + std::to_string(m.n_routed_experts) + " routed experts + " +
+                  std::to_string(c.redundant_experts) + " redundant slots (expert_parallel.redundant_experts, "
+                  "--redundant-experts) = " + std::to_string(slots) + ", got " + std::to_string(ranks));
+}
+
+int64_t served_context(const topology_config& c, int64_t model_context) noexcept {
+  return std::min({c.max_context, model_context, c.kv_blocks * c.page_size});
 }
 
 std::string_view combine_dtype(const topology_config& cfg) noexcept {

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "config/link_spec.hpp"
+#include "config/model_config.hpp"
 
 namespace moe {
 
@@ -60,6 +61,14 @@ struct topology_config {
 
 /// Checks ranges and cross-field rules once; throws input_error naming the TOML key and the flag.
 void validate(const topology_config& cfg);
+
+/// The rules that need the model, for a cluster: each group's ranks split the routed experts
+/// plus the redundant slots evenly. Cheap (config.json only): run before the weights load.
+void validate_for_model(const topology_config& cfg, const model_config& model);
+
+/// The longest request (prompt + output) a cluster of this topology serves for a model of
+/// `model_context` positions: max_context, also bounded by one rank's KV pool.
+[[nodiscard]] int64_t served_context(const topology_config& c, int64_t model_context) noexcept;
 
 /// The combine payload type implied by the dispatch type: "fp32" for fp32, else "bf16".
 [[nodiscard]] std::string_view combine_dtype(const topology_config& cfg) noexcept;

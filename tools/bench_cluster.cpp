@@ -319,6 +319,17 @@ void run(bench_options& o) {
   if (const std::filesystem::path dir = std::filesystem::path(o.trace_file).parent_path();
       !o.trace_file.empty() && !dir.empty() && !std::filesystem::is_directory(dir))   // not minutes later
     throw input_error("--trace: no directory " + dir.string() + " to write " + o.trace_file + " into");
+  const model_config model = load_model_config(o.session.model_dir);
+  validate_for_model(topo, model);                                     // before the weights load
+  // Every request must run to its full --output-len (ignore_eos), or the figures measure less
+  // than they say; the decode-only level uses 8-token prompts.
+  if (const int64_t longest = std::max<int64_t>(o.prompt_len, 8) + o.output_len,
+      context = served_context(topo, model.max_position_embeddings);
+      longest > context)
+    throw input_error("--prompt-len/--output-len: requests of " + std::to_string(longest) +
+                      " tokens do not fit the served context of " + std::to_string(context) +
+                      " (the least of --max-context, the model's max_position_embeddings and "
+                      "--kv-blocks x --page-size)");
   std::shared_ptr<const model_session> s = load_model(o.session, /*need_tokenizer=*/true);
   std::shared_ptr<const model_weights> weights(s, &s->weights);
   const int64_t vocab = s->weights.config.vocab_size;

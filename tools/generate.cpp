@@ -89,7 +89,7 @@ generation_result run_single_rank(generate_options& o, const topology_config& to
   o.session.max_context = topo.max_context;
   auto s = open_session(o.session, /*need_tokenizer=*/true);
   const std::vector<int32_t> ids = prompt_ids(o, *s);
-  generator gen(*s->runner, s->tok, topo.chunked_prefill_size);
+  generator gen(*s->runner, s->tok, topo.chunked_prefill_size, topo.max_context);
   generation_result r = gen.run(ids, params, [&](std::string_view delta) { print_stream(o, delta); });
   report(o, r, "single rank, " + std::string(s->device->name()));
   return r;
@@ -137,6 +137,8 @@ void run(const CLI::App& cmd, generate_options& o) {
     throw input_error("give exactly one of --prompt TEXT or --tokens IDS");
   const topology_config topo = resolve_topology(o.topology);
   o.session.ep = ep_precision_of(topo);
+  if (!o.single_rank)
+    validate_for_model(topo, load_model_config(o.session.model_dir));   // before the weights load
   if (o.single_rank)
     run_single_rank(o, topo, params);
   else

@@ -60,6 +60,7 @@ void run(serve_options& o) {
     throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
+  validate_for_model(topo, load_model_config(o.model_dir));   // before minutes of loading
   model_weights loaded = load_model_weights(
       checkpoint::open(o.model_dir, o.mmap_weights ? weight_memory::mmap : weight_memory::copy,
                        stderr_load_progress(), /*fp8_panels=*/!o.reference));
@@ -80,8 +81,7 @@ void run(serve_options& o) {
   const std::unique_ptr<const cluster, decltype(stop_cluster)> stopper(&c, stop_cluster);
   net::serving_target target{
       .handles = c, .tok = tok, .vocab_size = weights->config.vocab_size,
-      .max_context = static_cast<size_t>(
-          std::min(topo.max_context, weights->config.max_position_embeddings)),
+      .max_context = static_cast<size_t>(served_context(topo, weights->config.max_position_embeddings)),
       .model_name = std::filesystem::path(o.model_dir).lexically_normal().filename().string()};
   if (target.model_name.empty())
     target.model_name = std::filesystem::path(o.model_dir).parent_path().filename().string();

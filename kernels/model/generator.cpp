@@ -25,8 +25,10 @@ struct kv_guard {
 
 }  // namespace
 
-generator::generator(model_runner& runner, std::shared_ptr<const tokenizer> tok, int64_t chunk_size)
-    : runner_(runner), tok_(std::move(tok)), chunk_size_(std::max<int64_t>(1, chunk_size)) {}
+generator::generator(model_runner& runner, std::shared_ptr<const tokenizer> tok, int64_t chunk_size,
+                     int64_t max_context)
+    : runner_(runner), tok_(std::move(tok)), chunk_size_(std::max<int64_t>(1, chunk_size)),
+      max_context_(max_context) {}
 
 generation_result generator::run(const std::vector<int32_t>& prompt_ids,
                                  const sampling_params& params,
@@ -35,8 +37,8 @@ generation_result generator::run(const std::vector<int32_t>& prompt_ids,
   const int64_t num_prompt = static_cast<int64_t>(prompt_ids.size());
   if (num_prompt == 0)
     throw input_error("the prompt is empty");
-  const int64_t max_context = std::min<int64_t>(cfg.max_position_embeddings,
-                                                runner_.cache().num_blocks() * runner_.cache().block_size());
+  const int64_t max_context = std::min({max_context_, cfg.max_position_embeddings,
+                                        runner_.cache().num_blocks() * runner_.cache().block_size()});
   if (num_prompt >= max_context)
     throw input_error("the prompt has " + std::to_string(num_prompt) +
                       " tokens; the context holds at most " + std::to_string(max_context - 1) +

@@ -32,8 +32,10 @@ struct generation_result {
 /// Runs one request at a time on a runner; KV blocks are returned after every request.
 class generator {
 public:
-  /// chunk_size: prefill tokens per forward call (bounded activation memory).
-  generator(model_runner& runner, std::shared_ptr<const tokenizer> tok, int64_t chunk_size = 512);
+  /// chunk_size: prefill tokens per forward call (bounded activation memory). max_context: the
+  /// longest sequence (prompt + output) to allow, besides the model's and the KV cache's limits.
+  generator(model_runner& runner, std::shared_ptr<const tokenizer> tok, int64_t chunk_size = 512,
+            int64_t max_context = INT64_MAX);
 
   /// on_text receives text deltas that will not change (held back while a stop string may be
   /// forming). Throws input_error for an empty prompt or one that does not fit the context.
@@ -44,6 +46,7 @@ private:
   model_runner& runner_;
   std::shared_ptr<const tokenizer> tok_;
   int64_t chunk_size_;
+  int64_t max_context_;
 };
 
 }  // namespace moe

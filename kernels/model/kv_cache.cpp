@@ -10,11 +10,20 @@ namespace moe {
 void require_kv_memory(int64_t num_caches, int64_t num_layers, int64_t num_blocks, int64_t block_size,
                        int64_t kv_dim, std::string_view flag, std::optional<uint64_t> available) {
   const uint64_t per_block = kv_cache_bytes(num_layers, 1, block_size, kv_dim);
-  const uint64_t bytes = static_cast<uint64_t>(num_caches) * static_cast<uint64_t>(num_blocks) * per_block;
-  if (!available || bytes <= *available)
+  const uint64_t bytes = kv_cache_bytes(num_layers, num_blocks, block_size, kv_dim);
+  const uint64_t all = bytes > UINT64_MAX / static_cast<uint64_t>(num_caches) ? UINT64_MAX : bytes * num_caches;
+  if (!available || all <= *available)
     return;
-  const uint64_t fit = *available / (static_cast<uint64_t>(num_caches) * per_block);
-  require_memory(bytes,
+  const uint64_t per_all_caches =
+      per_block > UINT64_MAX / static_cast<uint64_t>(num_caches) ? UINT64_MAX : per_block * num_caches;
+  const uint64_t fit = *available / per_all_caches;
+  if (fit == 0)                             // not even one block: the blocks are too big
+    require_memory(per_all_caches,
+                   "one KV block of " + std::to_string(block_size) + " tokens x " + std::to_string(num_layers) +
+                       " layers x " + std::to_string(kv_dim) + " fp32 values" +
+                       (num_caches > 1 ? " in each of " + std::to_string(num_caches) + " caches" : ""),
+                   ": lower --page-size", available);
+  require_memory(all,
                  "the KV cache" + std::string(num_caches > 1 ? "s (" + std::to_string(num_caches) + " x " : " (") +
                      std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens x " +
                      std::to_string(num_layers) + " layers x " + std::to_string(kv_dim) + " fp32 values) with every block in use",
@@ -23,12 +32,25 @@ void require_kv_memory(int64_t num_caches, int64_t num_layers, int64_t num_block
                  available);
 }
 
+namespace {
+
+// The storage's float count, checked before anything is allocated.
+size_t kv_floats(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim) {
+  if (num_blocks <= 0 || block_size <= 0 || num_blocks > INT32_MAX || num_layers < 0 || kv_dim < 0)
+    throw std::invalid_argument("kv_cache: num_blocks (at most 2^31 - 1) and block_size must be positive");
+  const uint64_t bytes = kv_cache_bytes(num_layers, num_blocks, block_size, kv_dim);
+  if (bytes == UINT64_MAX)
+    throw std::invalid_argument("kv_cache: " + std::to_string(num_blocks) + " blocks of " +
+                                std::to_string(block_size) + " tokens overflow a size");
+  return static_cast<size_t>(bytes / sizeof(float));
+}
+
+}  // namespace
+
 kv_cache::kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim)
     : num_layers_(num_layers), num_blocks_(num_blocks), block_size_(block_size), kv_dim_(kv_dim),
-      storage_(new float[static_cast<size_t>(num_layers * num_blocks * block_size * kv_dim)]),
+      storage_(new float[kv_floats(num_layers, num_blocks, block_size, kv_dim)]),
       in_use_(static_cast<size_t>(num_blocks), 0) {
-  if (num_blocks <= 0 || block_size <= 0 || num_blocks > INT32_MAX)
-    throw std::invalid_argument("kv_cache: num_blocks and block_size must be positive");
   free_.reserve(static_cast<size_t>(num_blocks));
   for (int64_t b = num_blocks - 1; b >= 0; --b)              // hand out low ids first
     free_.push_back(static_cast<int32_t>(b));

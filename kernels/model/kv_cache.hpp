@@ -46,11 +46,15 @@ private:
   std::vector<uint8_t> in_use_;
 };
 
-/// Bytes of one kv_cache's storage once every block is in use (fp32 slots).
+/// Bytes of one kv_cache's storage once every block is in use (fp32 slots); UINT64_MAX when
+/// that overflows (no machine has it either way).
 [[nodiscard]] constexpr uint64_t kv_cache_bytes(int64_t num_layers, int64_t num_blocks, int64_t block_size,
                                                 int64_t kv_dim) noexcept {
-  return static_cast<uint64_t>(num_layers) * static_cast<uint64_t>(num_blocks) *
-         static_cast<uint64_t>(block_size) * static_cast<uint64_t>(kv_dim) * sizeof(float);
+  uint64_t bytes = sizeof(float);
+  for (const int64_t factor : {num_layers, num_blocks, block_size, kv_dim})
+    if (factor < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(factor), &bytes))
+      return UINT64_MAX;
+  return bytes;
 }
 
 /// Refuses (input_error, via require_memory) `num_caches` caches of `num_blocks` blocks each that

@@ -207,7 +207,21 @@ TEST_CASE("topology validate: each rule names its key and flag") {
       {[](auto& c) { c.kv_blocks = 0; }, "kv_cache.blocks (--kv-blocks) must be >= 1"},
       {[](auto& c) { c.page_size = 0; }, "kv_cache.page_size (--page-size)"},
       {[](auto& c) { c.kv_blocks = 1, c.page_size = 1; }, "must hold >= 2 tokens, got 1"},
-      {[](auto& c) { c.kv_blocks = c.page_size = int64_t{1} << 40; }, "overflows"},
+      {[](auto& c) { c.kv_blocks = int64_t{1} << 31; }, "kv_cache.blocks (--kv-blocks) must be <= 2147483647"},
+      {[](auto& c) { c.page_size = int64_t{1} << 41; }, "kv_cache.page_size (--page-size) must be <= 4096"},
+      // "unlimited" as 2^63 - 1 overflowed ranks x requests and admitted nothing
+      {[](auto& c) { c.max_running_requests = std::numeric_limits<int64_t>::max(); },
+       "decode.max_running_requests (--max-running-requests) must be <= 16777216"},
+      {[](auto& c) { c.max_queued_requests = int64_t{1} << 25; }, "scheduler.max_queued_requests"},
+      {[](auto& c) { c.max_context = int64_t{1} << 25; }, "scheduler.max_context (--max-context) must be <="},
+      {[](auto& c) { c.max_prefill_tokens = int64_t{1} << 25; }, "prefill.max_prefill_tokens (--max-prefill-tokens) must be <="},
+      {[](auto& c) { c.prefill_ranks = 1025; }, "prefill.ranks (--prefill-ranks) must be <= 1024"},
+      {[](auto& c) { c.decode_ranks = 1025; }, "decode.ranks (--decode-ranks) must be <= 1024"},
+      {[](auto& c) { c.ranks_per_node = 1025; }, "cluster.ranks_per_node"},
+      {[](auto& c) { c.threads_per_rank = int64_t{1} << 32; }, "cluster.threads_per_rank (--threads-per-rank) must be <= 1024"},
+      {[](auto& c) { c.redundant_experts = int64_t{1} << 40; }, "expert_parallel.redundant_experts (--redundant-experts) must be <="},
+      {[](auto& c) { c.intra_node.latency_us = 1e30; }, "link_model.intra_node_latency_us (--intra-node-latency-us) must be a number in 0..1e7"},
+      {[](auto& c) { c.intra_node.bandwidth_gb_s = 1e-300; }, "(--intra-node-bandwidth-gbs) must be 0 (unlimited) or"},
       {[](auto& c) { c.dispatch_dtype = "fp16"; }, "dispatch_dtype (--dispatch-dtype) must be fp8"},
       {[](auto& c) { c.combine = "pairs"; }, "expert_parallel.combine (--combine) must be exact or reduced"},
       {[](auto& c) { c.intra_node.latency_us = -1.0; }, "link_model.intra_node_latency_us"},
@@ -242,6 +256,38 @@ TEST_CASE("topology validate: the edges of each range are valid") {
   cfg.port = 65535;
   cfg.dispatch_dtype = "bf16";
   CHECK_NOTHROW(moe::validate(cfg));
+  cfg.prefill_ranks = cfg.decode_ranks = cfg.ranks_per_node = cfg.threads_per_rank = 1024;
+  cfg.max_running_requests = cfg.max_queued_requests = cfg.max_context = int64_t{1} << 24;
+  cfg.kv_blocks = INT32_MAX;
+  cfg.page_size = 4096;
+  cfg.intra_node = {1e7, 1e-3};
+  CHECK_NOTHROW(moe::validate(cfg));
+}
+
+TEST_CASE("topology for a model: the ranks split the experts; the served context is the least limit") {
+  moe::model_config m;
+  m.n_routed_experts = 16;
+  m.max_position_embeddings = 163840;
+  topology_config cfg;                                      // 2 + 2 ranks, no redundant slots
+  CHECK_NOTHROW(moe::validate_for_model(cfg, m));
+  cfg.decode_ranks = 3;
+  CHECK(error_of([&] { moe::validate_for_model(cfg, m); }) ==
+        "topology: decode.ranks (--decode-ranks) must divide the model's 16 routed experts + 0 redundant slots "
+        "(expert_parallel.redundant_experts, --redundant-experts) = 16, got 3");
+  cfg.redundant_experts = 2;                                // 18 slots: 3 decode ranks split them
+  CHECK_NOTHROW(moe::validate_for_model(cfg, m));           // prefill's 2 ranks: 18 / 2 = 9 each
+  cfg.prefill_ranks = 4;
+  CHECK(error_of([&] { moe::validate_for_model(cfg, m); }).find("prefill.ranks (--prefill-ranks) must divide") !=
+        std::string::npos);
+  m.n_routed_experts = 0;                                   // a dense model: anything goes
+  CHECK_NOTHROW(moe::validate_for_model(cfg, m));
+
+  topology_config t;                                        // 8192 context, 256 x 64 KV tokens
+  CHECK(moe::served_context(t, 163840) == 8192);
+  CHECK(moe::served_context(t, 4096) == 4096);
+  t.kv_blocks = 1;
+  t.page_size = 8;
+  CHECK(moe::served_context(t, 163840) == 8);               // one rank's whole pool
 }
 
 TEST_CASE("topology flags: none give the defaults, and every flag sets its field") {

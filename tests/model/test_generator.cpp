@@ -86,6 +86,13 @@ TEST_CASE_FIXTURE(gen_fixture, "a prompt that does not fit the context is reject
   CHECK_THROWS_AS(gen.run(long_prompt, {}), input_error);
   CHECK_THROWS_AS(gen.run({}, {}), input_error);
   CHECK(cache.num_free_blocks() == cache.num_blocks());
+  // a max_context below the cache's (generate --single-rank --max-context): the prompt must
+  // fit it, and the output stops at it with "length"
+  generator small(runner, tok, /*chunk_size=*/512, /*max_context=*/7);
+  CHECK_THROWS_AS(small.run(std::vector<int32_t>(7, 5), {}), input_error);
+  const generation_result r = small.run({0, 300, 500, 700, 20}, {.max_tokens = 10, .ignore_eos = true});
+  CHECK(r.output_ids.size() == 2);
+  CHECK(r.reason == finish_reason::length);
 }
 
 TEST_CASE_FIXTURE(gen_fixture, "logprobs: each output token's log-softmax and the top alternatives, by hand") {

@@ -56,4 +56,12 @@ TEST_CASE("KV pools that could not fit in memory with every block in use are ref
         "the KV cache (12 blocks of 64 tokens x 61 layers x 576 fp32 values) with every block in use "
         "would take 0.11 GB of memory, but 0.10 GB is available (MemAvailable in /proc/meminfo): "
         "lower --kv-blocks to at most 11 blocks");
+  // not even one block fits (12 caches x 8,994,816 bytes > 0.10 GB): the page size is the fault
+  CHECK(error(12, 1) ==
+        "one KV block of 64 tokens x 61 layers x 576 fp32 values in each of 12 caches would take 0.11 GB "
+        "of memory, but 0.10 GB is available (MemAvailable in /proc/meminfo): lower --page-size");
+  // sizes that overflow 64 bits saturate (refused), never wrap to a size that fits
+  CHECK(kv_cache_bytes(61, int64_t{1} << 40, 1 << 30, 576) == UINT64_MAX);
+  CHECK_THROWS_AS(require_kv_memory(2, 61, int64_t{1} << 40, 1 << 30, 576, "--kv-blocks", available), input_error);
+  CHECK_THROWS_AS(kv_cache(61, int64_t{1} << 30, int64_t{1} << 41, 576), std::invalid_argument);
 }

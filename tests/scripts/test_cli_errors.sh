@@ -26,7 +26,7 @@ expect() {
 "$moeserve" make-model --preset tiny --seed 1 --vocab-size 512 --out "$tmp/m" >/dev/null 2>&1 ||
   { echo "FAIL: make-model"; exit 1; }
 
-expect "missing model dir" 2 "not a directory" "$moeserve" generate --model "$tmp/nope" --prompt hi
+expect "missing model dir" 2 "a Hugging Face checkpoint directory" "$moeserve" generate --model "$tmp/nope" --prompt hi
 expect "prompt and tokens both" 2 "exactly one of" "$moeserve" generate --model "$tmp/m" --prompt hi --tokens 1
 expect "token id out of vocab" 2 "outside the vocabulary" "$moeserve" generate --model "$tmp/m" --tokens 0,600
 expect "bad token list" 2 "--tokens" "$moeserve" logits --model "$tmp/m" --tokens "1,x" --out "$tmp/l.npy"
@@ -66,12 +66,20 @@ expect "negative seed" 2 "--seed: expected a non-negative integer" \
   "$moeserve" make-model --preset tiny --seed -1 --out "$tmp/neg"
 expect "bench-model prompt past the context" 2 "--prompt-len: 1000000 tokens is over the model's" \
   "$moeserve" bench-model --model "$tmp/v3vocab" --prompt-len 1000000
-expect "bench-cluster whose requests all fail" 2 "bench-cluster: a request failed" \
+expect "bench-cluster requests past the context" 2 "requests of 9002 tokens do not fit the served context of 8192" \
   "$moeserve" bench-cluster --model "$tmp/m" --concurrency 1 --prompt-len 9000 --output-len 2
+expect "bench-cluster outputs cut short by the context" 2 "requests of 108 tokens do not fit the served context of 16" \
+  "$moeserve" bench-cluster --model "$tmp/m" --concurrency 1 --prompt-len 8 --output-len 100 --max-context 16
+expect "ranks that do not split the experts, before loading" 2 "decode.ranks (--decode-ranks) must divide the model's 16 routed experts + 0 redundant slots" \
+  "$moeserve" generate --model "$tmp/m" --prompt hi --decode-ranks 3
+expect "max_running_requests past its bound" 2 "decode.max_running_requests (--max-running-requests) must be <= 16777216" \
+  "$moeserve" generate --model "$tmp/m" --tokens 1,2 --max-running-requests 4611686018427387904
+expect "a page size past its bound" 2 "kv_cache.page_size (--page-size) must be <= 4096" \
+  "$moeserve" generate --model "$tmp/m" --tokens 1,2 --kv-blocks 1048576 --page-size 2199023255552
 expect "bench --json into a missing directory, before connecting" 2 "--json: cannot write" \
   "$moeserve" bench --port 1 --json "$tmp/nope/b.json"
 expect "detokenize of an unclosed list" 2 "the '[' is never closed" \
   "$moeserve" detokenize --model "$tmp/m" "[1, 2"
 
-echo "$((17 - failures)) passed, $failures failed"
+echo "$((21 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]

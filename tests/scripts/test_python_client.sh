@@ -35,7 +35,7 @@ echo "ok: serve --host bogus -> $out"
 mkfifo "$tmp/server_out"
 key="test-key-$$"
 MOESERVE_API_KEY=$key "$moeserve" serve --model "$tmp/m" --port 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 \
-  --page-size 16 --max-context 256 --dispatch-dtype fp32 --reference >"$tmp/server_out" 2>&1 &
+  --page-size 16 --max-context 4096 --dispatch-dtype fp32 --reference >"$tmp/server_out" 2>&1 &
 server_pid=$!
 exec 3<"$tmp/server_out"
 read -r -t 120 -u 3 line || fail "no listening line from the server"
@@ -55,7 +55,7 @@ MOESERVE_API_KEY=$key "$moeserve" client --port "$port" --max-tokens 8 --ignore-
 cmp -s "$tmp/py.out" "$tmp/cpp.out" || fail "the two clients streamed different text"
 "$moeserve" generate --model "$tmp/m" --reference --prompt "$prompt" --max-tokens 8 --ignore-eos \
   --temperature 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 \
-  --max-context 256 --dispatch-dtype fp32 >"$tmp/gen.out" 2>"$tmp/gen.err" ||
+  --max-context 4096 --dispatch-dtype fp32 >"$tmp/gen.out" 2>"$tmp/gen.err" ||
   fail "moeserve generate: $(cat "$tmp/gen.err")"
 gen_text=$(head -c "$(stat -c %s "$tmp/py.out")" "$tmp/gen.out")
 [[ $gen_text == "$(cat "$tmp/py.out")" ]] || fail "served text differs from moeserve generate"
@@ -65,13 +65,14 @@ env -u MOESERVE_API_KEY "$moeserve" client --port "$port" --max-tokens 2 "$promp
 grep -q "server: 401" "$tmp/nokey.err" || fail "no 401 without the key: $(cat "$tmp/nokey.err")"
 echo "ok: without the key: $(cat "$tmp/nokey.err")"
 
-# bench: a --prompt longer than the context is refused up front, counted in the server's tokens;
+# bench: a --prompt longer than the served context (1024: the KV pool of 64 x 16 under
+# --max-context 4096) is refused up front, counted in the server's tokens;
 # a run where no request completes (each cancelled 10 ms in, long before 250 tokens) exits 1
-long_prompt=$(printf '1 %.0s' {1..130})
+long_prompt=$(printf "1 %.0s" {1..600})
 MOESERVE_API_KEY=$key timeout -k 5 60 "$moeserve" bench --port "$port" --num-prompts 2 --output-len 2 \
   --prompt "$long_prompt" >"$tmp/bench.out" 2>"$tmp/bench.err"
 status=$?
-[[ $status -eq 2 ]] && grep -q -- "--prompt (261 tokens)" "$tmp/bench.err" ||
+[[ $status -eq 2 ]] && grep -q -- "--prompt (1201 tokens).*context of 1024" "$tmp/bench.err" ||
   fail "bench --prompt past the context: exit $status, $(cat "$tmp/bench.err")"
 echo "ok: bench --prompt past the context -> $(tail -1 "$tmp/bench.err")"
 MOESERVE_API_KEY=$key timeout -k 5 60 "$moeserve" bench --port "$port" --num-prompts 2 --concurrency 2 \
