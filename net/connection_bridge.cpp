@@ -194,6 +194,19 @@ void start(bridge_pointer self, generate_job& job) {
 
 caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_config cfg) {
   self->state.cfg = std::move(cfg);
+  // The cluster stopping (serve's shutdown, or a failure that takes its supervisor down) ends
+  // every request it held: nothing will answer them, so their clients get a 503 now and a closed
+  // connection's bridge quits now, instead of waiting out submit_timeout or close_grace (serve
+  // took 10 s to exit after SIGTERM with requests in flight).
+  self->monitor(self->state.cfg.target->handles.queue);
+  self->set_down_handler([=](caf::down_msg&) {
+    std::vector<uint32_t> pending;
+    for (const auto& [msgid, f] : self->state.by_msgid)
+      pending.push_back(msgid);
+    for (const uint32_t msgid : pending)
+      fail(self, msgid, make_error(rpc_errc::unavailable, "the cluster stopped before the request finished"));
+    quit_now(self);
+  });
   return {
     [=](submit_atom, generate_job& job) {
       try {

@@ -219,6 +219,20 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
   CHECK(output_tokens >= 1);                                 // at least the token it saw
 }
 
+TEST_CASE_FIXTURE(server_fixture, "the cluster stopping answers in-flight generates 503 at once") {
+  if (skip_without_tokenizer())
+    return;
+  start();
+  test_client client(server->port());
+  client.send(generate_ids(1, {0, 1, 2, 3}, 120, true));
+  REQUIRE(std::holds_alternative<net::rpc_notification>(client.next()));   // decoding
+  const auto t0 = std::chrono::steady_clock::now();
+  handles.stop();                                            // what serve does after SIGTERM
+  const net::rpc_response r = client.next_response();
+  CHECK(error_code(r) == 503);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));   // not a timeout's 10-30 s
+}
+
 TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leaves nothing behind") {
   if (skip_without_tokenizer())
     return;
