@@ -89,10 +89,11 @@ void run(serve_options& o) {
     net::rpc_server server(sys, target,
                            {.host = topo.host, .port = static_cast<uint16_t>(topo.port),
                             .limits = o.limits, .keys = o.keys});
-    std::printf("moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks%s)\n",
+    // the context served, which may be less than --max-context (the model's or a KV pool's limit)
+    std::printf("moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks, context %zu tokens%s)\n",
                 server.address().c_str(), target.model_name.c_str(),
                 static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks),
-                o.keys.api_key.empty() ? "" : ", api key required");
+                target.max_context, o.keys.api_key.empty() ? "" : ", api key required");
     std::fflush(stdout);
     wait_for_signal(signals);
     std::printf("moeserve: stopping\n");

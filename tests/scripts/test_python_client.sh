@@ -40,6 +40,7 @@ server_pid=$!
 exec 3<"$tmp/server_out"
 read -r -t 120 -u 3 line || fail "no listening line from the server"
 [[ $line =~ listening\ on\ 127\.0\.0\.1:([0-9]+) ]] || fail "unexpected first line: $line"
+[[ $line == *"context 1024 tokens"* ]] || fail "the listening line should name the served context: $line"
 port=${BASH_REMATCH[1]}
 echo "server: $line"
 
