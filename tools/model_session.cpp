@@ -38,7 +38,7 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
     return;
   cmd.add_option("--kv-blocks", opts.kv_blocks, "KV cache blocks (0: enough for --max-context)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  cmd.add_option("--block-size", opts.block_size, "tokens per KV block")
+  cmd.add_option("--page-size,--block-size", opts.block_size, "tokens per KV block (as the topology verbs)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd.add_option("--max-context", opts.max_context, "tokens one sequence may hold")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 22));

@@ -3,6 +3,7 @@
 # serve it: `moeserve serve` (2 prefill + 2 decode ranks, MessagePack-RPC on 127.0.0.1:8765).
 # Extra arguments go to `moeserve serve` (e.g. --port 9000 --decode-ranks 4); with `generate`
 # first, they go to `moeserve generate` instead (one prompt through the same cluster).
+# MOE_MODEL=DIR serves another checkpoint directory (default models/small-fp8, made if missing).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -1,6 +1,6 @@
 // actors/policy/eplb.hpp
 // The expert-parallel load balancer's placement policy: DeepSeek's EPLB `rebalance_experts`
-// (reference/deepseek-system.md section 3), a pure function over per-layer expert loads.
+// (../shared/reference/deepseek-system.md section 3), a pure function over per-layer expert loads.
 #pragma once
 
 #include <cstddef>
