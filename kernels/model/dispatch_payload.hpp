@@ -23,8 +23,10 @@ enum class payload_dtype : uint8_t { fp8, bf16, fp32 };
 ///    order, so the numbers do not depend on the topology (the single-rank path sums the same way).
 ///  - per_rank: DeepEP's combine: the expert rank sums its pairs of a token (fp32, k order) and
 ///    answers one row per dispatched token, top_k / ranks-touched times fewer bytes; the source
-///    sums the ranks' rows in rank order. Deterministic for a topology, not across topologies
-///    (each row is rounded to the combine type once more, at a topology-dependent point).
+///    sums the ranks' rows in rank order. Not reproducible across topologies (each row is rounded
+///    to the combine type once more, at a topology-dependent point), nor across loads within one:
+///    a rank's rows for itself skip that rounding (expert_parallel.cpp), so the numbers depend on
+///    the rank a balancer picks, and a redundant expert's replica is picked by the token's row.
 enum class combine_sum : uint8_t { per_pair, per_rank };
 
 /// "exact" (per_pair), "reduced" (per_rank).
