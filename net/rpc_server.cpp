@@ -13,6 +13,7 @@
 
 #include "config/model_config.hpp"
 #include "net/rpc_connection.hpp"
+#include "net/server_log.hpp"
 #include "net/stats_sampler.hpp"
 
 namespace moe::net {
@@ -26,7 +27,7 @@ void run_io(asio::io_context& io) {
       io.run();
       return;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "moeserve: io thread: %s\n", e.what());
+      server_log().error("io thread: {}", e.what());
     }
   }
 }
@@ -54,7 +55,7 @@ struct rpc_server::impl {
         // out of file descriptors (EMFILE, ENFILE), memory, or a connection reset before it
         // was taken: keep serving the connections there are and try again shortly
         if (!accept_failing)
-          std::fprintf(stderr, "moeserve: accept failed (%s); retrying every 100 ms\n", ec.message().c_str());
+          server_log().warn("accept failed ({}); retrying every 100 ms", ec.message());
         accept_failing = true;
         accept_retry.expires_after(std::chrono::milliseconds(100));
         accept_retry.async_wait([this](std::error_code wait_ec) {
@@ -64,7 +65,7 @@ struct rpc_server::impl {
         return;
       }
       if (accept_failing)
-        std::fprintf(stderr, "moeserve: accepting connections again\n");
+        server_log().info("accepting connections again");
       accept_failing = false;
       admit(std::move(socket));
       accept();
@@ -115,7 +116,7 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
   auto counters = std::make_shared<server_counters>();
   impl_->shared = std::make_shared<server_shared>(server_shared{
       impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys),
-      spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window)});
+      spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window, cfg.log_stats_interval)});
   impl_->host = cfg.host;
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept();

@@ -36,6 +36,7 @@ struct server_config {
   auth_keys keys;                                         // none set: no auth needed
   std::chrono::milliseconds stats_interval{1000};         // rank occupancy samples
   std::chrono::seconds stats_window{60};                  // stats' "window" counters
+  std::chrono::seconds log_stats_interval{0};             // a stats line on stderr this often; 0: none
 };
 
 class rpc_server {

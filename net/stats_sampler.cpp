@@ -7,16 +7,23 @@
 #include <caf/stateful_actor.hpp>
 #include <deque>
 
+#include "net/server_log.hpp"
+
 namespace moe::net {
 namespace {
 
 using clock = std::chrono::steady_clock;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using log_atom = caf::atom_constant<caf::atom("logstats")>;
 
 struct snapshot {
   clock::time_point time;
-  int64_t requests = 0, input_tokens = 0, output_tokens = 0;
+  int64_t requests = 0, input_tokens = 0, output_tokens = 0, failed = 0;
 };
+
+snapshot take(const server_counters& c, clock::time_point now) {
+  return {now, c.num_requests.load(), c.input_tokens.load(), c.output_tokens.load(), c.num_failed.load()};
+}
 
 struct sampler_state {
   std::shared_ptr<const serving_target> target;
@@ -24,6 +31,7 @@ struct sampler_state {
   std::vector<rank_occupancy> ranks;
   std::vector<int64_t> num_samples;
   std::deque<snapshot> snapshots;           // oldest first, spanning at most the window
+  snapshot last_log;                        // the counters at the last stats line
   static inline const char* name = "stats_sampler";
 };
 
@@ -37,6 +45,7 @@ void add_sample(sampler_pointer self, size_t rank_idx, const rank_stats& s) {
   const auto n = static_cast<double>(++st.num_samples[rank_idx]);
   r.average += (occupancy - r.average) / n;
   r.peak = std::max(r.peak, occupancy);
+  r.latest = occupancy;
   r.peak_running = std::max(r.peak_running, s.num_running);
 }
 
@@ -53,10 +62,30 @@ void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chron
           .then(on_stats, on_error);
   }
   const auto now = clock::now();
-  st.snapshots.push_back({now, st.counters->num_requests.load(), st.counters->input_tokens.load(),
-                          st.counters->output_tokens.load()});
+  st.snapshots.push_back(take(*st.counters, now));
   while (st.snapshots.size() > 1 && now - st.snapshots[1].time >= window)
     st.snapshots.pop_front();
+}
+
+// A stats line when anything moved since the last one: counters, or KV still in use.
+void log_stats(sampler_pointer self) {
+  auto& st = self->state;
+  const snapshot now = take(*st.counters, clock::now());
+  const snapshot& last = st.last_log;
+  stats_line_figures f{.seconds = std::chrono::duration<double>(now.time - last.time).count(),
+                       .requests = now.requests - last.requests, .failed = now.failed - last.failed,
+                       .input_tokens = now.input_tokens - last.input_tokens,
+                       .output_tokens = now.output_tokens - last.output_tokens,
+                       .connections = st.counters->num_connections.load()};
+  bool kv_in_use = false;
+  for (size_t i = 0; i < st.ranks.size(); ++i) {
+    (i < st.target->handles.prefill_ranks.size() ? f.prefill_kv : f.decode_kv).push_back(st.ranks[i].latest);
+    kv_in_use = kv_in_use || st.ranks[i].latest > 0.0;
+  }
+  if (f.requests == 0 && f.failed == 0 && f.input_tokens == 0 && f.output_tokens == 0 && !kv_in_use)
+    return;                                 // idle: nothing to say
+  server_log().info(format_stats_line(f));
+  st.last_log = now;
 }
 
 sampled_stats summary(const sampler_state& st) {
@@ -74,17 +103,25 @@ sampled_stats summary(const sampler_state& st) {
 caf::behavior stats_sampler(caf::stateful_actor<sampler_state>* self,
                             std::shared_ptr<const serving_target> target,
                             std::shared_ptr<const server_counters> counters,
-                            std::chrono::milliseconds interval, std::chrono::seconds window) {
+                            std::chrono::milliseconds interval, std::chrono::seconds window,
+                            std::chrono::seconds log_interval) {
   const size_t num_ranks = target->handles.prefill_ranks.size() + target->handles.decode_ranks.size();
   self->state.ranks.resize(num_ranks);
   self->state.num_samples.resize(num_ranks);
   self->state.target = std::move(target);
   self->state.counters = std::move(counters);
+  self->state.last_log = take(*self->state.counters, clock::now());
   self->send(self, tick_atom::value);
+  if (log_interval.count() > 0)
+    self->delayed_send(self, log_interval, log_atom::value);
   return {
     [=](tick_atom) {
       sample(self, interval, window);
       self->delayed_send(self, interval, tick_atom::value);
+    },
+    [=](log_atom) {
+      log_stats(self);
+      self->delayed_send(self, log_interval, log_atom::value);
     },
     [=](sampled_atom) { return summary(self->state); },
   };
@@ -94,8 +131,9 @@ caf::behavior stats_sampler(caf::stateful_actor<sampler_state>* self,
 
 caf::actor spawn_stats_sampler(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
                                std::shared_ptr<const server_counters> counters,
-                               std::chrono::milliseconds interval, std::chrono::seconds window) {
-  return sys.spawn(stats_sampler, std::move(target), std::move(counters), interval, window);
+                               std::chrono::milliseconds interval, std::chrono::seconds window,
+                               std::chrono::seconds log_interval) {
+  return sys.spawn(stats_sampler, std::move(target), std::move(counters), interval, window, log_interval);
 }
 
 }  // namespace moe::net

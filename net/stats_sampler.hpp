@@ -20,6 +20,7 @@ namespace moe::net {
 struct rank_occupancy {
   double peak = 0.0;
   double average = 0.0;
+  double latest = 0.0;
   int64_t peak_running = 0;
 };
 
@@ -40,13 +41,14 @@ struct sampled_stats {
 using sampled_atom = caf::atom_constant<caf::atom("sampled")>;
 
 /// Samples every rank and the counters each `interval`; answers (sampled_atom) with
-/// sampled_stats.
-/// Stop it with an exit message when the server stops.
+/// sampled_stats. Every `log_interval` (0: never) in which something happened it logs a stats
+/// line (server_log.hpp). Stop it with an exit message when the server stops.
 [[nodiscard]] caf::actor spawn_stats_sampler(caf::actor_system& sys,
                                              std::shared_ptr<const serving_target> target,
                                              std::shared_ptr<const server_counters> counters,
                                              std::chrono::milliseconds interval,
-                                             std::chrono::seconds window);
+                                             std::chrono::seconds window,
+                                             std::chrono::seconds log_interval = std::chrono::seconds{0});
 
 }  // namespace moe::net
 

@@ -32,6 +32,7 @@ struct serve_options {
   net::server_limits limits;
   net::auth_keys keys;
   double idle_timeout_s = 300.0, read_timeout_s = 30.0;
+  int64_t log_stats_interval_s = 10;        // 0: no stats lines
 };
 
 const CLI::Validator non_empty_key(
@@ -88,7 +89,8 @@ void run(serve_options& o) {
   {
     net::rpc_server server(sys, target,
                            {.host = topo.host, .port = static_cast<uint16_t>(topo.port),
-                            .limits = o.limits, .keys = o.keys});
+                            .limits = o.limits, .keys = o.keys,
+                            .log_stats_interval = std::chrono::seconds(o.log_stats_interval_s)});
     // the context served, which may be less than --max-context (the model's or a KV pool's limit)
     std::printf("moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks, context %zu tokens%s)\n",
                 server.address().c_str(), target.model_name.c_str(),
@@ -118,6 +120,10 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--max-in-flight", l.max_in_flight,
                   "generate requests in flight per connection (default 64)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_option("--log-stats-interval", o->log_stats_interval_s,
+                  "seconds between stats lines on stderr (throughput, KV in use) while serving; 0: none "
+                  "(default 10)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}));
   cmd->add_option("--idle-timeout", o->idle_timeout_s,
                   "seconds a connection may sit with nothing in flight (default 300)")
       ->check(CLI::Range(0.001, 1e7));

@@ -35,7 +35,7 @@ echo "ok: serve --host bogus -> $out"
 mkfifo "$tmp/server_out"
 key="test-key-$$"
 MOESERVE_API_KEY=$key "$moeserve" serve --model "$tmp/m" --port 0 --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 \
-  --page-size 16 --max-context 4096 --dispatch-dtype fp32 --reference >"$tmp/server_out" 2>&1 &
+  --page-size 16 --max-context 4096 --dispatch-dtype fp32 --reference --log-stats-interval 1 >"$tmp/server_out" 2>&1 &
 server_pid=$!
 exec 3<"$tmp/server_out"
 read -r -t 120 -u 3 line || fail "no listening line from the server"
@@ -83,9 +83,14 @@ status=$?
   fail "bench with no request completed: exit $status, $(cat "$tmp/bench.err")"
 echo "ok: bench with no request completed -> $(tail -1 "$tmp/bench.err")"
 
+sleep 1.2                                   # one more --log-stats-interval
 kill -TERM "$server_pid"
 wait "$server_pid"
 status=$?
 server_pid=""
 [[ $status -eq 0 ]] || fail "the server exited with $status after SIGTERM"
 echo "ok: the server stopped cleanly"
+log=$(timeout 5 cat <&3)                    # what it printed after its listening line
+stats=$(grep -m1 "\[info\] prompt .* tok/s, generation .* tok/s, .* requests" <<<"$log") ||
+  fail "no stats line on the server's stderr: $log"
+echo "ok: stats line: $stats"

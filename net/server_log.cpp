@@ -1,0 +1,43 @@
+// net/server_log.cpp
+#include "net/server_log.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace moe::net {
+
+spdlog::logger& server_log() {
+  static const std::shared_ptr<spdlog::logger> log = [] {
+    auto l = std::make_shared<spdlog::logger>("moeserve", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    l->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+    l->flush_on(spdlog::level::info);
+    return l;
+  }();
+  return *log;
+}
+
+namespace {
+
+std::string percents(const std::vector<double>& fractions) {
+  std::string out;
+  for (const double f : fractions)
+    out += " " + std::to_string(static_cast<int>(std::lround(100.0 * f))) + " %";
+  return out;
+}
+
+}  // namespace
+
+std::string format_stats_line(const stats_line_figures& f) {
+  const double s = f.seconds > 0.0 ? f.seconds : 1.0;
+  char head[160];
+  std::snprintf(head, sizeof head, "prompt %.1f tok/s, generation %.1f tok/s, %lld requests (%lld failed) in %.1f s",
+                static_cast<double>(f.input_tokens) / s, static_cast<double>(f.output_tokens) / s,
+                static_cast<long long>(f.requests), static_cast<long long>(f.failed), f.seconds);
+  return std::string(head) + ", KV in use: prefill" + percents(f.prefill_kv) + ", decode" + percents(f.decode_kv) +
+         ", " + std::to_string(f.connections) + (f.connections == 1 ? " connection" : " connections");
+}
+
+}  // namespace moe::net

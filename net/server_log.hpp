@@ -1,0 +1,34 @@
+// net/server_log.hpp
+// The server's log (spdlog, stderr, timestamped): its own events (accept errors, the io thread)
+// and, every --log-stats-interval seconds while it serves, one line of what it did meanwhile,
+// as vLLM logs its throughput.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+namespace moe::net {
+
+/// The "moeserve" logger: stderr, "[2026-12-01 12:00:00.000] [info] ...".
+[[nodiscard]] spdlog::logger& server_log();
+
+/// What a stats line reports: counter increments over `seconds`, and the KV blocks in use per
+/// rank at the last sample (fractions, prefill ranks first).
+struct stats_line_figures {
+  double seconds = 0.0;
+  int64_t requests = 0;                     // admitted
+  int64_t failed = 0;                       // answered with an error
+  int64_t input_tokens = 0;                 // of finished requests
+  int64_t output_tokens = 0;
+  int64_t connections = 0;                  // open now
+  std::vector<double> prefill_kv, decode_kv;
+};
+
+/// "prompt 120.3 tok/s, generation 45.1 tok/s, 3 requests (0 failed) in 10.0 s, KV in use:
+/// prefill 2 % 0 %, decode 37 % 41 %, 4 connections"
+[[nodiscard]] std::string format_stats_line(const stats_line_figures& f);
+
+}  // namespace moe::net
