@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/test_util.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/model/forward.hpp"
+#include "kernels/model/kv_cache.hpp"
 #include "kernels/model/weights.hpp"
 
 using namespace moe;
@@ -160,6 +163,42 @@ TEST_CASE("make-model weight scales keep activations O(1)") {
   CHECK(rms(w.layers[0].mlp.down_proj) == doctest::Approx(out_scale / std::sqrt(128.0)).epsilon(0.1));
   CHECK(rms(w.layers[1].attn.o_proj) == doctest::Approx(out_scale / 8.0).epsilon(0.1));
   CHECK(rms(w.layers[1].moe.gate) == doctest::Approx(2.0 / 8.0).epsilon(0.1));
+}
+
+TEST_CASE("make-model's own checkpoints keep activations O(1) through every layer, BF16 and FP8") {
+  for (const bool fp8 : {false, true}) {
+    CAPTURE(fp8);
+    temp_dir dir;
+    make_tiny(dir.path, fp8, /*seed=*/5);
+    const model_weights w = load_model_weights(checkpoint::open(dir.path));
+    auto ref = make_cpu_reference_backend();
+    kv_cache cache(w.config.num_hidden_layers, 4, 16, w.config.kv_cache_dim());
+    std::vector<double> layer_rms;
+    model_runner runner(w, *ref, cache, {.observe_layer = [&](int64_t, std::span<const float> h) {
+                                           double ss = 0.0;
+                                           for (const float v : h)
+                                             ss += static_cast<double>(v) * v;
+                                           layer_rms.push_back(std::sqrt(ss / static_cast<double>(h.size())));
+                                         }});
+    const std::vector<int32_t> prompt = {0, 199, 258, 33, 457, 100, 511, 7};   // the tiny options: vocab 512
+    sequence_kv kv;
+    REQUIRE(kv.reserve(cache, static_cast<int64_t>(prompt.size())));
+    const batch_entry e{.tokens = prompt, .kv = &kv, .all_logits = true};
+    const std::vector<float> logits = runner.forward(std::span(&e, 1));
+    kv.release(cache);
+    REQUIRE(layer_rms.size() == static_cast<size_t>(w.config.num_hidden_layers));
+    for (const double r : layer_rms) {                     // the residual stream after each layer
+      CHECK(r > 0.3);
+      CHECK(r < 10.0);
+    }
+    double max_abs = 0.0;
+    for (const float v : logits) {
+      REQUIRE(std::isfinite(v));
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(v)));
+    }
+    CHECK(max_abs > 0.1);
+    CHECK(max_abs < 100.0);
+  }
 }
 
 TEST_CASE("make-model option errors") {
