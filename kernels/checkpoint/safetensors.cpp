@@ -91,7 +91,9 @@ tensor_info parse_entry(const std::string& name, const json& entry, const std::f
                                  ") run past the end of the data (" + std::to_string(data_size) +
                                  " bytes; file truncated?)");
   const int64_t want = expected_bytes(t.shape, t.type);
-  if (want < 0 || static_cast<uint64_t>(want) != end - begin)
+  if (want < 0)
+    tensor_error(path, name, "shape " + shape_it->dump() + " holds more bytes than a 64-bit size");
+  if (static_cast<uint64_t>(want) != end - begin)
     tensor_error(path, name, "data_offsets span " + std::to_string(end - begin) +
                                  " bytes but shape and dtype need " + std::to_string(want));
   t.data = data_begin + begin;

@@ -244,6 +244,10 @@ TEST_CASE("malformed safetensors files are rejected naming the file and tensor")
     CHECK(contains(msg, "tensor \"w\""));
     CHECK(contains(msg, "span 10 bytes but shape and dtype need 12"));
   }
+  SUBCASE("a shape whose byte count overflows") {
+    write_raw(file, R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 8]}})", 8);
+    CHECK(contains(open_error(file), "tensor \"w\": shape [4611686018427387904,4] holds more bytes than a 64-bit size"));
+  }
   SUBCASE("offsets past the end of the file (truncated)") {
     write_raw(file, R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8);
     const std::string msg = open_error(file);
