@@ -20,7 +20,7 @@ namespace moe::net {
 struct stats_line_figures {
   double seconds = 0.0;
   int64_t requests = 0;                     // admitted
-  int64_t failed = 0;                       // answered with an error
+  int64_t failed = 0;                       // valid generates answered with an error
   int64_t input_tokens = 0;                 // of finished requests
   int64_t output_tokens = 0;
   int64_t connections = 0;                  // open now

@@ -25,7 +25,7 @@ struct serving_target {
 struct server_counters {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::atomic<int64_t> num_requests{0};     // generate requests admitted
-  std::atomic<int64_t> num_failed{0};       // answered with an error (any code)
+  std::atomic<int64_t> num_failed{0};       // valid generates answered with an error (429, 413, 500, ...)
   std::atomic<int64_t> num_cancelled{0};    // ended with finish_reason abort
   std::atomic<int64_t> input_tokens{0};
   std::atomic<int64_t> output_tokens{0};
