@@ -15,6 +15,7 @@
 #include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
+#include "net/server_log.hpp"
 #include "tools/commands.hpp"
 #include "tools/load_progress.hpp"
 #include "tools/model_session.hpp"
@@ -97,6 +98,11 @@ void run(serve_options& o) {
                 static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks),
                 target.max_context, o.keys.api_key.empty() ? "" : ", api key required");
     std::fflush(stdout);
+    if (static_cast<int64_t>(target.max_context) < topo.max_context)   // vLLM refuses; we say so
+      net::server_log().warn("serving a context of {} tokens, less than --max-context {}: the model's "
+                             "max_position_embeddings is {}, one rank's KV pool {} ({} blocks x {})",
+                             target.max_context, topo.max_context, weights->config.max_position_embeddings,
+                             topo.kv_blocks * topo.page_size, topo.kv_blocks, topo.page_size);
     wait_for_signal(signals);
     std::printf("moeserve: stopping\n");
     std::fflush(stdout);

@@ -94,3 +94,6 @@ log=$(timeout 5 cat <&3)                    # what it printed after its listenin
 stats=$(grep -m1 "\[info\] prompt .* tok/s, generation .* tok/s, .* requests" <<<"$log") ||
   fail "no stats line on the server's stderr: $log"
 echo "ok: stats line: $stats"
+warning=$(grep -m1 "\[warning\] serving a context of 1024 tokens, less than --max-context 4096" <<<"$log") ||
+  fail "no warning that the KV pool lowers the context: $log"
+echo "ok: $warning"
