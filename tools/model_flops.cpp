@@ -3,26 +3,46 @@
 
 namespace moe::tools {
 
-double token_matmul_flops(const model_config& c) {
+namespace {
+
+// One token's multiply-adds in a layer: the q and kv projections (ATTN-0, run for every token,
+// whose KV must be stored) and the rest (absorbed attention's W_UK / W_UV, o_proj, the MLP).
+struct layer_macs {
+  double projections = 0.0;
+  double tail = 0.0;
+};
+
+layer_macs macs_of_layer(const model_config& c, int64_t layer) {
   const double D = static_cast<double>(c.hidden_size), H = static_cast<double>(c.num_attention_heads);
   const double dn = static_cast<double>(c.qk_nope_head_dim), dr = static_cast<double>(c.qk_rope_head_dim);
   const double dv = static_cast<double>(c.v_head_dim), C = static_cast<double>(c.kv_lora_rank);
-  double attention = D * (C + dr)                        // kv_a_proj_with_mqa
-                     + H * dn * C + H * C * dv           // W_UK into q, W_UV out of the latent
-                     + H * dv * D;                       // o_proj
+  layer_macs m;
+  m.projections = D * (C + dr);                          // kv_a_proj_with_mqa
   if (c.q_lora_rank) {
     const double cq = static_cast<double>(*c.q_lora_rank);
-    attention += D * cq + cq * H * (dn + dr);            // q_a_proj, q_b_proj
+    m.projections += D * cq + cq * H * (dn + dr);        // q_a_proj, q_b_proj
   } else {
-    attention += D * H * (dn + dr);                      // q_proj
+    m.projections += D * H * (dn + dr);                  // q_proj
   }
+  m.tail = H * dn * C + H * C * dv                       // W_UK into q, W_UV out of the latent
+           + H * dv * D;                                 // o_proj
   const double expert = 3.0 * D * static_cast<double>(c.moe_intermediate_size);   // gate, up, down
-  const double moe = D * static_cast<double>(c.n_routed_experts)                    // router
-                     + static_cast<double>(c.n_shared_experts + c.num_experts_per_tok) * expert;
-  const double dense = 3.0 * D * static_cast<double>(c.intermediate_size);
+  if (c.is_moe_layer(layer))
+    m.tail += D * static_cast<double>(c.n_routed_experts)                           // router
+              + static_cast<double>(c.n_shared_experts + c.num_experts_per_tok) * expert;
+  else
+    m.tail += 3.0 * D * static_cast<double>(c.intermediate_size);
+  return m;
+}
+
+}  // namespace
+
+double token_matmul_flops(const model_config& c) {
   double macs = 0.0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    macs += attention + (c.is_moe_layer(l) ? moe : dense);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const layer_macs m = macs_of_layer(c, l);
+    macs += m.projections + m.tail;
+  }
   return 2.0 * macs;
 }
 
@@ -35,7 +55,13 @@ double prefill_flops(const model_config& c, int64_t prompt_len) {
   const double n = static_cast<double>(prompt_len);
   const double keys = n * (n + 1.0) / 2.0;               // sum over positions p of p + 1
   const double lm_head = 2.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.vocab_size);
-  return n * token_matmul_flops(c) + keys * key_attention_flops(c) + lm_head;
+  // The last layer runs past its projections on the logit row only (forward_step's
+  // keep_logit_rows): the other n - 1 tokens skip its tail and their attention over n(n-1)/2 keys.
+  if (c.num_hidden_layers == 0 || prompt_len < 1)
+    return lm_head;
+  const double skipped_tail = (n - 1.0) * 2.0 * macs_of_layer(c, c.num_hidden_layers - 1).tail;
+  const double skipped_keys = n * (n - 1.0) / 2.0 * key_attention_flops(c) / static_cast<double>(c.num_hidden_layers);
+  return n * token_matmul_flops(c) + keys * key_attention_flops(c) + lm_head - skipped_tail - skipped_keys;
 }
 
 }  // namespace moe::tools

@@ -19,7 +19,8 @@ namespace moe::tools {
 /// [c_kv | k_rope] and the key's c_kv added into the weighted sum.
 [[nodiscard]] double key_attention_flops(const model_config& c);
 /// FLOPs of a prefill of `prompt_len` tokens from an empty cache (the token at position p
-/// attends to p + 1 keys) with logits for the last token only.
+/// attends to p + 1 keys) with logits for the last token only, so the last layer runs past its
+/// q / kv projections for that token alone, as the forward pass does.
 [[nodiscard]] double prefill_flops(const model_config& c, int64_t prompt_len);
 
 }  // namespace moe::tools

@@ -22,7 +22,15 @@ TEST_CASE("model flops: the tiny preset's prefill, by hand") {
   CHECK(tools::key_attention_flops(c) == 2.0 * 40 * 4 * 3);
   const double lm_head = 2.0 * 64 * 97;                  // 12416
   CHECK(tools::prefill_flops(c, 1) == 252928.0 + 960.0 + lm_head);
-  CHECK(tools::prefill_flops(c, 2) == 2 * 252928.0 + 3 * 960.0 + lm_head);   // keys 1 + 2
+  // With more tokens, the last layer (MoE) runs past its q / kv projections on the logit row
+  // alone: each other token skips W_UK 1024 + W_UV 1024 + o_proj 4096 + MoE 31744 = 37888
+  // multiply-adds (75776 FLOPs) and its attention there (320 FLOPs a key: 960 over 3 layers).
+  CHECK(tools::prefill_flops(c, 2) == 2 * 252928.0 + 3 * 960.0 + lm_head - 75776.0 - 1 * 320.0);
+  CHECK(tools::prefill_flops(c, 3) == 3 * 252928.0 + 6 * 960.0 + lm_head - 2 * 75776.0 - 3 * 320.0);
+  // 512 tokens at V3's vocabulary: 191,539,200, as a backend that counts every call's
+  // multiply-adds through model_runner measured (a review's harness, session 17)
+  const model_config v3_vocab = tools::make_model_config({.preset = "tiny"});
+  CHECK(tools::prefill_flops(v3_vocab, 512) == 191539200.0);
 
   model_config no_lora = c;                              // q_proj 64 x 4*24 instead of q_a, q_b
   no_lora.q_lora_rank.reset();
