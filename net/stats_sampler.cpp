@@ -82,10 +82,10 @@ void log_stats(sampler_pointer self) {
     (i < st.target->handles.prefill_ranks.size() ? f.prefill_kv : f.decode_kv).push_back(st.ranks[i].latest);
     kv_in_use = kv_in_use || st.ranks[i].latest > 0.0;
   }
+  st.last_log = now;                        // each line covers one interval, even after idle ones
   if (f.requests == 0 && f.failed == 0 && f.input_tokens == 0 && f.output_tokens == 0 && !kv_in_use)
     return;                                 // idle: nothing to say
   server_log().info(format_stats_line(f));
-  st.last_log = now;
 }
 
 sampled_stats summary(const sampler_state& st) {
