@@ -9,13 +9,12 @@ namespace moe {
 
 void require_kv_memory(int64_t num_caches, int64_t num_layers, int64_t num_blocks, int64_t block_size,
                        int64_t kv_dim, std::string_view flag, std::optional<uint64_t> available) {
-  const uint64_t per_block = kv_cache_bytes(num_layers, 1, block_size, kv_dim);
-  const uint64_t bytes = kv_cache_bytes(num_layers, num_blocks, block_size, kv_dim);
-  const uint64_t all = bytes > UINT64_MAX / static_cast<uint64_t>(num_caches) ? UINT64_MAX : bytes * num_caches;
+  // every cache's layers as one cache of num_caches x num_layers layers: kv_cache_bytes saturates
+  const int64_t layers = num_caches * num_layers;
+  const uint64_t all = kv_cache_bytes(layers, num_blocks, block_size, kv_dim);
   if (!available || all <= *available)
     return;
-  const uint64_t per_all_caches =
-      per_block > UINT64_MAX / static_cast<uint64_t>(num_caches) ? UINT64_MAX : per_block * num_caches;
+  const uint64_t per_all_caches = kv_cache_bytes(layers, 1, block_size, kv_dim);   // one block in each
   const uint64_t fit = *available / per_all_caches;
   if (fit == 0)                             // not even one block: the blocks are too big
     require_memory(per_all_caches,
