@@ -137,12 +137,12 @@ void run(const CLI::App& cmd, generate_options& o) {
     throw input_error("give exactly one of --prompt TEXT or --tokens IDS");
   const topology_config topo = resolve_topology(o.topology);
   o.session.ep = ep_precision_of(topo);
-  if (!o.single_rank)
-    validate_for_model(topo, load_model_config(o.session.model_dir));   // before the weights load
-  if (o.single_rank)
+  if (o.single_rank) {
     run_single_rank(o, topo, params);
-  else
+  } else {
+    validate_for_model(topo, load_model_config(o.session.model_dir));   // before the weights load
     run_cluster(o, topo, params);
+  }
 }
 
 }  // namespace
