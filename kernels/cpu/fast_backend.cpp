@@ -36,7 +36,8 @@ void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w
   pool_.parallel_for(num_panels * num_m, [&](int64_t task, int thread) {
     const int64_t p = task / num_m, m0 = (task % num_m) * m_chunk;
     const act_rows part{.num_rows = std::min(m_chunk, x.num_rows - m0), .k = x.k,
-                        .f32 = x.f32 + m0, .bf16 = x.bf16 ? x.bf16 + m0 : nullptr};
+                        .f32 = x.f32 + m0, .bf16 = x.bf16 ? x.bf16 + m0 : nullptr,
+                        .fma = x.fma ? x.fma + m0 : nullptr};
     const int64_t r0 = p * fast::panel_rows;
     fast::linear_rows(part, w, r0, std::min(fast::panel_rows, n - r0), out + m0 * ldo + r0, ldo,
                       scratch_[thread]);
@@ -118,7 +119,19 @@ void cpu_fast_backend::linear(const linear_params& p) {
   for (int64_t t = 0; t < m; ++t)
     f32[t] = p.x + t * k;
   act_rows x{.num_rows = m, .k = k, .f32 = f32};
-  if (fast::uses_gemm(w, m) && w.type == dtype::bf16) {   // round the activations to bf16 once
+  if (fast::uses_gemm(w, m) && w.type == dtype::bf16 && m >= fast::fma_min_rows) {
+    // round the activations once, as the FMA tiles read them
+    const int64_t lda = round_up(k, 16);
+    auto* buf = x_fma_.get<float>(m * lda);
+    auto** rows = x_fma_ptrs_.get<const float*>(m);
+    pool_.parallel_for((m + 15) / 16, [&](int64_t task, int) {
+      for (int64_t t = task * 16; t < std::min(m, task * 16 + 16); ++t) {
+        fast::f32_row_to_fma_pairs(p.x + t * k, k, buf + t * lda);
+        rows[t] = buf + t * lda;
+      }
+    });
+    x.fma = rows;
+  } else if (fast::uses_gemm(w, m) && w.type == dtype::bf16) {   // round to bf16 once
     const int64_t lda = round_up(k, 32);
     auto* buf = x_bf16_.get<uint16_t>(m * lda);
     auto** bf16 = x_bf16_ptrs_.get<const uint16_t*>(m);

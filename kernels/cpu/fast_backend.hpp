@@ -104,7 +104,7 @@ private:
   thread_pool pool_;
   std::vector<fast::thread_scratch> scratch_;   // one per pool thread
   // Per-call buffers, kept to avoid reallocating on every op (one caller at a time).
-  fast::scratch_buffer x_bf16_, x_ptrs_, x_bf16_ptrs_, moe_buf_, attn_buf_;
+  fast::scratch_buffer x_bf16_, x_ptrs_, x_bf16_ptrs_, x_fma_, x_fma_ptrs_, moe_buf_, attn_buf_;
   expert_grouping grouping_;
   std::mutex cache_mutex_;
   std::unordered_map<const void*, std::unique_ptr<absorbed_kv_b>> absorbed_;

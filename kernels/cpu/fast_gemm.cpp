@@ -1,9 +1,10 @@
 // kernels/cpu/fast_gemm.cpp
-// The blocked AVX512-BF16 GEMM for many activation rows (prefill, batched decode, busy experts).
+// The blocked GEMM for many activation rows (prefill, batched decode, busy experts).
 // 64 weight rows are packed into a panel laid out [kp][64][2]: for each pair of input columns
 // (2kp, 2kp+1), 64 output rows' pairs side by side, so one zmm holds 16 rows' pairs. The
 // 6x64 register tile then takes, per kp, 4 panel loads and 6 broadcast activation pairs into 24
-// vdpbf16ps accumulators. FP8 weights are expanded to bf16 while packing (one pass over the
+// vdpbf16ps accumulators; from fma_min_rows rows on, fp32 FMA tiles (fast_gemm_fma.cpp) take
+// the panel instead, with the same sums. FP8 weights are expanded to bf16 while packing (one pass over the
 // weight) exactly as the GEMV over panels expands them, 2^120 too small with the factors on the
 // activations and the sums (fast_linear.hpp), so both kernels give a row the same bits; their
 // block scales go on the activations too, so a panel never straddles a scale row block.
@@ -214,6 +215,18 @@ void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel
   return w.gemm_panels + (p0 / panel_rows) * panel_size(w.in_features);
 }
 
+// The bytes the panel of rows [p0, min(p0 + 64, end)) is made from: its packed copy, or the
+// weight's rows (row-major and FP8 panels alike hold them contiguously); empty past `end`.
+[[nodiscard]] std::span<const char> panel_source_bytes(const linear_weight& w, int64_t p0, int64_t end) noexcept {
+  if (p0 >= end)
+    return {};
+  if (const uint16_t* ready = packed_panel(w, p0))
+    return {reinterpret_cast<const char*>(ready), static_cast<size_t>(panel_size(w.in_features) * 2)};
+  const int64_t row_bytes = w.in_features * dtype_size(w.type);
+  return {static_cast<const char*>(w.data) + p0 * row_bytes,
+          static_cast<size_t>(std::min(panel_rows, end - p0) * row_bytes)};
+}
+
 template <dtype T>
 void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                      int64_t ldo, thread_scratch& s) {
@@ -221,13 +234,18 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
   auto* panel = s.panel.get<uint16_t>(panel_pairs(w.in_features) * panel_rows * 2);
   const int64_t block_rows = T == dtype::f8_e4m3 ? w.block_rows : (int64_t{1} << 62);
   const float out_factor = T == dtype::f8_e4m3 ? fp8_gemv_out_factor : 1.0f;
+  const bool fma = x.num_rows >= fma_min_rows;
   int64_t row_block = -1;
   const uint16_t* const* a = nullptr;
+  const float* const* a32 = nullptr;
   for (int64_t p0 = r0; p0 < r0 + nr;) {
     const int64_t n = std::min({panel_rows, r0 + nr - p0, (p0 / block_rows + 1) * block_rows - p0});
     if (p0 / block_rows != row_block) {
       row_block = p0 / block_rows;
-      a = bf16_rows(x, w, T == dtype::f8_e4m3 ? row_block : 0, s);
+      if (fma)
+        a32 = fma_rows(x, w, row_block, s);
+      else
+        a = bf16_rows(x, w, T == dtype::f8_e4m3 ? row_block : 0, s);
     }
     const uint16_t* b = panel;
     bool from_memory = false;
@@ -252,6 +270,12 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
         p0 = p1 + n1;
         continue;
       }
+    }
+    if (fma) {
+      fma_panel_tiles(a32, x.num_rows, b, num_kp, out + (p0 - r0), ldo, n, out_factor,
+                      panel_source_bytes(w, p0 + n, r0 + nr), s);
+      p0 += n;
+      continue;
     }
     // Activation rows in near-equal tiles of <= 6 (32 rows: 6 6 5 5 5 5, not 6 6 6 6 6 2).
     const int64_t tiles = (x.num_rows + tile_rows - 1) / tile_rows;

@@ -1,8 +1,27 @@
 // kernels/cpu/fast_linear.cpp
-// Which kernel a matmul task goes to (fast_linear.hpp), and the activation rows as bf16.
+// Which kernel a matmul task goes to (fast_linear.hpp), and the activation rows as its kernels read
+// them: bf16 (vdpbf16ps) or fp32 pairs (FMA tiles).
 #include "kernels/cpu/fast_linear.hpp"
 
 namespace moe::fast {
+
+namespace {
+
+// What the activations are multiplied by before rounding for weight row block `row_block`: the
+// FP8 block scales of that row (one per w.block_cols columns) times fp8_gemv_act_factor.
+struct act_scaling {
+  const float* scales = nullptr;
+  float factor = 1.0f;
+};
+
+[[nodiscard]] act_scaling scaling_for(const linear_weight& w, int64_t row_block) noexcept {
+  if (w.type != dtype::f8_e4m3)
+    return {};
+  return {.scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols),
+          .factor = fp8_gemv_act_factor};
+}
+
+}  // namespace
 
 const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w, int64_t row_block,
                                  thread_scratch& s) {
@@ -11,12 +30,23 @@ const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w, int6
   const int64_t lda = round_up(x.k, 32);
   auto* buf = s.act.get<uint16_t>(x.num_rows * lda);
   auto** ptrs = s.act_ptrs.get<const uint16_t*>(x.num_rows);
-  const float* scales = nullptr;
-  if (w.type == dtype::f8_e4m3)
-    scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols);
-  const float factor = w.type == dtype::f8_e4m3 ? fp8_gemv_act_factor : 1.0f;
+  const act_scaling sc = scaling_for(w, row_block);
   for (int64_t m = 0; m < x.num_rows; ++m) {
-    f32_row_to_bf16(x.f32[m], x.k, buf + m * lda, scales, w.block_cols, factor);
+    f32_row_to_bf16(x.f32[m], x.k, buf + m * lda, sc.scales, w.block_cols, sc.factor);
+    ptrs[m] = buf + m * lda;
+  }
+  return ptrs;
+}
+
+const float* const* fma_rows(const act_rows& x, const linear_weight& w, int64_t row_block, thread_scratch& s) {
+  if (w.type == dtype::bf16 && x.fma)
+    return x.fma;
+  const int64_t lda = round_up(x.k, 16);
+  auto* buf = s.fma_act.get<float>(x.num_rows * lda);
+  auto** ptrs = s.fma_act_ptrs.get<const float*>(x.num_rows);
+  const act_scaling sc = scaling_for(w, row_block);
+  for (int64_t m = 0; m < x.num_rows; ++m) {
+    f32_row_to_fma_pairs(x.f32[m], x.k, buf + m * lda, sc.scales, w.block_cols, sc.factor);
     ptrs[m] = buf + m * lda;
   }
   return ptrs;

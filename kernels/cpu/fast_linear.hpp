@@ -6,10 +6,12 @@
 //   GEMV over FP8 panels (<= 8 rows, fast_gemv_panels.cpp): the weight streams from memory once
 //     per call at 1 B per weight, expanded in registers.
 //   GEMM (fast_gemm.cpp): 64 weight rows at a time in a bf16 panel [K/2][64][2], then 6x64
-//     AVX512-BF16 register tiles over all activation rows, so each weight is read once per call
-//     and reused from L2. BF16 weights are packed once ahead (linear_weight::gemm_panels,
+//     register tiles over all activation rows, so each weight is read once per call and reused
+//     from L2. BF16 weights are packed once ahead (linear_weight::gemm_panels,
 //     prepare_fast_weights), so their GEMV is the GEMM's tile reading the panels from memory;
-//     FP8 ones are expanded per call (~25-45 % of a 32-64-row GEMM's time).
+//     FP8 ones are expanded per call. The tiles are AVX512-BF16 (vdpbf16ps) for fewer than
+//     fma_min_rows rows, else fp32 FMAs on the panel widened to fp32 (fast_gemm_fma.cpp, twice
+//     the peak on this project's machines), which give the same bits.
 // Activations are rounded to bf16 at the kernel inputs, accumulation is fp32.
 // FP8 block scales go on the activations: for output rows in scale row block b, the inputs are
 // x[k] * scale_inv[b, k / 128] rounded to bf16, so weights are never rounded. Both FP8 kernels
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/fast_simd.hpp"
 #include "kernels/cpu/fast_weights.hpp"
@@ -37,6 +40,7 @@ struct act_rows {
   int64_t k = 0;
   const float* const* f32 = nullptr;        // [num_rows] -> k floats
   const uint16_t* const* bf16 = nullptr;    // [num_rows] -> round_up(k, 32) bf16, or null
+  const float* const* fma = nullptr;        // [num_rows] -> round_up(k, 16) f32_row_to_fma_pairs, or null
 };
 
 /// Per-thread working memory of the kernels.
@@ -48,6 +52,7 @@ struct thread_scratch {
   scratch_buffer rows_a, rows_b;            // callers' row-pointer lists
   scratch_buffer attn_q, attn_o, attn_ptrs; // fused attention tasks
   scratch_buffer attn_state, attn_chunk, attn_rows;   // attend's key chunks (fast_attend.hpp)
+  scratch_buffer fma_act, fma_act_ptrs, fma_panel, fma_tile_ptrs;   // the FMA tiles' fp32 inputs
 };
 
 /// True when the fast kernels handle `w` (else callers use the reference).
@@ -82,6 +87,19 @@ void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr
                int64_t ldo, thread_scratch& s);
 void gemv_rows_f32(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                    int64_t ldo);
+/// Activation rows from which the GEMM runs its tiles in fp32 FMAs (fast_gemm_fma.cpp), not
+/// vdpbf16ps: the same bits, twice the peak, once the panel's widening is shared by enough rows.
+inline constexpr int64_t fma_min_rows = 16;
+/// The activation rows as fma_panel_tiles reads them (f32_row_to_fma_pairs): x.fma when given and
+/// `w` is BF16, else converted into s (FP8: scaled as bf16_rows scales them).
+[[nodiscard]] const float* const* fma_rows(const act_rows& x, const linear_weight& w, int64_t row_block,
+                                           thread_scratch& s);
+/// out[m * ldo + j] = out_factor * sum_kp dot(a pair kp, panel[kp][j]) for m < rows, j < n: the
+/// vdpbf16ps tile's sums bit for bit, in fp32 FMAs over the bf16 panel [kp][64][2] widened a
+/// chunk at a time. `next`: the bytes the caller's next panel is made from (may be empty),
+/// prefetched into L2 while this one computes.
+void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel, int64_t num_kp, float* out,
+                     int64_t ldo, int64_t n, float out_factor, std::span<const char> next, thread_scratch& s);
 /// FP8 weights in weight_layout::fp8_panels, few rows (fast_gemv_panels.cpp).
 void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                           int64_t ldo, thread_scratch& s);

@@ -93,6 +93,21 @@ inline void f32_row_to_bf16(const float* src, int64_t k, uint16_t* dst, const fl
     dst[i] = 0;
 }
 
+/// The values f32_row_to_bf16 rounds to, widened back to fp32 with each column pair swapped (odd
+/// column first), as the GEMM's FMA tiles read them (fast_gemm_fma.cpp): dst[0..k) and zeros up
+/// to round_up(k, 16).
+inline void f32_row_to_fma_pairs(const float* src, int64_t k, float* dst, const float* scales = nullptr,
+                                 int64_t block = 128, float factor = 1.0f) noexcept {
+  for (int64_t i = 0; i < k; i += 16) {
+    const __mmask16 m = k - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (k - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+    if (scales || factor != 1.0f)
+      v = _mm512_mul_ps(v, _mm512_set1_ps((scales ? scales[i / block] : 1.0f) * factor));
+    const __m512i wide = _mm512_slli_epi32(_mm512_cvtepu16_epi32(f32x16_to_bf16(v)), 16);
+    _mm512_storeu_ps(dst + i, _mm512_permute_ps(_mm512_castsi512_ps(wide), 0xb1));
+  }
+}
+
 /// Transposes a 16x16 matrix of 32-bit lanes held in r[0..16) (row i -> r[i]).
 inline void transpose16x16_epi32(__m512i r[16]) noexcept {
   __m512i t[16];
