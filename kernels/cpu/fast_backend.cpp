@@ -27,20 +27,25 @@ void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w
     return parallel_gemv(x, ws, outs, ldo);
   }
   // Tasks: panel-aligned row ranges x activation row ranges of at least 48 rows, enough of
-  // them to balance the threads; each task packs its panels once for all its rows.
-  const int64_t num_panels = (n + fast::panel_rows - 1) / fast::panel_rows;
+  // them to balance the threads; each task packs its panels once for all its rows. FP8: a
+  // task takes a whole scale row block when there are enough blocks for the threads, so its
+  // activations are scaled and rounded once per block, not once per 64-row panel.
+  int64_t span = fast::panel_rows;
+  if (w.type == dtype::f8_e4m3 && w.block_rows % fast::panel_rows == 0 &&
+      (n + w.block_rows - 1) / w.block_rows >= 2 * threads)
+    span = w.block_rows;
+  const int64_t num_spans = (n + span - 1) / span;
   const int64_t max_m_chunks = std::max<int64_t>(1, x.num_rows / 48);
-  const int64_t m_chunks = std::clamp<int64_t>((4 * threads + num_panels - 1) / num_panels, 1, max_m_chunks);
+  const int64_t m_chunks = std::clamp<int64_t>((4 * threads + num_spans - 1) / num_spans, 1, max_m_chunks);
   const int64_t m_chunk = round_up((x.num_rows + m_chunks - 1) / m_chunks, 6);
   const int64_t num_m = (x.num_rows + m_chunk - 1) / m_chunk;
-  pool_.parallel_for(num_panels * num_m, [&](int64_t task, int thread) {
+  pool_.parallel_for(num_spans * num_m, [&](int64_t task, int thread) {
     const int64_t p = task / num_m, m0 = (task % num_m) * m_chunk;
     const act_rows part{.num_rows = std::min(m_chunk, x.num_rows - m0), .k = x.k,
                         .f32 = x.f32 + m0, .bf16 = x.bf16 ? x.bf16 + m0 : nullptr,
                         .fma = x.fma ? x.fma + m0 : nullptr};
-    const int64_t r0 = p * fast::panel_rows;
-    fast::linear_rows(part, w, r0, std::min(fast::panel_rows, n - r0), out + m0 * ldo + r0, ldo,
-                      scratch_[thread]);
+    const int64_t r0 = p * span;
+    fast::linear_rows(part, w, r0, std::min(span, n - r0), out + m0 * ldo + r0, ldo, scratch_[thread]);
   });
 }
 
