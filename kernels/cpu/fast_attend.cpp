@@ -1,8 +1,8 @@
 // kernels/cpu/fast_attend.cpp
-// The fast path's causal attention over the latent cache (see fast_attend.hpp): per block of 32
-// keys, a 16x16-transposed key tile scored against 8 query rows at a time, an online softmax per
-// row, and the value sum in 4-row x 64-column register tiles; all fp32. Past 256 keys, chunk by
-// chunk from a fresh softmax state, merged in key order.
+// The fast path's causal attention over the latent cache (see fast_attend.hpp), a chunk of up to
+// 256 keys at a time: per block of 32 keys, a 16x16-transposed key tile scored against 8 query
+// rows at a time; then each row's softmax over the chunk's keys at once, and the value sum over
+// all of them in 4-row x 64-column register tiles; all fp32. Chunks are merged in key order.
 #include "kernels/cpu/fast_attend.hpp"
 
 #include <algorithm>
@@ -31,9 +31,9 @@ void transpose_keys(const float* const* keys, int64_t nk, int64_t kv_dim, float*
   }
 }
 
-// scores[r][j] = (q[r] . kt[:, j]) * scale for 8 rows from r0 (fewer at the end).
+// scores[r * ld + j] = (q[r] . kt[:, j]) * scale for 8 rows from r0 (fewer at the end), j < 32.
 void score_rows(const attention_rows& rows, int64_t r0, const float* kt, int64_t kv_dim,
-                float scale, float* scores) {
+                float scale, float* scores, int64_t ld) {
   constexpr int R = 8;
   const int64_t n = std::min<int64_t>(R, rows.num_rows - r0);
   const float* q[R];
@@ -52,37 +52,36 @@ void score_rows(const attention_rows& rows, int64_t r0, const float* kt, int64_t
   }
   const __m512 s = _mm512_set1_ps(scale);
   for (int64_t r = 0; r < n; ++r) {
-    _mm512_store_ps(scores + (r0 + r) * key_block, _mm512_mul_ps(acc[r][0], s));
-    _mm512_store_ps(scores + (r0 + r) * key_block + 16, _mm512_mul_ps(acc[r][1], s));
+    _mm512_storeu_ps(scores + (r0 + r) * ld, _mm512_mul_ps(acc[r][0], s));
+    _mm512_storeu_ps(scores + (r0 + r) * ld + 16, _mm512_mul_ps(acc[r][1], s));
   }
 }
 
-// Online softmax step for one row: masks keys past the row's position (and past nk), turns
-// scores into probabilities relative to the running max, and returns the factor by which the
-// row's earlier accumulation must be rescaled.
-float softmax_step(float* scores, int64_t k0, int64_t nk, int64_t pos, float& row_max, float& row_sum) {
-  const int64_t valid = std::clamp<int64_t>(std::min(nk, pos - k0 + 1), 0, key_block);
-  const __mmask16 m0 = valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
-  const __mmask16 m1 = valid >= 32 ? __mmask16(0xffff)
-                       : valid > 16 ? __mmask16((1u << (valid - 16)) - 1) : __mmask16(0);
+// A row's softmax numerator over its first `valid` scores (the keys it sees), in place, and 0
+// for the rest of the `nk` (a multiple of 16); returns the max and the sum of the numerators.
+void softmax_row(float* scores, int64_t valid, int64_t nk, float& max, float& sum) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m512 s0 = _mm512_mask_mov_ps(ninf, m0, _mm512_load_ps(scores));
-  const __m512 s1 = _mm512_mask_mov_ps(ninf, m1, _mm512_load_ps(scores + 16));
-  const float new_max = std::max(row_max, _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
-  const __m512 mx = _mm512_set1_ps(new_max);
-  const __m512 p0 = exp16(_mm512_sub_ps(s0, mx)), p1 = exp16(_mm512_sub_ps(s1, mx));
-  _mm512_store_ps(scores, p0);
-  _mm512_store_ps(scores + 16, p1);
-  const float correction = row_max == -std::numeric_limits<float>::infinity()
-                               ? 0.0f : std::exp(row_max - new_max);
-  row_sum = row_sum * correction + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-  row_max = new_max;
-  return correction;
+  auto mask_at = [&](int64_t j) {
+    const int64_t left = valid - j;
+    return left >= 16 ? __mmask16(0xffff) : left > 0 ? static_cast<__mmask16>((1u << left) - 1) : __mmask16(0);
+  };
+  __m512 mx = ninf;
+  for (int64_t j = 0; j < nk; j += 16)
+    mx = _mm512_max_ps(mx, _mm512_mask_mov_ps(ninf, mask_at(j), _mm512_loadu_ps(scores + j)));
+  max = _mm512_reduce_max_ps(mx);
+  const __m512 m = _mm512_set1_ps(max);
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nk; j += 16) {
+    const __m512 p = _mm512_maskz_mov_ps(mask_at(j), exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), m)));
+    _mm512_storeu_ps(scores + j, p);
+    total = _mm512_add_ps(total, p);
+  }
+  sum = _mm512_reduce_add_ps(total);
 }
 
-// o[r][c] = o[r][c] * corr[r] + sum_j p[r][j] * keys[j][c], c < C: 4 rows x 64 columns a tile.
-void accumulate_values(int64_t num_rows, const float* probs, const float* corr,
-                       const float* const* keys, int64_t nk, int64_t C, float* o) {
+// o[r][c] = sum_j p[r * ld + j] * keys[j][c], j < nk, c < C: 4 rows x 64 columns a tile.
+void accumulate_values(int64_t num_rows, const float* probs, int64_t ld, const float* const* keys, int64_t nk,
+                       int64_t C, float* o) {
   for (int64_t c0 = 0; c0 < C; c0 += 64) {
     __mmask16 mask[4];
     for (int i = 0; i < 4; ++i) {
@@ -91,19 +90,19 @@ void accumulate_values(int64_t num_rows, const float* probs, const float* corr,
     }
     for (int64_t r0 = 0; r0 < num_rows; r0 += 4) {
       const int64_t n = std::min<int64_t>(4, num_rows - r0);
+      const float* p[4];
+      for (int64_t r = 0; r < 4; ++r)
+        p[r] = probs + (r0 + std::min(r, n - 1)) * ld;
       __m512 acc[4][4];
-      for (int64_t r = 0; r < 4; ++r) {
-        const int64_t rr = r0 + std::min(r, n - 1);
-        const __m512 cv = _mm512_set1_ps(corr[rr]);
-        for (int i = 0; i < 4; ++i)
-          acc[r][i] = _mm512_mul_ps(cv, _mm512_maskz_loadu_ps(mask[i], o + rr * C + c0 + 16 * i));
-      }
+      for (auto& row : acc)
+        for (auto& v : row)
+          v = _mm512_setzero_ps();
       for (int64_t j = 0; j < nk; ++j) {
         __m512 v[4];
         for (int i = 0; i < 4; ++i)
           v[i] = _mm512_maskz_loadu_ps(mask[i], keys[j] + c0 + 16 * i);
         for (int64_t r = 0; r < 4; ++r) {
-          const __m512 pv = _mm512_set1_ps(probs[(r0 + std::min(r, n - 1)) * key_block + j]);
+          const __m512 pv = _mm512_set1_ps(p[r][j]);
           for (int i = 0; i < 4; ++i)
             acc[r][i] = _mm512_fmadd_ps(pv, v[i], acc[r][i]);
         }
@@ -119,50 +118,42 @@ void accumulate_values(int64_t num_rows, const float* probs, const float* corr,
 
 namespace {
 
-// Keys [kb, ke) of every row from a fresh softmax state into part[r] (each row's pos >= kb, so
-// its first block has a key to take the max from).
+// Keys [kb, ke) (at most attend_chunk_keys) of every row into part[r]: the scores of all of them,
+// each row's softmax over the keys it sees (each row's pos >= kb, so it sees at least one), and
+// the weighted value sum.
 void attend_range(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table, int64_t C,
                   float scale, int64_t kb, int64_t ke, attention_partial* part, thread_scratch& s) {
   const int64_t R = rows.num_rows, kv_dim = cache.kv_dim;
   int64_t max_pos = 0;
   for (int64_t r = 0; r < R; ++r)
     max_pos = std::max(max_pos, rows.row[r].pos);
-  const int64_t end = std::min(ke, max_pos + 1);
+  const int64_t end = std::min(ke, max_pos + 1), nk = end - kb;
+  const int64_t ld = round_up(nk, key_block);       // scores a row
   float* kt = s.tile_a.get<float>(kv_dim * key_block);
-  float* work = s.tile_b.get<float>(R * (key_block + C + 3));
-  float* probs = work;                              // [R][key_block]
-  float* o = probs + R * key_block;                 // [R][C]
-  float* row_max = o + R * C;
-  float* row_sum = row_max + R;
-  float* corr = row_sum + R;
-  auto** keys = s.rows_a.get<const float*>(key_block);
-  std::fill_n(o, R * C, 0.0f);
-  std::fill_n(row_max, R, -std::numeric_limits<float>::infinity());
-  std::fill_n(row_sum, R, 0.0f);
-  for (int64_t k0 = kb; k0 < end; k0 += key_block) {
-    const int64_t nk = std::min(key_block, end - k0);
-    for (int64_t j = 0; j < nk; ++j)
-      keys[j] = cache.slot(table, k0 + j);
+  float* scores = s.tile_b.get<float>(R * (ld + C));  // [R][ld], then the sums [R][C]
+  float* o = scores + R * ld;
+  auto** keys = s.rows_a.get<const float*>(ld);
+  for (int64_t j = 0; j < nk; ++j)
+    keys[j] = cache.slot(table, kb + j);
+  for (int64_t k0 = 0; k0 < nk; k0 += key_block) {
+    const int64_t n = std::min(key_block, nk - k0);
     // The next block's rows, now: the cache is read from memory once per step and the hardware
     // prefetcher cannot be relied on (see fast_gemv.cpp). Measured at batch 1 with a 1024-token
     // context, three alternating pairs: +0.2 to +8 % tok/s (the machine swings more than that).
-    for (int64_t j = k0 + key_block; j <= std::min(end - 1, k0 + 2 * key_block - 1); ++j) {
-      const auto* row = reinterpret_cast<const char*>(cache.slot(table, j));
+    for (int64_t j = k0 + key_block; j < std::min(nk, k0 + 2 * key_block); ++j) {
+      const auto* row = reinterpret_cast<const char*>(keys[j]);
       for (int64_t off = 0; off < kv_dim * 4; off += 64)
         _mm_prefetch(row + off, _MM_HINT_T0);
     }
-    transpose_keys(keys, nk, kv_dim, kt);
+    transpose_keys(keys + k0, n, kv_dim, kt);
     for (int64_t r0 = 0; r0 < R; r0 += 8)
-      score_rows(rows, r0, kt, kv_dim, scale, probs);
-    for (int64_t r = 0; r < R; ++r)
-      corr[r] = softmax_step(probs + r * key_block, k0, nk, rows.row[r].pos, row_max[r], row_sum[r]);
-    accumulate_values(R, probs, corr, keys, nk, C, o);
+      score_rows(rows, r0, kt, kv_dim, scale, scores + k0, ld);
   }
-  for (int64_t r = 0; r < R; ++r) {
+  for (int64_t r = 0; r < R; ++r)
+    softmax_row(scores + r * ld, std::min(nk, rows.row[r].pos - kb + 1), ld, part[r].max, part[r].sum);
+  accumulate_values(R, scores, ld, keys, nk, C, o);
+  for (int64_t r = 0; r < R; ++r)
     std::copy_n(o + r * C, C, part[r].o);
-    part[r].max = row_max[r];
-    part[r].sum = row_sum[r];
-  }
 }
 
 }  // namespace
