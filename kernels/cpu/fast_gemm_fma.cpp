@@ -18,10 +18,11 @@ namespace {
 constexpr int tile_rows = 6;                 // activation rows per register tile
 constexpr int64_t chunk_pairs = 256;         // column pairs widened at a time: 128 KiB of fp32 panel
 
-// MXCSR's flush-to-zero and denormals-are-zero for the scope, as vdpbf16ps always has them.
+// For the scope, MXCSR as vdpbf16ps behaves whatever the caller's: round to nearest even, every
+// exception masked, flush-to-zero and denormals-are-zero.
 class flush_subnormals {
 public:
-  flush_subnormals() noexcept : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
+  flush_subnormals() noexcept : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~0x6000u) | 0x9fc0u); }
   ~flush_subnormals() { _mm_setcsr(saved_); }
   flush_subnormals(const flush_subnormals&) = delete;
   flush_subnormals& operator=(const flush_subnormals&) = delete;
@@ -102,6 +103,11 @@ void fma_tile_any(int64_t mr, const float* const* a, const uint16_t* pairs, floa
 
 void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel, int64_t num_kp, float* out,
                      int64_t ldo, int64_t n, float out_factor, std::span<const char> next, thread_scratch& s) {
+  if (num_kp == 0) {                                  // no inputs: zeros, as the vdpbf16ps tile
+    for (int64_t m = 0; m < rows; ++m)
+      std::fill_n(out + m * ldo, n, 0.0f);
+    return;
+  }
   const flush_subnormals flush;
   auto* wide = s.fma_panel.get<float>(std::min(num_kp, chunk_pairs) * 2 * panel_rows);
   auto** tile_a = s.fma_tile_ptrs.get<const float*>(tile_rows);

@@ -7,6 +7,7 @@
 // large activations, and sums that cancel.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -28,7 +29,8 @@ float vdpbf16ps_by_hand(const float* x, const uint16_t* w, int64_t in) {
   float acc = 0.0f;
   for (int64_t kp = 0; 2 * kp < in; ++kp)
     for (const int64_t i : {2 * kp + 1, 2 * kp}) {
-      const float a = i < in ? flush(bf16_to_f32(f32_to_bf16(x[i]))) : 0.0f;
+      // vcvtneps2bf16 reads an fp32 subnormal as zero, as the kernels round the activations
+      const float a = i < in ? flush(bf16_to_f32(f32_to_bf16(flush(x[i])))) : 0.0f;
       const float b = i < in ? flush(bf16_to_f32(w[i])) : 0.0f;
       acc = flush(std::fma(a, b, acc));
     }
@@ -39,9 +41,11 @@ float vdpbf16ps_by_hand(const float* x, const uint16_t* w, int64_t in) {
 
 TEST_CASE("fast: the GEMM's FMA tiles sum as vdpbf16ps, subnormal inputs and results flushed") {
   MOE_SKIP_WITHOUT_FAST_PATH();
-  const int64_t out = 150, in = 201;                       // 3 panels, the last short; an odd width
-  const int64_t rows = 18;
-  REQUIRE(fast::fma_min_rows <= rows);
+  // 3 panels, the last short; an odd width of 301 column pairs, past one 256-pair chunk of the
+  // widened panel (sums stored and reloaded); exactly the rows where the FMA tiles start
+  const int64_t out = 150, in = 601;
+  const int64_t rows = fast::fma_min_rows;
+  REQUIRE(rows >= 3);
   // Weight rows by kind: r % 3 == 0 subnormal bf16 codes, 1 tiny (~2^-63), 2 ordinary.
   std::vector<uint16_t> wbits(static_cast<size_t>(out * in));
   const std::vector<float> g = test::random_floats(out * in, 7u);
@@ -85,4 +89,38 @@ TEST_CASE("fast: the GEMM's FMA tiles sum as vdpbf16ps, subnormal inputs and res
       CHECK(std::memcmp(alone.data(), want.data() + m * out, out * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE("fast: the FMA tiles round to nearest whatever the caller's MXCSR, and give zeros for no inputs") {
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const int64_t out = 64, in = 96, rows = fast::fma_min_rows;
+  const auto w = test::random_weight(dtype::bf16, out, in, 21u);
+  const std::vector<float> x = test::random_floats(rows * in, 23u);
+  std::vector<const float*> ptrs;
+  for (int64_t m = 0; m < rows; ++m)
+    ptrs.push_back(x.data() + m * in);
+  fast::thread_scratch s;
+  auto run = [&](int64_t n, int64_t k, const linear_weight& wt) {    // on this thread
+    std::vector<float> y(static_cast<size_t>(n * out), -7.0f);
+    fast::linear_rows({.num_rows = n, .k = k, .f32 = ptrs.data()}, wt, 0, out, y.data(), out, s);
+    return y;
+  };
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr((saved & ~0x6000u) | 0x4000u);                          // round down
+  const std::vector<float> together = run(rows, in, w->w);          // FMA tiles
+  std::vector<float> alone;
+  for (int64_t m = 0; m < rows; ++m) {                               // one row: vdpbf16ps
+    ptrs[0] = x.data() + m * in;
+    const std::vector<float> y = run(1, in, w->w);
+    alone.insert(alone.end(), y.begin(), y.end());
+  }
+  _mm_setcsr(saved);
+  CHECK(_mm_getcsr() == saved);
+  CHECK(test::same_bits(together, alone));
+  linear_weight empty = w->w;
+  empty.in_features = 0;
+  for (int64_t m = 0; m < rows; ++m)
+    ptrs[static_cast<size_t>(m)] = x.data() + m * in;
+  const std::vector<float> zeros = run(rows, 0, empty);
+  CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.0f; }));
 }
