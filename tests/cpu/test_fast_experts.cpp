@@ -89,6 +89,29 @@ TEST_CASE("fast: moe_experts matches the reference and is identical for any thre
   }
 }
 
+TEST_CASE("fast: moe_experts gives a token the same bits alone or among 200") {
+  // An expert's row count depends on how a topology batches tokens (ranks, micro-batches), and
+  // from fast::fma_min_rows rows its GEMMs run on the FMA tiles, alone on the vdpbf16ps ones.
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  cpu_fast_backend fast(2);
+  for (dtype type : {dtype::bf16, dtype::f8_e4m3}) {
+    CAPTURE(dtype_name(type));
+    const experts_case c = make_case(type, 8, 320, 200, 200, 4, 77u);   // ~100 rows an expert
+    const auto together = run(fast, c, 0, 8);
+    for (int64_t t = 0; t < c.tokens; t += 37) {
+      CAPTURE(t);
+      experts_case one;                               // token t alone, the same weights
+      one.tokens = 1, one.hidden = c.hidden, one.top_k = c.top_k;
+      one.experts = c.experts;
+      one.x.assign(c.x.begin() + t * c.hidden, c.x.begin() + (t + 1) * c.hidden);
+      one.topk_ids.assign(c.topk_ids.begin() + t * c.top_k, c.topk_ids.begin() + (t + 1) * c.top_k);
+      one.topk_weights.assign(c.topk_weights.begin() + t * c.top_k, c.topk_weights.begin() + (t + 1) * c.top_k);
+      const auto alone = run(fast, one, 0, 8);
+      CHECK(std::memcmp(alone.data(), together.data() + t * c.hidden, c.hidden * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("fast: an expert range no token routes into gives zeros, as the reference") {
   MOE_SKIP_WITHOUT_FAST_PATH();
   experts_case c = make_case(dtype::bf16, 8, 64, 64, 5, 2, 11u);
