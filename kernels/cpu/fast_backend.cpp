@@ -124,29 +124,24 @@ void cpu_fast_backend::linear(const linear_params& p) {
   for (int64_t t = 0; t < m; ++t)
     f32[t] = p.x + t * k;
   act_rows x{.num_rows = m, .k = k, .f32 = f32};
-  if (fast::uses_gemm(w, m) && w.type == dtype::bf16 && m >= fast::fma_min_rows) {
-    // round the activations once, as the FMA tiles read them
-    const int64_t lda = round_up(k, 16);
-    auto* buf = x_fma_.get<float>(m * lda);
-    auto** rows = x_fma_ptrs_.get<const float*>(m);
-    pool_.parallel_for((m + 15) / 16, [&](int64_t task, int) {
-      for (int64_t t = task * 16; t < std::min(m, task * 16 + 16); ++t) {
-        fast::f32_row_to_fma_pairs(p.x + t * k, k, buf + t * lda);
-        rows[t] = buf + t * lda;
-      }
-    });
-    x.fma = rows;
-  } else if (fast::uses_gemm(w, m) && w.type == dtype::bf16) {   // round to bf16 once
-    const int64_t lda = round_up(k, 32);
-    auto* buf = x_bf16_.get<uint16_t>(m * lda);
-    auto** bf16 = x_bf16_ptrs_.get<const uint16_t*>(m);
-    pool_.parallel_for((m + 15) / 16, [&](int64_t task, int) {
-      for (int64_t t = task * 16; t < std::min(m, task * 16 + 16); ++t) {
-        fast::f32_row_to_bf16(p.x + t * k, k, buf + t * lda);
-        bf16[t] = buf + t * lda;
-      }
-    });
-    x.bf16 = bf16;
+  if (fast::uses_gemm(w, m) && w.type == dtype::bf16) {
+    // the activations rounded once for every task, as the kernels read them (fast_linear.hpp)
+    auto convert = [&]<class T>(fast::scratch_buffer& buf, fast::scratch_buffer& ptrs, int64_t lda,
+                                void (*row)(const float*, int64_t, T*, const float*, int64_t, float)) {
+      auto* rows = buf.get<T>(m * lda);
+      auto** out = ptrs.get<const T*>(m);
+      pool_.parallel_for((m + 15) / 16, [&](int64_t task, int) {
+        for (int64_t t = task * 16; t < std::min(m, task * 16 + 16); ++t) {
+          row(p.x + t * k, k, rows + t * lda, nullptr, 128, 1.0f);
+          out[t] = rows + t * lda;
+        }
+      });
+      return static_cast<const T* const*>(out);
+    };
+    if (m >= fast::fma_min_rows)
+      x.fma = convert(x_fma_, x_fma_ptrs_, round_up(k, 16), fast::f32_row_to_fma_pairs);
+    else
+      x.bf16 = convert(x_bf16_, x_bf16_ptrs_, round_up(k, 32), fast::f32_row_to_bf16);
   }
   parallel_linear(x, w, p.out, w.out_features);
 }

@@ -23,33 +23,31 @@ struct act_scaling {
 
 }  // namespace
 
+// x's rows converted by convert(src, k, dst, scales, block, factor) into rows of `lda` T in buf.
+template <class T, class Convert>
+const T* const* converted_rows(const act_rows& x, const linear_weight& w, int64_t row_block, int64_t lda,
+                               scratch_buffer& buf, scratch_buffer& ptrs, Convert convert) {
+  auto* rows = buf.get<T>(x.num_rows * lda);
+  auto** out = ptrs.get<const T*>(x.num_rows);
+  const act_scaling sc = scaling_for(w, row_block);
+  for (int64_t m = 0; m < x.num_rows; ++m) {
+    convert(x.f32[m], x.k, rows + m * lda, sc.scales, w.block_cols, sc.factor);
+    out[m] = rows + m * lda;
+  }
+  return out;
+}
+
 const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w, int64_t row_block,
                                  thread_scratch& s) {
   if (w.type == dtype::bf16 && x.bf16)
     return x.bf16;
-  const int64_t lda = round_up(x.k, 32);
-  auto* buf = s.act.get<uint16_t>(x.num_rows * lda);
-  auto** ptrs = s.act_ptrs.get<const uint16_t*>(x.num_rows);
-  const act_scaling sc = scaling_for(w, row_block);
-  for (int64_t m = 0; m < x.num_rows; ++m) {
-    f32_row_to_bf16(x.f32[m], x.k, buf + m * lda, sc.scales, w.block_cols, sc.factor);
-    ptrs[m] = buf + m * lda;
-  }
-  return ptrs;
+  return converted_rows<uint16_t>(x, w, row_block, round_up(x.k, 32), s.act, s.act_ptrs, f32_row_to_bf16);
 }
 
 const float* const* fma_rows(const act_rows& x, const linear_weight& w, int64_t row_block, thread_scratch& s) {
   if (w.type == dtype::bf16 && x.fma)
     return x.fma;
-  const int64_t lda = round_up(x.k, 16);
-  auto* buf = s.fma_act.get<float>(x.num_rows * lda);
-  auto** ptrs = s.fma_act_ptrs.get<const float*>(x.num_rows);
-  const act_scaling sc = scaling_for(w, row_block);
-  for (int64_t m = 0; m < x.num_rows; ++m) {
-    f32_row_to_fma_pairs(x.f32[m], x.k, buf + m * lda, sc.scales, w.block_cols, sc.factor);
-    ptrs[m] = buf + m * lda;
-  }
-  return ptrs;
+  return converted_rows<float>(x, w, row_block, round_up(x.k, 16), s.fma_act, s.fma_act_ptrs, f32_row_to_fma_pairs);
 }
 
 bool fast_supports(const linear_weight& w) noexcept {
