@@ -66,6 +66,8 @@ expect "negative seed" 2 "--seed: expected a non-negative integer" \
   "$moeserve" make-model --preset tiny --seed -1 --out "$tmp/neg"
 expect "seed past 2^64 - 1 (CLI11 capped it in silence)" 2 "--seed: expected a non-negative integer below 2^64" \
   "$moeserve" generate --model "$tmp/m" --tokens 1,2 --seed 18446744073709551616
+expect "bench-model without a prefill to time" 2 "--prefill-runs: Value 0 not in range" \
+  "$moeserve" bench-model --model "$tmp/m" --prefill-runs 0
 expect "bench-model prompt past the context" 2 "--prompt-len: 1000000 tokens is over the model's" \
   "$moeserve" bench-model --model "$tmp/v3vocab" --prompt-len 1000000
 expect "bench-cluster requests past the context" 2 "requests of 9002 tokens do not fit the served context of 8192" \
