@@ -4,10 +4,11 @@
 // (2kp, 2kp+1), 64 output rows' pairs side by side, so one zmm holds 16 rows' pairs. The
 // 6x64 register tile then takes, per kp, 4 panel loads and 6 broadcast activation pairs into 24
 // vdpbf16ps accumulators; from fma_min_rows rows on, fp32 FMA tiles (fast_gemm_fma.cpp) take
-// the panel instead, with the same sums. FP8 weights are expanded to bf16 while packing (one pass over the
-// weight) exactly as the GEMV over panels expands them, 2^120 too small with the factors on the
-// activations and the sums (fast_linear.hpp), so both kernels give a row the same bits; their
-// block scales go on the activations too, so a panel never straddles a scale row block.
+// the panel instead, with the same sums. FP8 weights are expanded to bf16 while packing (one
+// pass over the weight) exactly as the GEMV over panels expands them, 2^120 too small with the
+// factors on the activations and the sums (fast_linear.hpp), so both kernels give a row the same
+// bits; their block scales go on the activations too, so a panel never straddles a scale row
+// block.
 #include <algorithm>
 #include <cstdlib>
 #include <new>
