@@ -58,20 +58,20 @@ void score_rows(const attention_rows& rows, int64_t r0, const float* kt, int64_t
 }
 
 // A row's softmax numerator over its first `valid` scores (the keys it sees), in place, and 0
-// for the rest of the `nk` (a multiple of 16); returns the max and the sum of the numerators.
-void softmax_row(float* scores, int64_t valid, int64_t nk, float& max, float& sum) {
+// for the rest of its `width` (a multiple of 16); returns the max and the sum of the numerators.
+void softmax_row(float* scores, int64_t valid, int64_t width, float& max, float& sum) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   auto mask_at = [&](int64_t j) {
     const int64_t left = valid - j;
     return left >= 16 ? __mmask16(0xffff) : left > 0 ? static_cast<__mmask16>((1u << left) - 1) : __mmask16(0);
   };
   __m512 mx = ninf;
-  for (int64_t j = 0; j < nk; j += 16)
+  for (int64_t j = 0; j < width; j += 16)
     mx = _mm512_max_ps(mx, _mm512_mask_mov_ps(ninf, mask_at(j), _mm512_loadu_ps(scores + j)));
   max = _mm512_reduce_max_ps(mx);
   const __m512 m = _mm512_set1_ps(max);
   __m512 total = _mm512_setzero_ps();
-  for (int64_t j = 0; j < nk; j += 16) {
+  for (int64_t j = 0; j < width; j += 16) {
     const __m512 p = _mm512_maskz_mov_ps(mask_at(j), exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), m)));
     _mm512_storeu_ps(scores + j, p);
     total = _mm512_add_ps(total, p);

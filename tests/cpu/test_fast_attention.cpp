@@ -90,6 +90,7 @@ TEST_CASE("fast: absorbed mla_attention matches the reference for prefill, decod
           {std::vector<int64_t>(static_cast<size_t>(tokens), 1),   // decode: one token per sequence
            [&] { std::vector<int64_t> p; for (int64_t s = 0; s < tokens; ++s) p.push_back((s * 37) % 90); return p; }()},
           {{tokens, 2}, {40, 5}},                             // chunked prefill next to a short one
+          {{tokens}, {230}},           // a prefill chunk whose rows straddle the 256-key chunks
       };
       for (size_t l = 0; l < layouts.size(); ++l) {
         CAPTURE(dtype_name(type));
