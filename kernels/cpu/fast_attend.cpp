@@ -61,18 +61,14 @@ void score_rows(const attention_rows& rows, int64_t r0, const float* kt, int64_t
 // for the rest of its `width` (a multiple of 16); returns the max and the sum of the numerators.
 void softmax_row(float* scores, int64_t valid, int64_t width, float& max, float& sum) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  auto mask_at = [&](int64_t j) {
-    const int64_t left = valid - j;
-    return left >= 16 ? __mmask16(0xffff) : left > 0 ? static_cast<__mmask16>((1u << left) - 1) : __mmask16(0);
-  };
   __m512 mx = ninf;
   for (int64_t j = 0; j < width; j += 16)
-    mx = _mm512_max_ps(mx, _mm512_mask_mov_ps(ninf, mask_at(j), _mm512_loadu_ps(scores + j)));
+    mx = _mm512_max_ps(mx, _mm512_mask_mov_ps(ninf, tail_mask16(valid - j), _mm512_loadu_ps(scores + j)));
   max = _mm512_reduce_max_ps(mx);
   const __m512 m = _mm512_set1_ps(max);
   __m512 total = _mm512_setzero_ps();
   for (int64_t j = 0; j < width; j += 16) {
-    const __m512 p = _mm512_maskz_mov_ps(mask_at(j), exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), m)));
+    const __m512 p = _mm512_maskz_mov_ps(tail_mask16(valid - j), exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), m)));
     _mm512_storeu_ps(scores + j, p);
     total = _mm512_add_ps(total, p);
   }
@@ -84,10 +80,8 @@ void accumulate_values(int64_t num_rows, const float* probs, int64_t ld, const f
                        int64_t C, float* o) {
   for (int64_t c0 = 0; c0 < C; c0 += 64) {
     __mmask16 mask[4];
-    for (int i = 0; i < 4; ++i) {
-      const int64_t left = C - c0 - 16 * i;
-      mask[i] = left >= 16 ? __mmask16(0xffff) : left > 0 ? __mmask16((1u << left) - 1) : __mmask16(0);
-    }
+    for (int i = 0; i < 4; ++i)
+      mask[i] = tail_mask16(C - c0 - 16 * i);
     for (int64_t r0 = 0; r0 < num_rows; r0 += 4) {
       const int64_t n = std::min<int64_t>(4, num_rows - r0);
       const float* p[4];

@@ -11,11 +11,9 @@
 
 namespace moe {
 
-namespace {
+using fast::tail_mask16;
 
-[[nodiscard]] inline __mmask16 tail_mask16(int64_t n) noexcept {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-}
+namespace {
 
 // One row: out = x * (1 / sqrt(mean(x^2) + eps)) * weight, fp32 (16 partial sums).
 void rms_norm_row(const float* x, const float* weight, float* out, int64_t dim, float eps) {

@@ -19,7 +19,7 @@ namespace {
 // h = silu(g) * u for n values, written as fp32 and as bf16 (the down matmul's GEMM input).
 void silu_mul_row(const float* g, const float* u, int64_t n, float* h, uint16_t* hb) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 m = fast::tail_mask16(n - i);
     const __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
     const __m512 e = fast::exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
     const __m512 hv = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), uv);

@@ -19,7 +19,6 @@
 namespace moe::fast {
 namespace {
 
-constexpr int tile_rows = 6;                // activation rows per register tile
 
 [[nodiscard]] inline __mmask32 tail_mask32(int64_t n) noexcept {
   return n <= 0 ? __mmask32{0} : n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
@@ -156,7 +155,7 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
     const int64_t left = n - 16 * j;
     if (left <= 0)
       break;
-    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    const __mmask16 mask = tail_mask16(left);
     for (int m = 0; m < MR; ++m)
       _mm512_mask_storeu_ps(out + m * ldo + 16 * j, mask, _mm512_mul_ps(acc[m][j], _mm512_set1_ps(out_factor)));
   }
@@ -190,7 +189,7 @@ void tile_kernel_1x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1, 
     const int64_t left = n1 - 16 * j;
     if (left <= 0)
       break;
-    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    const __mmask16 mask = tail_mask16(left);
     _mm512_mask_storeu_ps(out + 64 + 16 * j, mask, _mm512_mul_ps(acc[1][j], f));
   }
 }
@@ -278,17 +277,13 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
       p0 += n;
       continue;
     }
-    // Activation rows in near-equal tiles of <= 6 (32 rows: 6 6 5 5 5 5, not 6 6 6 6 6 2).
-    const int64_t tiles = (x.num_rows + tile_rows - 1) / tile_rows;
-    for (int64_t i = 0, m0 = 0; i < tiles; ++i) {
-      const int64_t mr = x.num_rows / tiles + (i < x.num_rows % tiles ? 1 : 0);
+    for_each_row_tile(x.num_rows, [&](int64_t i, int64_t m0, int64_t mr) {
       // the first tile streams the panel from memory; later ones find it in cache
       if (from_memory && i == 0)
         tile_kernel_any<true>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor);
       else
         tile_kernel_any<false>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor);
-      m0 += mr;
-    }
+    });
     p0 += n;
   }
 }

@@ -15,7 +15,6 @@
 namespace moe::fast {
 namespace {
 
-constexpr int tile_rows = 6;                 // activation rows per register tile
 constexpr int64_t chunk_pairs = 256;         // column pairs widened at a time: 128 KiB of fp32 panel
 
 // For the scope, MXCSR as vdpbf16ps behaves whatever the caller's: round to nearest even, every
@@ -46,10 +45,8 @@ void fma_tile(const float* const* a, const uint16_t* pairs, float* wide, int64_t
   const int64_t pf_step = Widen ? round_up((pf_bytes + num_kp - 1) / num_kp, 64) : 0;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __mmask16 mask[4];
-  for (int j = 0; j < 4; ++j) {
-    const int64_t left = n - 16 * j;
-    mask[j] = left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
-  }
+  for (int j = 0; j < 4; ++j)
+    mask[j] = tail_mask16(n - 16 * j);
   __m512 acc[MR][4];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < 4; ++j)
@@ -110,9 +107,7 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
   }
   const flush_subnormals flush;
   auto* wide = s.fma_panel.get<float>(std::min(num_kp, chunk_pairs) * 2 * panel_rows);
-  auto** tile_a = s.fma_tile_ptrs.get<const float*>(tile_rows);
-  // Activation rows in near-equal tiles of <= 6, as the vdpbf16ps tiles (fast_gemm.cpp).
-  const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
+  auto** tile_a = s.fma_tile_ptrs.get<const float*>(gemm_tile_rows);
   const auto next_bytes = static_cast<int64_t>(next.size());
   for (int64_t kp0 = 0; kp0 < num_kp; kp0 += chunk_pairs) {
     const int64_t kp1 = std::min(num_kp, kp0 + chunk_pairs);
@@ -120,8 +115,7 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
     // the chunk's share of the next panel's bytes, fetched during the chunk's first tile
     const int64_t pf0 = next_bytes * kp0 / num_kp, pf1 = next_bytes * kp1 / num_kp;
     const uint16_t* pairs = panel + kp0 * panel_rows * 2;
-    for (int64_t i = 0, m0 = 0; i < tiles; ++i) {
-      const int64_t mr = rows / tiles + (i < rows % tiles ? 1 : 0);
+    for_each_row_tile(rows, [&](int64_t i, int64_t m0, int64_t mr) {
       for (int64_t m = 0; m < mr; ++m)
         tile_a[m] = a[m0 + m] + 2 * kp0;
       float* o = out + m0 * ldo;
@@ -130,8 +124,7 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
                            next.data() + pf0, pf1 - pf0);
       else
         fma_tile_any<false>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, last, out_factor, nullptr, 0);
-      m0 += mr;
-    }
+    });
   }
 }
 

@@ -87,6 +87,20 @@ void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr
                int64_t ldo, thread_scratch& s);
 void gemv_rows_f32(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                    int64_t ldo);
+/// Activation rows a GEMM register tile holds at most.
+inline constexpr int64_t gemm_tile_rows = 6;
+/// f(i, m0, mr) for the GEMM's register tiles over `rows` activation rows: near-equal tiles of
+/// at most gemm_tile_rows, tile i holding rows [m0, m0 + mr) (32 rows: 6 6 5 5 5 5, not
+/// 6 6 6 6 6 2). The vdpbf16ps and the FMA tiles split rows the same way.
+template <class F>
+void for_each_row_tile(int64_t rows, F f) {
+  const int64_t tiles = (rows + gemm_tile_rows - 1) / gemm_tile_rows;
+  for (int64_t i = 0, m0 = 0; i < tiles; ++i) {
+    const int64_t mr = rows / tiles + (i < rows % tiles ? 1 : 0);
+    f(i, m0, mr);
+    m0 += mr;
+  }
+}
 /// Activation rows from which the GEMM runs its tiles in fp32 FMAs (fast_gemm_fma.cpp), not
 /// vdpbf16ps: the same bits, twice the peak, once the panel's widening is shared by enough rows.
 inline constexpr int64_t fma_min_rows = 16;

@@ -26,6 +26,11 @@ namespace moe::fast {
 /// Rounds `n` up to a multiple of `m`.
 [[nodiscard]] constexpr int64_t round_up(int64_t n, int64_t m) noexcept { return (n + m - 1) / m * m; }
 
+/// The first min(max(n, 0), 16) lanes of 16: a row's tail, or none past its end.
+[[nodiscard]] inline __mmask16 tail_mask16(int64_t n) noexcept {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1);
+}
+
 /// The power of two by which fp8x64_to_bf16_scaled's outputs fall short of the e4m3 values.
 inline constexpr int fp8_scaled_shift = 120;
 
@@ -81,8 +86,7 @@ inline void for_each_scaled16(const float* src, int64_t k, const float* scales, 
   for (int64_t b0 = 0; b0 < k; b0 += block) {
     const __m512 sv = _mm512_set1_ps((scales ? scales[b0 / block] : 1.0f) * factor);
     for (int64_t i = b0; i < std::min(k, b0 + block); i += 16) {
-      const __mmask16 m = k - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (k - i)) - 1);
-      const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+      const __m512 v = _mm512_maskz_loadu_ps(tail_mask16(k - i), src + i);
       put(i, scaled ? _mm512_mul_ps(v, sv) : v);
     }
   }
