@@ -100,10 +100,15 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   }
   const int64_t P = static_cast<int64_t>(g.pos_slot.size());
 
-  // Buffers: x as bf16 [T, ldd] and, for BF16 experts, as the FMA tiles read it [T, ldf]; per
-  // position: its x rows, h [P, I] fp32 and bf16, y [P, D].
-  const int64_t ldd = round_up(D, 32), ldi = round_up(I, 32);
-  const int64_t ldf = experts[p.expert_begin].gate_proj.type == dtype::bf16 ? round_up(D, 16) : 0;
+  // Buffers: x rounded once as BF16 experts' kernels read it (FP8 ones scale it per weight row
+  // block: fast_linear.cpp), as bf16 [T, ldd] for experts of fewer than fma_min_rows rows and
+  // for the FMA tiles [T, ldf] for the others, each only if some expert needs it; per position:
+  // its x rows, h [P, I] fp32 and bf16, y [P, D].
+  const bool bf16_experts = experts[p.expert_begin].gate_proj.type == dtype::bf16;
+  auto rows_of = [&](int64_t e) { return g.offsets[e + 1] - g.offsets[e]; };   // active: largest first
+  const int64_t ldd = bf16_experts && rows_of(g.active.back()) < fast::fma_min_rows ? round_up(D, 32) : 0;
+  const int64_t ldf = bf16_experts && rows_of(g.active.front()) >= fast::fma_min_rows ? round_up(D, 16) : 0;
+  const int64_t ldi = round_up(I, 32);
   uint8_t* cursor = moe_buf_.get<uint8_t>(round_up(T * ldd * 2, 64) + round_up(T * ldf * 4, 64) +
                                           5 * round_up(P * 8, 64) + round_up(P * I * 4, 64) +
                                           round_up(P * ldi * 2, 64) + round_up(P * D * 4, 64));
@@ -117,13 +122,15 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   auto* h = carve<float>(cursor, P * I);
   auto* hb = carve<uint16_t>(cursor, P * ldi);
   auto* y = carve<float>(cursor, P * D);
-  split(T, D, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      fast::f32_row_to_bf16(p.x + t * D, D, xb + t * ldd);
-      if (ldf > 0)
-        fast::f32_row_to_fma_pairs(p.x + t * D, D, xf + t * ldf);
-    }
-  });
+  if (ldd > 0 || ldf > 0)
+    split(T, D, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        if (ldd > 0)
+          fast::f32_row_to_bf16(p.x + t * D, D, xb + t * ldd);
+        if (ldf > 0)
+          fast::f32_row_to_fma_pairs(p.x + t * D, D, xf + t * ldf);
+      }
+    });
   for (int64_t pos = 0; pos < P; ++pos) {
     const int64_t t = g.pos_slot[pos] / K;
     x_f32[pos] = p.x + t * D;
@@ -137,7 +144,7 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   auto gate_up = [&](int64_t e, int64_t r0, int64_t nr, fast::thread_scratch& s) {
     const int64_t begin = g.offsets[e], m = g.offsets[e + 1] - begin;
     const mlp_weights& w = experts[p.expert_begin + e];
-    const act_rows a{.num_rows = m, .k = D, .f32 = x_f32 + begin, .bf16 = x_bf16 + begin,
+    const act_rows a{.num_rows = m, .k = D, .f32 = x_f32 + begin, .bf16 = ldd > 0 ? x_bf16 + begin : nullptr,
                      .fma = ldf > 0 ? x_fma + begin : nullptr};
     float* gate = s.tile_a.get<float>(m * nr);
     float* up = s.tile_b.get<float>(m * nr);
