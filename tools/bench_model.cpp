@@ -1,7 +1,7 @@
 // tools/bench_model.cpp
 // `moeserve bench-model`: prefill and decode throughput of a checkpoint on the fast CPU path,
 // the weight bytes each decoded token reads and how close decode gets to the machine's memory
-// bandwidth (`--op-times`: and where a decode step's time goes, op by op); `--gemm` instead times
+// bandwidth (`--op-times`: and where a prefill's and a decode step's time goes, op by op); `--gemm` instead times
 // the fast path's matmul kernels at the small preset's shapes.
 #include <CLI/CLI.hpp>
 
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -309,15 +310,23 @@ double time_plain_read(thread_pool& pool, const std::vector<std::span<const uint
   return seconds_since(start);
 }
 
+// A runner with the session's weights and cache over a timing backend over the session's device
+// (--op-times).
+struct timed_runner {
+  explicit timed_runner(model_session& s) : timing(*s.device), runner(s.weights, timing, *s.cache) {}
+  op_timing_backend timing;
+  model_runner runner;
+};
+
 // One prompt of prompt_len tokens in one forward call; tokens per second.
-double bench_prefill(model_session& s, int64_t prompt_len) {
+double bench_prefill(model_session& s, model_runner& runner, int64_t prompt_len) {
   const std::vector<int32_t> prompt = random_tokens(prompt_len, s.weights.config.vocab_size, 1);
   sequence_kv kv;
   if (!kv.reserve(*s.cache, prompt_len))
     throw input_error("bench-model: the KV cache cannot hold the prompt");
   const batch_entry entry{.tokens = prompt, .kv = &kv};
   const auto start = clock_type::now();
-  (void)s.runner->forward(std::span(&entry, 1));
+  (void)runner.forward(std::span(&entry, 1));
   const double t = seconds_since(start);
   kv.release(*s.cache);
   return static_cast<double>(prompt_len) / t;
@@ -337,13 +346,11 @@ struct decode_result {
 decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, int64_t steps,
                            thread_pool* reader, bool op_times) {
   // --op-times: the steps run through a timing backend over the session's device
-  std::unique_ptr<op_timing_backend> timing;
-  std::unique_ptr<model_runner> timed_runner;
-  if (op_times) {
-    timing = std::make_unique<op_timing_backend>(*s.device);
-    timed_runner = std::make_unique<model_runner>(s.weights, *timing, *s.cache);   // bench-model's session options
-  }
-  model_runner& runner = timed_runner ? *timed_runner : *s.runner;
+  std::optional<timed_runner> timed;
+  if (op_times)
+    timed.emplace(s);
+  op_timing_backend* timing = timed ? &timed->timing : nullptr;
+  model_runner& runner = timed ? timed->runner : *s.runner;
   const int64_t vocab = s.weights.config.vocab_size;
   std::vector<sequence_kv> kvs(static_cast<size_t>(batch));
   std::vector<std::vector<int32_t>> prompts;
@@ -419,10 +426,10 @@ void run_model(const bench_options& o) {
               static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.vocab_size),
               std::string(s->device->name()).c_str(), fast ? fast->num_threads() : 1);
 
-  (void)bench_prefill(*s, std::min<int64_t>(o.prompt_len, 64));   // warm up: page in weights
+  (void)bench_prefill(*s, *s->runner, std::min<int64_t>(o.prompt_len, 64));   // warm up: page in weights
   std::vector<double> runs;
   for (int64_t i = 0; i < o.prefill_runs; ++i)
-    runs.push_back(bench_prefill(*s, o.prompt_len));
+    runs.push_back(bench_prefill(*s, *s->runner, o.prompt_len));
   std::vector<double> sorted = runs;
   std::sort(sorted.begin(), sorted.end());
   std::string listed;
@@ -433,6 +440,14 @@ void run_model(const bench_options& o) {
               sorted[sorted.size() / 2], listed.c_str());
   const double prefill_gflops = sorted.back() / static_cast<double>(o.prompt_len) *
                                 prefill_flops(cfg, o.prompt_len) * 1e-9;
+  if (o.op_times) {                        // the same prefills again, each op timed
+    timed_runner timed(*s);
+    for (int64_t i = 0; i < o.prefill_runs; ++i)
+      (void)bench_prefill(*s, timed.runner, o.prompt_len);
+    std::printf("where a %lld-token prefill's time goes (%lld more runs, each op timed alone):\n",
+                static_cast<long long>(o.prompt_len), static_cast<long long>(o.prefill_runs));
+    timed.timing.print(stdout, o.prefill_runs, "prefill");
+  }
   const double peak = measure_peak(o.threads, peak_op::vfmadd231ps) * 1e-9;
   const double peak_dp = measure_peak(o.threads, peak_op::vdpbf16ps) * 1e-9;
   std::printf("prefill: %.1f GFLOP/s (matmuls and attention, tools/model_flops.hpp) = %.0f%% of this "
@@ -484,7 +499,7 @@ void add_bench_model(CLI::App& app) {
   cmd->add_option("--batches", o->batches, "decode batch sizes")->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_flag("--op-times", o->op_times,
-                "also time every op of the decode steps: where a step's time goes at each batch size, and each op's weight read rate");
+                "also time every op of the prefills (run again) and of the decode steps: where a prefill's and a step's time goes at each batch size, and each op's weight read rate");
   cmd->add_flag("--gemm", o->gemm, "time the matmul kernels at the small preset's shapes instead");
   cmd->callback([o] {
     if (!cpu_fast_path_supported())

@@ -78,14 +78,15 @@ void op_timing_backend::moe_experts(const moe_experts_params& p) {
   timed("moe_experts", bytes, [&] { inner_.moe_experts(p); });
 }
 
-void op_timing_backend::print(std::FILE* out, int64_t steps) const {
+void op_timing_backend::print(std::FILE* out, int64_t steps, const char* unit) const {
   std::vector<std::pair<std::string, op_total>> rows(totals_.begin(), totals_.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double all = 0.0;
   for (const auto& [label, t] : rows)
     all += t.seconds;
   const double n = static_cast<double>(std::max<int64_t>(1, steps));
-  std::fprintf(out, "  %-50s %9s %6s %6s %9s %9s\n", "op", "ms/step", "share", "calls", "MB/step", "GB/s");
+  const std::string ms = std::string("ms/") + unit, mb = std::string("MB/") + unit;
+  std::fprintf(out, "  %-50s %9s %6s %6s %9s %9s\n", "op", ms.c_str(), "share", "calls", mb.c_str(), "GB/s");
   for (const auto& [label, t] : rows) {
     std::fprintf(out, "  %-50s %9.3f %5.1f%% %6.1f %9.2f", label.c_str(), 1e3 * t.seconds / n,
                  all > 0.0 ? 100.0 * t.seconds / all : 0.0, static_cast<double>(t.calls) / n, 1e-6 * t.weight_bytes / n);

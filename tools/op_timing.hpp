@@ -1,8 +1,8 @@
 // tools/op_timing.hpp
 // A backend that runs every op on another backend and times it (bench-model --op-times): where a
-// decode step's time goes, op by op, and how fast each op reads its weights. Ops are told apart
-// by kind and weight shape, so the small preset's q_a + kv_a group and its o_proj are separate
-// lines. Timing costs two clock reads per op (~150 ops per small-preset token).
+// decode step's or a prefill's time goes, op by op, and how fast each op reads its weights. Ops
+// are told apart by kind and weight shape, so the small preset's q_a + kv_a group and its o_proj
+// are separate lines. Timing costs two clock reads per op (~150 ops per small-preset token).
 #pragma once
 
 #include <chrono>
@@ -28,8 +28,9 @@ public:
   /// "linear_group 384x1024 f8_e4m3 + 160x1024 f8_e4m3", "moe_experts", "rms_norm", ...
   [[nodiscard]] const std::map<std::string, op_total>& totals() const noexcept { return totals_; }
   void clear() noexcept { totals_.clear(); }
-  /// The totals per step over `steps` steps, slowest op first, to `out`.
-  void print(std::FILE* out, int64_t steps) const;
+  /// The totals per step over `steps` steps, slowest op first, to `out`; `unit` names a step
+  /// in the header ("step": ms/step, MB/step).
+  void print(std::FILE* out, int64_t steps, const char* unit = "step") const;
 
   [[nodiscard]] std::string_view name() const noexcept override { return inner_.name(); }
   [[nodiscard]] bool supports(op_kind op) const noexcept override { return inner_.supports(op); }

@@ -68,6 +68,17 @@ TEST_CASE("op timing: a decode step through it gives the same logits, and its op
   CHECK(std::count(printed.begin(), printed.end(), '\n') == static_cast<long>(t.size() + 2));
   CHECK(printed.find("moe_experts") != std::string::npos);
   CHECK(printed.find("all ops") != std::string::npos);
+  CHECK(printed.find("ms/step") != std::string::npos);
+  // a prefill's breakdown names its unit in the header
+  out = open_memstream(&text, &size);
+  REQUIRE(out != nullptr);
+  timing.print(out, 1, "prefill");
+  std::fclose(out);
+  printed.assign(text, size);
+  std::free(text);
+  CHECK(printed.find("ms/prefill") != std::string::npos);
+  CHECK(printed.find("MB/prefill") != std::string::npos);
+  CHECK(printed.find("ms/step") == std::string::npos);
 }
 
 TEST_CASE("op timing: a routed expert's weights count once per call, and only inside the rank's range") {
