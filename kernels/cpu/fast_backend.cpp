@@ -27,13 +27,8 @@ void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w
     return parallel_gemv(x, ws, outs, ldo);
   }
   // Tasks: panel-aligned row ranges x activation row ranges of at least 48 rows, enough of
-  // them to balance the threads; each task packs its panels once for all its rows. FP8: a
-  // task takes a whole scale row block when there are enough blocks for the threads, so its
-  // activations are scaled and rounded once per block, not once per 64-row panel.
-  int64_t span = fast::panel_rows;
-  if (w.type == dtype::f8_e4m3 && w.block_rows % fast::panel_rows == 0 &&
-      (n + w.block_rows - 1) / w.block_rows >= 2 * threads)
-    span = w.block_rows;
+  // them to balance the threads; each task packs its panels once for all its rows.
+  const int64_t span = fast::panel_rows;
   const int64_t num_spans = (n + span - 1) / span;
   const int64_t max_m_chunks = std::max<int64_t>(1, x.num_rows / 48);
   const int64_t m_chunks = std::clamp<int64_t>((4 * threads + num_spans - 1) / num_spans, 1, max_m_chunks);
@@ -43,7 +38,7 @@ void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w
     const int64_t p = task / num_m, m0 = (task % num_m) * m_chunk;
     const act_rows part{.num_rows = std::min(m_chunk, x.num_rows - m0), .k = x.k,
                         .f32 = x.f32 + m0, .bf16 = x.bf16 ? x.bf16 + m0 : nullptr,
-                        .fma = x.fma ? x.fma + m0 : nullptr};
+                        .fma = x.fma ? x.fma + m0 : nullptr, .factor = x.factor};
     const int64_t r0 = p * span;
     fast::linear_rows(part, w, r0, std::min(span, n - r0), out + m0 * ldo + r0, ldo, scratch_[thread]);
   });
@@ -123,8 +118,8 @@ void cpu_fast_backend::linear(const linear_params& p) {
   auto** f32 = x_ptrs_.get<const float*>(m);
   for (int64_t t = 0; t < m; ++t)
     f32[t] = p.x + t * k;
-  act_rows x{.num_rows = m, .k = k, .f32 = f32};
-  if (fast::uses_gemm(w, m) && w.type == dtype::bf16) {
+  act_rows x{.num_rows = m, .k = k, .f32 = f32, .factor = fast::act_factor(w)};
+  if (fast::uses_gemm(w, m) && (w.type == dtype::bf16 || w.type == dtype::f8_e4m3)) {
     // the activations rounded once for every task, as the kernels read them (fast_linear.hpp)
     auto convert = [&]<class T>(fast::scratch_buffer& buf, fast::scratch_buffer& ptrs, int64_t lda,
                                 void (*row)(const float*, int64_t, T*, const float*, int64_t, float)) {
@@ -132,7 +127,7 @@ void cpu_fast_backend::linear(const linear_params& p) {
       auto** out = ptrs.get<const T*>(m);
       pool_.parallel_for((m + 15) / 16, [&](int64_t task, int) {
         for (int64_t t = task * 16; t < std::min(m, task * 16 + 16); ++t) {
-          row(p.x + t * k, k, rows + t * lda, nullptr, 128, 1.0f);
+          row(p.x + t * k, k, rows + t * lda, nullptr, 128, x.factor);
           out[t] = rows + t * lda;
         }
       });

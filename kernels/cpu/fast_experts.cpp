@@ -100,14 +100,16 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   }
   const int64_t P = static_cast<int64_t>(g.pos_slot.size());
 
-  // Buffers: x rounded once as BF16 experts' kernels read it (FP8 ones scale it per weight row
-  // block: fast_linear.cpp), as bf16 [T, ldd] for experts of fewer than fma_min_rows rows and
+  // Buffers: x rounded once as the experts' kernels read it (fast_linear.hpp: BF16 and FP8
+  // weights, times act_factor), as bf16 [T, ldd] for experts of fewer than fma_min_rows rows and
   // for the FMA tiles [T, ldf] for the others, each only if some expert needs it; per position:
   // its x rows, h [P, I] fp32 and bf16, y [P, D].
-  const bool bf16_experts = experts[p.expert_begin].gate_proj.type == dtype::bf16;
+  const linear_weight& first_gate = experts[p.expert_begin].gate_proj;
+  const bool rounded = first_gate.type == dtype::bf16 || first_gate.type == dtype::f8_e4m3;
+  const float factor = fast::act_factor(first_gate);
   auto rows_of = [&](int64_t e) { return g.offsets[e + 1] - g.offsets[e]; };   // active: largest first
-  const int64_t ldd = bf16_experts && rows_of(g.active.back()) < fast::fma_min_rows ? round_up(D, 32) : 0;
-  const int64_t ldf = bf16_experts && rows_of(g.active.front()) >= fast::fma_min_rows ? round_up(D, 16) : 0;
+  const int64_t ldd = rounded && rows_of(g.active.back()) < fast::fma_min_rows ? round_up(D, 32) : 0;
+  const int64_t ldf = rounded && rows_of(g.active.front()) >= fast::fma_min_rows ? round_up(D, 16) : 0;
   const int64_t ldi = round_up(I, 32);
   uint8_t* cursor = moe_buf_.get<uint8_t>(round_up(T * ldd * 2, 64) + round_up(T * ldf * 4, 64) +
                                           5 * round_up(P * 8, 64) + round_up(P * I * 4, 64) +
@@ -126,9 +128,9 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
     split(T, D, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         if (ldd > 0)
-          fast::f32_row_to_bf16(p.x + t * D, D, xb + t * ldd);
+          fast::f32_row_to_bf16(p.x + t * D, D, xb + t * ldd, nullptr, 128, factor);
         if (ldf > 0)
-          fast::f32_row_to_fma_pairs(p.x + t * D, D, xf + t * ldf);
+          fast::f32_row_to_fma_pairs(p.x + t * D, D, xf + t * ldf, nullptr, 128, factor);
       }
     });
   for (int64_t pos = 0; pos < P; ++pos) {
@@ -145,7 +147,7 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
     const int64_t begin = g.offsets[e], m = g.offsets[e + 1] - begin;
     const mlp_weights& w = experts[p.expert_begin + e];
     const act_rows a{.num_rows = m, .k = D, .f32 = x_f32 + begin, .bf16 = ldd > 0 ? x_bf16 + begin : nullptr,
-                     .fma = ldf > 0 ? x_fma + begin : nullptr};
+                     .fma = ldf > 0 ? x_fma + begin : nullptr, .factor = factor};
     float* gate = s.tile_a.get<float>(m * nr);
     float* up = s.tile_b.get<float>(m * nr);
     fast::linear_rows(a, w.gate_proj, r0, nr, gate, nr, s);

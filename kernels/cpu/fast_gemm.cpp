@@ -6,12 +6,13 @@
 // vdpbf16ps accumulators; from fma_min_rows rows on, fp32 FMA tiles (fast_gemm_fma.cpp) take
 // the panel instead, with the same sums. FP8 weights are expanded to bf16 while packing (one
 // pass over the weight) exactly as the GEMV over panels expands them, 2^120 too small with the
-// factors on the activations and the sums (fast_linear.hpp), so both kernels give a row the same
-// bits; their block scales go on the activations too, so a panel never straddles a scale row
-// block.
+// factors on the activations and the block scales (fast_linear.hpp), and the tiles add each
+// scale block's sums as the GEMV does, so both kernels give a row the same bits; a panel never
+// straddles a scale row block.
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 #include "kernels/cpu/fast_linear.hpp"
@@ -123,41 +124,55 @@ constexpr int64_t tile_prefetch_bytes = 8192;
 
 // out[m][j] = sum_kp dot(a[m] pair kp, panel[kp][j]) for m < MR, j < n: each output one fp32 lane
 // summing the column pairs in order, whatever MR (so a row's result does not depend on the other
-// rows of the call, nor on GEMV against GEMM: fast_gemv_panels.cpp sums in the same order).
+// rows of the call, nor on GEMV against GEMM: fast_gemv_panels.cpp sums in the same order);
+// BF16: times out_factor at the end; FP8: block by block of kb.pairs pairs, each block's sums
+// from zero added into out by fp8_block_sum.
 template <int MR, bool Prefetch>
 void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out,
-                 int64_t ldo, int64_t n, float out_factor) noexcept {
-  __m512 acc[MR][4];
-  for (auto& row : acc)
-    for (auto& v : row)
-      v = _mm512_setzero_ps();
+                 int64_t ldo, int64_t n, float out_factor, kblock_scales kb) noexcept {
+  if (num_kp == 0)                          // no inputs: zeros (and no scale to read)
+    kb = {};
   const int32_t* ap[MR];
   for (int m = 0; m < MR; ++m)
     ap[m] = reinterpret_cast<const int32_t*>(a[m]);
-  for (int64_t kp = 0; kp < num_kp; ++kp) {
-    const uint16_t* b = panel + kp * panel_rows * 2;
-    if constexpr (Prefetch)
-      for (int i = 0; i < 4; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(b + 32 * i) + tile_prefetch_bytes, _MM_HINT_T0);
-    const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
-    const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 32);
-    const __m512bh b2 = (__m512bh)_mm512_load_si512(b + 64);
-    const __m512bh b3 = (__m512bh)_mm512_load_si512(b + 96);
-    for (int m = 0; m < MR; ++m) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(ap[m][kp]);
-      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
-      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
-      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
-      acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
+  __mmask16 mask[4];
+  for (int j = 0; j < 4; ++j)
+    mask[j] = tail_mask16(n - 16 * j);
+  const int64_t step = kb.scales ? kb.pairs : std::max<int64_t>(num_kp, 1);
+  for (int64_t b0 = 0; b0 < std::max<int64_t>(num_kp, 1); b0 += step) {
+    __m512 acc[MR][4];
+    for (auto& row : acc)
+      for (auto& v : row)
+        v = _mm512_setzero_ps();
+    for (int64_t kp = b0; kp < std::min(num_kp, b0 + step); ++kp) {
+      const uint16_t* b = panel + kp * panel_rows * 2;
+      if constexpr (Prefetch)
+        for (int i = 0; i < 4; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(b + 32 * i) + tile_prefetch_bytes, _MM_HINT_T0);
+      const __m512bh b0v = (__m512bh)_mm512_load_si512(b);
+      const __m512bh b1v = (__m512bh)_mm512_load_si512(b + 32);
+      const __m512bh b2v = (__m512bh)_mm512_load_si512(b + 64);
+      const __m512bh b3v = (__m512bh)_mm512_load_si512(b + 96);
+      for (int m = 0; m < MR; ++m) {
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(ap[m][kp]);
+        acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0v);
+        acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1v);
+        acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2v);
+        acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3v);
+      }
     }
-  }
-  for (int j = 0; j < 4; ++j) {
-    const int64_t left = n - 16 * j;
-    if (left <= 0)
-      break;
-    const __mmask16 mask = tail_mask16(left);
-    for (int m = 0; m < MR; ++m)
-      _mm512_mask_storeu_ps(out + m * ldo + 16 * j, mask, _mm512_mul_ps(acc[m][j], _mm512_set1_ps(out_factor)));
+    for (int j = 0; j < 4; ++j) {
+      if (mask[j] == 0)
+        break;
+      for (int m = 0; m < MR; ++m) {
+        float* o = out + m * ldo + 16 * j;
+        if (kb.scales == nullptr)
+          _mm512_mask_storeu_ps(o, mask[j], _mm512_mul_ps(acc[m][j], _mm512_set1_ps(out_factor)));
+        else
+          _mm512_mask_storeu_ps(o, mask[j], fp8_block_sum(acc[m][j], kb.scales[b0 / step],
+                                                          b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], o)));
+      }
+    }
   }
 }
 
@@ -196,14 +211,14 @@ void tile_kernel_1x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1, 
 
 template <bool Prefetch>
 void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel, int64_t num_kp,
-                     float* out, int64_t ldo, int64_t n, float out_factor) noexcept {
+                     float* out, int64_t ldo, int64_t n, float out_factor, kblock_scales kb) noexcept {
   switch (mr) {
-    case 1: tile_kernel<1, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
-    case 2: tile_kernel<2, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
-    case 3: tile_kernel<3, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
-    case 4: tile_kernel<4, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
-    case 5: tile_kernel<5, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
-    default: tile_kernel<6, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor); break;
+    case 1: tile_kernel<1, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
+    case 2: tile_kernel<2, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
+    case 3: tile_kernel<3, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
+    case 4: tile_kernel<4, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
+    case 5: tile_kernel<5, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
+    default: tile_kernel<6, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
   }
 }
 
@@ -235,18 +250,16 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
   const int64_t block_rows = T == dtype::f8_e4m3 ? w.block_rows : (int64_t{1} << 62);
   const float out_factor = T == dtype::f8_e4m3 ? fp8_gemv_out_factor : 1.0f;
   const bool fma = x.num_rows >= fma_min_rows;
-  int64_t row_block = -1;
-  const uint16_t* const* a = nullptr;
-  const float* const* a32 = nullptr;
+  // the activations, rounded once for the call; FP8's block sums under the FMA tiles' MXCSR
+  const uint16_t* const* a = fma ? nullptr : bf16_rows(x, w, s);
+  const float* const* a32 = fma ? fma_rows(x, w, s) : nullptr;
+  std::optional<flush_subnormals> flush;
+  if (T == dtype::f8_e4m3)
+    flush.emplace();
   for (int64_t p0 = r0; p0 < r0 + nr;) {
+    // a panel within one scale row block
     const int64_t n = std::min({panel_rows, r0 + nr - p0, (p0 / block_rows + 1) * block_rows - p0});
-    if (p0 / block_rows != row_block) {
-      row_block = p0 / block_rows;
-      if (fma)
-        a32 = fma_rows(x, w, row_block, s);
-      else
-        a = bf16_rows(x, w, T == dtype::f8_e4m3 ? row_block : 0, s);
-    }
+    const kblock_scales kb = kblock_scales_for(w, p0);
     const uint16_t* b = panel;
     bool from_memory = false;
     if constexpr (T == dtype::bf16) {
@@ -272,7 +285,7 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
       }
     }
     if (fma) {
-      fma_panel_tiles(a32, x.num_rows, b, num_kp, out + (p0 - r0), ldo, n, out_factor,
+      fma_panel_tiles(a32, x.num_rows, b, num_kp, out + (p0 - r0), ldo, n, out_factor, kb,
                       panel_source_bytes(w, p0 + n, r0 + nr), s);
       p0 += n;
       continue;
@@ -280,9 +293,9 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
     for_each_row_tile(x.num_rows, [&](int64_t i, int64_t m0, int64_t mr) {
       // the first tile streams the panel from memory; later ones find it in cache
       if (from_memory && i == 0)
-        tile_kernel_any<true>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor);
+        tile_kernel_any<true>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor, kb);
       else
-        tile_kernel_any<false>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor);
+        tile_kernel_any<false>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor, kb);
     });
     p0 += n;
   }

@@ -8,8 +8,9 @@
 // so a row's result is the same bits from either kernel. A row kernel that loaded two activation
 // vectors per 64 weight bytes and ended each row in a horizontal sum read ~75 % as fast as a plain
 // read of the same bytes from DRAM on two threads, this one ~90 % (and summed in another order).
-// Activations and scaling as the GEMM's FP8 path: x times the block scales of the panel's row
-// block and 2^56, rounded to bf16 (natural order), against weights 2^120 too small.
+// Activations and scaling as the GEMM's FP8 path: x times 2^56, rounded to bf16 (natural order),
+// against weights 2^120 too small; each 128-column scale block's sums added into the rows'
+// outputs by fp8_block_sum with the panel's row block's scales.
 #include <algorithm>
 #include <cmath>
 
@@ -37,56 +38,48 @@ constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous pa
 // 129280-row lm_head in FP8: 21.0 -> 23.1 and 24.9 -> 26.6 GB/s against a plain read's
 // 28.6 and 31.9, alternated in one run); four panels measured no faster than one.
 template <int NT, int NP>
-void panel_dot(const uint8_t* panel, int64_t panel_bytes, const uint32_t* const* a, int64_t k,
+void panel_dot(const uint8_t* panel, int64_t panel_bytes, const uint32_t* const* a, int64_t k, kblock_scales kb,
                const char* prefetch_to, __m512 out[max_pass_rows][4]) noexcept {
   static_assert(NT * NP <= max_pass_rows);
-  __m512 acc[NT * NP][4];
-  for (auto& row : acc)
-    for (auto& v : row)
-      v = _mm512_setzero_ps();
-  const int64_t num_kp = k / 2;             // k % 64 == 0: whole steps of two pairs
-  for (int64_t kp = 0; kp < num_kp; kp += 2) {
-    for (int p = 0; p < NP; ++p) {
-      const char* f = reinterpret_cast<const char*>(panel + p * panel_bytes + kp * 128) + prefetch_bytes;
-      if (prefetch_to != nullptr && f < prefetch_to)
-        for (int i = 0; i < 4; ++i)
-          _mm_prefetch(f + 64 * i, _MM_HINT_T0);
-    }
-    for (int h = 0; h < 2; ++h)
-      for (int p = 0; p < NP; ++p) {
-        const uint8_t* q = panel + p * panel_bytes + kp * 128 + 128 * h;
-        __m512i w[4];
-        fp8x64_to_bf16_scaled(_mm512_loadu_si512(q), w[0], w[1]);
-        fp8x64_to_bf16_scaled(_mm512_loadu_si512(q + 64), w[2], w[3]);
-        for (int m = 0; m < NT; ++m) {
-          const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m][kp + h]));
-          for (int j = 0; j < 4; ++j)
-            acc[p * NT + m][j] = _mm512_dpbf16_ps(acc[p * NT + m][j], av, (__m512bh)w[j]);
-        }
-      }
-  }
   for (int i = 0; i < NT * NP; ++i)
     for (int j = 0; j < 4; ++j)
-      out[i][j] = acc[i][j];
-}
-
-// The activation rows of row block `row_block`, scaled and rounded as above, as column pairs.
-const uint32_t* const* panel_acts(const act_rows& x, const linear_weight& w, int64_t row_block,
-                                  thread_scratch& s) {
-  auto* buf = s.act.get<uint16_t>(x.num_rows * x.k);
-  auto** ptrs = s.act_ptrs.get<const uint32_t*>(x.num_rows);
-  const float* scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols);
-  for (int64_t m = 0; m < x.num_rows; ++m) {
-    f32_row_to_bf16(x.f32[m], x.k, buf + m * x.k, scales, w.block_cols, fp8_gemv_act_factor);
-    ptrs[m] = reinterpret_cast<const uint32_t*>(buf + m * x.k);
+      out[i][j] = _mm512_setzero_ps();
+  const int64_t num_kp = k / 2;             // k % 64 == 0, kb.pairs % 16 == 0: whole steps of two pairs
+  for (int64_t b0 = 0; b0 < num_kp; b0 += kb.pairs) {
+    __m512 acc[NT * NP][4];
+    for (auto& row : acc)
+      for (auto& v : row)
+        v = _mm512_setzero_ps();
+    for (int64_t kp = b0; kp < std::min(num_kp, b0 + kb.pairs); kp += 2) {
+      for (int p = 0; p < NP; ++p) {
+        const char* f = reinterpret_cast<const char*>(panel + p * panel_bytes + kp * 128) + prefetch_bytes;
+        if (prefetch_to != nullptr && f < prefetch_to)
+          for (int i = 0; i < 4; ++i)
+            _mm_prefetch(f + 64 * i, _MM_HINT_T0);
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int p = 0; p < NP; ++p) {
+          const uint8_t* q = panel + p * panel_bytes + kp * 128 + 128 * h;
+          __m512i w[4];
+          fp8x64_to_bf16_scaled(_mm512_loadu_si512(q), w[0], w[1]);
+          fp8x64_to_bf16_scaled(_mm512_loadu_si512(q + 64), w[2], w[3]);
+          for (int m = 0; m < NT; ++m) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m][kp + h]));
+            for (int j = 0; j < 4; ++j)
+              acc[p * NT + m][j] = _mm512_dpbf16_ps(acc[p * NT + m][j], av, (__m512bh)w[j]);
+          }
+        }
+    }
+    for (int i = 0; i < NT * NP; ++i)
+      for (int j = 0; j < 4; ++j)
+        out[i][j] = fp8_block_sum(acc[i][j], kb.scales[b0 / kb.pairs], out[i][j]);
   }
-  return ptrs;
 }
 
 // out[m * ldo + (r - r0)] for the rows r in [r0, r0 + nr) of `num_panels` consecutive panels
-// from row `row0`: sums[p][j] holds panel p's rows 16j .. 16j + 15, times `factor`.
+// from row `row0`: sums[p][j] holds panel p's rows 16j .. 16j + 15.
 void store_rows(const __m512 sums[][4], int num_panels, int64_t row0, int64_t m, int64_t r0, int64_t nr,
-                float* out, int64_t ldo, __m512 factor) noexcept {
+                float* out, int64_t ldo) noexcept {
   for (int p = 0; p < num_panels; ++p)
     for (int64_t j = 0; j < 4; ++j) {
       const int64_t first = row0 + fp8_panel_rows * p + 16 * j;
@@ -94,7 +87,7 @@ void store_rows(const __m512 sums[][4], int num_panels, int64_t row0, int64_t m,
       if (lo >= hi)
         continue;
       alignas(64) float v[16];
-      _mm512_store_ps(v, _mm512_mul_ps(sums[p][j], factor));
+      _mm512_store_ps(v, sums[p][j]);
       std::copy(v + (lo - first), v + (hi - first), out + m * ldo + (lo - r0));
     }
 }
@@ -110,21 +103,19 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
   const char* end = reinterpret_cast<const char*>(base + (last + 1) * panel_bytes);
   for (const char* p = begin; p < std::min(end, begin + prefetch_bytes); p += 64)
     _mm_prefetch(p, _MM_HINT_T0);
-  const __m512 factor = _mm512_set1_ps(fp8_gemv_out_factor);
-  int64_t row_block = -1;
-  const uint32_t* const* a = nullptr;
+  // the activations rounded once for the call, as column pairs; the block sums under the MXCSR
+  // the GEMM's tiles add theirs under
+  const auto* const* a = reinterpret_cast<const uint32_t* const*>(bf16_rows(x, w, s));
+  const flush_subnormals flush;
   for (int64_t p = first; p <= last; ++p) {
     const int64_t row0 = p * fp8_panel_rows;
-    if (row0 / w.block_rows != row_block) {  // block_rows % 64 == 0 (fast_supports)
-      row_block = row0 / w.block_rows;
-      a = panel_acts(x, w, row_block, s);
-    }
+    const kblock_scales kb = kblock_scales_for(w, row0);     // block_rows % 64 == 0 (fast_supports)
     const uint8_t* panel = base + p * panel_bytes;
     // one activation row: this panel and the next together when they share a scale row block
-    if (x.num_rows == 1 && p < last && (row0 + fp8_panel_rows) / w.block_rows == row_block) {
+    if (x.num_rows == 1 && p < last && (row0 + fp8_panel_rows) / w.block_rows == row0 / w.block_rows) {
       __m512 sums[max_pass_rows][4];
-      panel_dot<1, 2>(panel, panel_bytes, a, k, end, sums);
-      store_rows(sums, 2, row0, 0, r0, nr, out, ldo, factor);
+      panel_dot<1, 2>(panel, panel_bytes, a, k, kb, end, sums);
+      store_rows(sums, 2, row0, 0, r0, nr, out, ldo);
       ++p;
       continue;
     }
@@ -133,13 +124,13 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
       const char* prefetch_to = m0 == 0 ? end : nullptr;       // later passes read from cache
       __m512 sums[max_pass_rows][4];
       switch (nt) {
-        case 1: panel_dot<1, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
-        case 2: panel_dot<2, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
-        case 3: panel_dot<3, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
-        default: panel_dot<4, 1>(panel, panel_bytes, a + m0, k, prefetch_to, sums); break;
+        case 1: panel_dot<1, 1>(panel, panel_bytes, a + m0, k, kb, prefetch_to, sums); break;
+        case 2: panel_dot<2, 1>(panel, panel_bytes, a + m0, k, kb, prefetch_to, sums); break;
+        case 3: panel_dot<3, 1>(panel, panel_bytes, a + m0, k, kb, prefetch_to, sums); break;
+        default: panel_dot<4, 1>(panel, panel_bytes, a + m0, k, kb, prefetch_to, sums); break;
       }
       for (int64_t m = 0; m < nt; ++m)
-        store_rows(sums + m, 1, row0, m0 + m, r0, nr, out, ldo, factor);
+        store_rows(sums + m, 1, row0, m0 + m, r0, nr, out, ldo);
     }
   }
 }

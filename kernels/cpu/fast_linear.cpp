@@ -5,49 +5,41 @@
 
 namespace moe::fast {
 
-namespace {
-
-// What the activations are multiplied by before rounding for weight row block `row_block`: the
-// FP8 block scales of that row (one per w.block_cols columns) times fp8_gemv_act_factor.
-struct act_scaling {
-  const float* scales = nullptr;
-  float factor = 1.0f;
-};
-
-[[nodiscard]] act_scaling scaling_for(const linear_weight& w, int64_t row_block) noexcept {
-  if (w.type != dtype::f8_e4m3)
-    return {};
-  return {.scales = w.scale_inv + row_block * ((w.in_features + w.block_cols - 1) / w.block_cols),
-          .factor = fp8_gemv_act_factor};
+float act_factor(const linear_weight& w) noexcept {
+  return w.type == dtype::f8_e4m3 ? fp8_gemv_act_factor : 1.0f;
 }
 
-}  // namespace
+kblock_scales kblock_scales_for(const linear_weight& w, int64_t row) noexcept {
+  if (w.type != dtype::f8_e4m3)
+    return {};
+  return {.scales = w.scale_inv + row / w.block_rows * ((w.in_features + w.block_cols - 1) / w.block_cols),
+          .pairs = w.block_cols / 2};
+}
 
-// x's rows converted by convert(src, k, dst, scales, block, factor) into rows of `lda` T in buf.
+// x's rows converted by convert(src, k, dst, scales, block, factor) into rows of `lda` T in buf,
+// times act_factor(w).
 template <class T, class Convert>
-const T* const* converted_rows(const act_rows& x, const linear_weight& w, int64_t row_block, int64_t lda,
-                               scratch_buffer& buf, scratch_buffer& ptrs, Convert convert) {
+const T* const* converted_rows(const act_rows& x, const linear_weight& w, int64_t lda, scratch_buffer& buf,
+                               scratch_buffer& ptrs, Convert convert) {
   auto* rows = buf.get<T>(x.num_rows * lda);
   auto** out = ptrs.get<const T*>(x.num_rows);
-  const act_scaling sc = scaling_for(w, row_block);
   for (int64_t m = 0; m < x.num_rows; ++m) {
-    convert(x.f32[m], x.k, rows + m * lda, sc.scales, w.block_cols, sc.factor);
+    convert(x.f32[m], x.k, rows + m * lda, nullptr, 128, act_factor(w));
     out[m] = rows + m * lda;
   }
   return out;
 }
 
-const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w, int64_t row_block,
-                                 thread_scratch& s) {
-  if (w.type == dtype::bf16 && x.bf16)
+const uint16_t* const* bf16_rows(const act_rows& x, const linear_weight& w, thread_scratch& s) {
+  if (x.bf16 && x.factor == act_factor(w))
     return x.bf16;
-  return converted_rows<uint16_t>(x, w, row_block, round_up(x.k, 32), s.act, s.act_ptrs, f32_row_to_bf16);
+  return converted_rows<uint16_t>(x, w, round_up(x.k, 32), s.act, s.act_ptrs, f32_row_to_bf16);
 }
 
-const float* const* fma_rows(const act_rows& x, const linear_weight& w, int64_t row_block, thread_scratch& s) {
-  if (w.type == dtype::bf16 && x.fma)
+const float* const* fma_rows(const act_rows& x, const linear_weight& w, thread_scratch& s) {
+  if (x.fma && x.factor == act_factor(w))
     return x.fma;
-  return converted_rows<float>(x, w, row_block, round_up(x.k, 16), s.fma_act, s.fma_act_ptrs, f32_row_to_fma_pairs);
+  return converted_rows<float>(x, w, round_up(x.k, 16), s.fma_act, s.fma_act_ptrs, f32_row_to_fma_pairs);
 }
 
 bool fast_supports(const linear_weight& w) noexcept {

@@ -4,6 +4,7 @@
 // by-hand sum.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <set>
 
 #include "kernels/cpu/fast_backend.hpp"
@@ -125,6 +126,62 @@ TEST_CASE("fast: batch-1 GEMV over FP8 panels equals a by-hand sum, subnormal we
   const auto x = test::random_floats(in, 21u, 3.0f);
   cpu_fast_backend fast(2);
   test::check_fp8_gemv_by_hand(*rm, test::run_linear(fast, pn->w, x, 1), x);
+}
+
+TEST_CASE("fast: FP8 block sums are added to nearest with subnormal results flushed, in every kernel, whatever the caller's MXCSR") {
+  // A row's scale blocks: its sums go in block by block (fast_linear.hpp fp8_block_sum) in the
+  // GEMV (1 row), the vdpbf16ps tile (9 rows) and the FMA tile (20 rows) alike. Activations
+  // ~2^-16 and row block 1's scales 2^-126 make that block's sums subnormal (~2^-132): every
+  // kernel must flush them, as the FMA tiles' MXCSR does, and must round to nearest under a
+  // round-down caller.
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const int64_t out = 256, in = 1024, rows = 20;
+  auto rm = test::random_weight(dtype::f8_e4m3, out, in, 61u);
+  const int64_t blocks_per_row = in / 128;
+  for (int64_t b = 0; b < blocks_per_row; ++b)
+    rm->scales[static_cast<size_t>(blocks_per_row + b)] = std::ldexp(1.0f, -126);
+  const auto pn = test::to_fp8_panels(*rm);
+  const std::vector<float> x = test::random_floats(rows * in, 63u, 1.0f / 65536.0f);
+  fast::thread_scratch s;
+  auto run = [&](int64_t first, int64_t n) {                        // rows [first, first + n), this thread
+    std::vector<const float*> ptrs;
+    for (int64_t m = first; m < first + n; ++m)
+      ptrs.push_back(x.data() + m * in);
+    std::vector<float> y(static_cast<size_t>(n * out), -7.0f);
+    fast::linear_rows({.num_rows = n, .k = in, .f32 = ptrs.data()}, pn->w, 0, out, y.data(), out, s);
+    return y;
+  };
+  auto all_ways = [&] {                                              // FMA tile, then 9-row tiles, then GEMV
+    std::vector<std::vector<float>> ways = {run(0, rows), run(0, 9), run(9, 9), run(18, 2)};
+    std::vector<float> alone;
+    for (int64_t m = 0; m < rows; ++m) {
+      const std::vector<float> y = run(m, 1);
+      alone.insert(alone.end(), y.begin(), y.end());
+    }
+    return std::pair{ways, alone};
+  };
+  const auto [ways, alone] = all_ways();
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr((saved & ~0x6000u) | 0x4000u);                          // round down
+  const auto [ways_down, alone_down] = all_ways();
+  _mm_setcsr(saved);
+  CHECK(_mm_getcsr() == saved);
+  std::vector<float> nine(ways[1]);
+  nine.insert(nine.end(), ways[2].begin(), ways[2].end());
+  nine.insert(nine.end(), ways[3].begin(), ways[3].end());
+  CHECK(test::same_bits(ways[0], alone));
+  CHECK(test::same_bits(nine, alone));
+  CHECK(test::same_bits(ways_down[0], alone));
+  CHECK(test::same_bits(alone_down, alone));
+  // row block 1 came out flushed: zeros, while row block 0 is not
+  int64_t zeros = 0, nonzero = 0;
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t r = 0; r < 128; ++r) {
+      zeros += alone[static_cast<size_t>(m * out + 128 + r)] == 0.0f;
+      nonzero += alone[static_cast<size_t>(m * out + r)] != 0.0f;
+    }
+  CHECK(zeros == rows * 128);
+  CHECK(nonzero == rows * 128);
 }
 
 TEST_CASE("fast: FP8 panels need block rows in whole panels, else the reference runs them") {

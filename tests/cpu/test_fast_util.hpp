@@ -128,9 +128,9 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 
 /// The batch-1 FP8 GEMV of `w` (the codes and scales of `rm`, row-major, in any layout) checked
 /// row by row against a by-hand sum: e4m3 value (0 for subnormal codes) times the activation
-/// rounded to bf16 after the block scale, summed in double; the kernels sum fp32 products of the
-/// same values, so they agree to 1e-6 of the sum of |terms|. Rows whose codes are all subnormal
-/// must come out exactly 0.
+/// rounded to bf16, times the weight's block scale, summed in double; the kernels sum fp32
+/// products of the same values per 128-column block and scale the block sums, so they agree to
+/// 1e-6 of the sum of |terms|. Rows whose codes are all subnormal must come out exactly 0.
 inline void check_fp8_gemv_by_hand(const owned_weight& rm, const std::vector<float>& got, const std::vector<float>& x) {
   const int64_t out = rm.w.out_features, in = rm.w.in_features;
   for (int64_t r = 0; r < out; ++r) {
@@ -142,7 +142,7 @@ inline void check_fp8_gemv_by_hand(const owned_weight& rm, const std::vector<flo
       const float scale = rm.scales[static_cast<size_t>((r / 128) * ((in + 127) / 128) + i / 128)];
       all_subnormal = all_subnormal && (code & 0x78) == 0;
       const double weight = (code & 0x78) == 0 ? 0.0 : fp8_e4m3_value(code);
-      const double term = weight * bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(i)] * scale));
+      const double term = weight * bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(i)])) * scale;
       want += term;
       size += std::abs(term);
     }
