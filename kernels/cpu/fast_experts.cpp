@@ -16,7 +16,8 @@ using fast::round_up;
 
 namespace {
 
-// h = silu(g) * u for n values, written as fp32 and as bf16 (the down matmul's GEMM input).
+// h = silu(g) * u for n values, written as fp32 and, unless hb is null, as bf16 (the down
+// matmul's input when the vdpbf16ps tile reads it as it is: BF16 weights, under fma_min_rows).
 void silu_mul_row(const float* g, const float* u, int64_t n, float* h, uint16_t* hb) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = fast::tail_mask16(n - i);
@@ -24,7 +25,8 @@ void silu_mul_row(const float* g, const float* u, int64_t n, float* h, uint16_t*
     const __m512 e = fast::exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
     const __m512 hv = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), uv);
     _mm512_mask_storeu_ps(h + i, m, hv);
-    _mm256_mask_storeu_epi16(hb + i, m, fast::f32x16_to_bf16(hv));
+    if (hb != nullptr)
+      _mm256_mask_storeu_epi16(hb + i, m, fast::f32x16_to_bf16(hv));
   }
 }
 
@@ -142,6 +144,9 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
     h_bf16[pos] = hb + pos * ldi;
   }
 
+  // Whether an expert of m rows has its h kept in bf16 too, for a down matmul that reads it so.
+  const bool bf16_down = experts[p.expert_begin].down_proj.type == dtype::bf16;
+  auto keeps_bf16_h = [&](int64_t m) { return bf16_down && m < fast::fma_min_rows; };
   // gate/up: h[pos, r0 .. r0 + nr) = silu(x W_gate^T) * (x W_up^T) for expert e's positions.
   auto gate_up = [&](int64_t e, int64_t r0, int64_t nr, fast::thread_scratch& s) {
     const int64_t begin = g.offsets[e], m = g.offsets[e + 1] - begin;
@@ -152,18 +157,19 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
     float* up = s.tile_b.get<float>(m * nr);
     fast::linear_rows(a, w.gate_proj, r0, nr, gate, nr, s);
     fast::linear_rows(a, w.up_proj, r0, nr, up, nr, s);
+    const bool bf16_h = keeps_bf16_h(m);
     for (int64_t i = 0; i < m; ++i) {
       uint16_t* hb_row = hb + (begin + i) * ldi;
-      silu_mul_row(gate + i * nr, up + i * nr, nr, h + (begin + i) * I + r0, hb_row + r0);
-      if (r0 + nr == I)                         // bf16 padding, read by the GEMM's last chunk
+      silu_mul_row(gate + i * nr, up + i * nr, nr, h + (begin + i) * I + r0, bf16_h ? hb_row + r0 : nullptr);
+      if (bf16_h && r0 + nr == I)               // bf16 padding, read by the GEMM's last chunk
         std::fill(hb_row + I, hb_row + ldi, uint16_t{0});
     }
   };
   // down: y[pos, r0 .. r0 + nr) = h W_down^T.
   auto down = [&](int64_t e, int64_t r0, int64_t nr, fast::thread_scratch& s) {
     const int64_t begin = g.offsets[e];
-    const act_rows a{.num_rows = g.offsets[e + 1] - begin, .k = I, .f32 = h_f32 + begin,
-                     .bf16 = h_bf16 + begin};
+    const int64_t m = g.offsets[e + 1] - begin;
+    const act_rows a{.num_rows = m, .k = I, .f32 = h_f32 + begin, .bf16 = keeps_bf16_h(m) ? h_bf16 + begin : nullptr};
     fast::linear_rows(a, experts[p.expert_begin + e].down_proj, r0, nr, y + begin * D + r0, D, s);
   };
 
