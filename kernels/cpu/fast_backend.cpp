@@ -122,12 +122,12 @@ void cpu_fast_backend::linear(const linear_params& p) {
   if (fast::uses_gemm(w, m) && (w.type == dtype::bf16 || w.type == dtype::f8_e4m3)) {
     // the activations rounded once for every task, as the kernels read them (fast_linear.hpp)
     auto convert = [&]<class T>(fast::scratch_buffer& buf, fast::scratch_buffer& ptrs, int64_t lda,
-                                void (*row)(const float*, int64_t, T*, const float*, int64_t, float)) {
+                                void (*row)(const float*, int64_t, T*, float)) {
       auto* rows = buf.get<T>(m * lda);
       auto** out = ptrs.get<const T*>(m);
       pool_.parallel_for((m + 15) / 16, [&](int64_t task, int) {
         for (int64_t t = task * 16; t < std::min(m, task * 16 + 16); ++t) {
-          row(p.x + t * k, k, rows + t * lda, nullptr, 128, x.factor);
+          row(p.x + t * k, k, rows + t * lda, x.factor);
           out[t] = rows + t * lda;
         }
       });

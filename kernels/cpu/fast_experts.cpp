@@ -130,9 +130,9 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
     split(T, D, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         if (ldd > 0)
-          fast::f32_row_to_bf16(p.x + t * D, D, xb + t * ldd, nullptr, 128, factor);
+          fast::f32_row_to_bf16(p.x + t * D, D, xb + t * ldd, factor);
         if (ldf > 0)
-          fast::f32_row_to_fma_pairs(p.x + t * D, D, xf + t * ldf, nullptr, 128, factor);
+          fast::f32_row_to_fma_pairs(p.x + t * D, D, xf + t * ldf, factor);
       }
     });
   for (int64_t pos = 0; pos < P; ++pos) {

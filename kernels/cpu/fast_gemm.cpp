@@ -125,11 +125,11 @@ constexpr int64_t tile_prefetch_bytes = 8192;
 // out[m][j] = sum_kp dot(a[m] pair kp, panel[kp][j]) for m < MR, j < n: each output one fp32 lane
 // summing the column pairs in order, whatever MR (so a row's result does not depend on the other
 // rows of the call, nor on GEMV against GEMM: fast_gemv_panels.cpp sums in the same order);
-// BF16: times out_factor at the end; FP8: block by block of kb.pairs pairs, each block's sums
-// from zero added into out by fp8_block_sum.
+// BF16: stored at the end; FP8: block by block of kb.pairs pairs, each block's sums from zero
+// added into out by fp8_block_sum.
 template <int MR, bool Prefetch>
 void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out,
-                 int64_t ldo, int64_t n, float out_factor, kblock_scales kb) noexcept {
+                 int64_t ldo, int64_t n, kblock_scales kb) noexcept {
   if (num_kp == 0)                          // no inputs: zeros (and no scale to read)
     kb = {};
   const int32_t* ap[MR];
@@ -167,7 +167,7 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
       for (int m = 0; m < MR; ++m) {
         float* o = out + m * ldo + 16 * j;
         if (kb.scales == nullptr)
-          _mm512_mask_storeu_ps(o, mask[j], _mm512_mul_ps(acc[m][j], _mm512_set1_ps(out_factor)));
+          _mm512_mask_storeu_ps(o, mask[j], acc[m][j]);
         else
           _mm512_mask_storeu_ps(o, mask[j], fp8_block_sum(acc[m][j], kb.scales[b0 / step],
                                                           b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], o)));
@@ -181,7 +181,7 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
 // the independent chains and two streams in flight (the 129280-row lm_head at batch 1, paired
 // with a plain read of the step's bytes: 76-79 % -> 81-82 % of that read's rate).
 void tile_kernel_1x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1, int64_t num_kp, float* out,
-                     int64_t n1, float out_factor) noexcept {
+                     int64_t n1) noexcept {
   __m512 acc[2][4];
   for (auto& panel : acc)
     for (auto& v : panel)
@@ -197,28 +197,27 @@ void tile_kernel_1x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1, 
         acc[p][j] = _mm512_dpbf16_ps(acc[p][j], av, (__m512bh)_mm512_load_si512(b + 32 * j));
     }
   }
-  const __m512 f = _mm512_set1_ps(out_factor);
   for (int j = 0; j < 4; ++j)
-    _mm512_storeu_ps(out + 16 * j, _mm512_mul_ps(acc[0][j], f));
+    _mm512_storeu_ps(out + 16 * j, acc[0][j]);
   for (int j = 0; j < 4; ++j) {
     const int64_t left = n1 - 16 * j;
     if (left <= 0)
       break;
     const __mmask16 mask = tail_mask16(left);
-    _mm512_mask_storeu_ps(out + 64 + 16 * j, mask, _mm512_mul_ps(acc[1][j], f));
+    _mm512_mask_storeu_ps(out + 64 + 16 * j, mask, acc[1][j]);
   }
 }
 
 template <bool Prefetch>
 void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel, int64_t num_kp,
-                     float* out, int64_t ldo, int64_t n, float out_factor, kblock_scales kb) noexcept {
+                     float* out, int64_t ldo, int64_t n, kblock_scales kb) noexcept {
   switch (mr) {
-    case 1: tile_kernel<1, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
-    case 2: tile_kernel<2, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
-    case 3: tile_kernel<3, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
-    case 4: tile_kernel<4, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
-    case 5: tile_kernel<5, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
-    default: tile_kernel<6, Prefetch>(a, panel, num_kp, out, ldo, n, out_factor, kb); break;
+    case 1: tile_kernel<1, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
+    case 2: tile_kernel<2, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
+    case 3: tile_kernel<3, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
+    case 4: tile_kernel<4, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
+    case 5: tile_kernel<5, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
+    default: tile_kernel<6, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
   }
 }
 
@@ -248,7 +247,6 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
   const int64_t num_kp = (w.in_features + 1) / 2;
   auto* panel = s.panel.get<uint16_t>(panel_pairs(w.in_features) * panel_rows * 2);
   const int64_t block_rows = T == dtype::f8_e4m3 ? w.block_rows : (int64_t{1} << 62);
-  const float out_factor = T == dtype::f8_e4m3 ? fp8_gemv_out_factor : 1.0f;
   const bool fma = x.num_rows >= fma_min_rows;
   // the activations, rounded once for the call; FP8's block sums under the FMA tiles' MXCSR
   const uint16_t* const* a = fma ? nullptr : bf16_rows(x, w, s);
@@ -279,13 +277,13 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
       const uint16_t* next = p1 < r0 + nr ? packed_panel(w, p1) : nullptr;
       if (x.num_rows == 1 && from_memory && n == panel_rows && next != nullptr) {
         const int64_t n1 = std::min(panel_rows, r0 + nr - p1);
-        tile_kernel_1x2(a[0], b, next, num_kp, out + (p0 - r0), n1, out_factor);
+        tile_kernel_1x2(a[0], b, next, num_kp, out + (p0 - r0), n1);
         p0 = p1 + n1;
         continue;
       }
     }
     if (fma) {
-      fma_panel_tiles(a32, x.num_rows, b, num_kp, out + (p0 - r0), ldo, n, out_factor, kb,
+      fma_panel_tiles(a32, x.num_rows, b, num_kp, out + (p0 - r0), ldo, n, kb,
                       panel_source_bytes(w, p0 + n, r0 + nr), s);
       p0 += n;
       continue;
@@ -293,9 +291,9 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
     for_each_row_tile(x.num_rows, [&](int64_t i, int64_t m0, int64_t mr) {
       // the first tile streams the panel from memory; later ones find it in cache
       if (from_memory && i == 0)
-        tile_kernel_any<true>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor, kb);
+        tile_kernel_any<true>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, kb);
       else
-        tile_kernel_any<false>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, out_factor, kb);
+        tile_kernel_any<false>(mr, a + m0, b, num_kp, out + m0 * ldo + (p0 - r0), ldo, n, kb);
     });
     p0 += n;
   }

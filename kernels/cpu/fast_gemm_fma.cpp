@@ -20,8 +20,7 @@ constexpr int64_t chunk_pairs = 256;         // column pairs widened at a time: 
 
 // out[m][j] (+)= sum over the chunk's columns t of a[m][t] * wide[t][j], for m < MR, j < n,
 // as the vdpbf16ps tile sums them. BF16 (no scales): starting from zero for the chunk that
-// starts the row, else from what the previous chunk stored; the last one stores the sums times
-// out_factor. FP8: the chunk holds whole scale blocks of kb.pairs pairs (its first one's scale
+// starts the row, else from what the previous chunk stored. FP8: the chunk holds whole scale blocks of kb.pairs pairs (its first one's scale
 // at kb.scales[0]), each summed from zero and added into out by fp8_block_sum (out taken as
 // zero before the row's first block).
 // The chunk's first tile (Widen) makes `wide` as it goes from the chunk's bf16 pairs [kp][64][2]:
@@ -32,8 +31,7 @@ constexpr int64_t chunk_pairs = 256;         // column pairs widened at a time: 
 // read from memory while nothing computes.
 template <int MR, bool Widen>
 void fma_tile(const float* const* a, const uint16_t* pairs, float* wide, int64_t num_kp, float* out, int64_t ldo,
-              int64_t n, bool first, bool last, float out_factor, kblock_scales kb, const char* pf,
-              int64_t pf_bytes) noexcept {
+              int64_t n, bool first, kblock_scales kb, const char* pf, int64_t pf_bytes) noexcept {
   const int64_t pf_step = Widen ? round_up((pf_bytes + num_kp - 1) / num_kp, 64) : 0;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __mmask16 mask[4];
@@ -68,7 +66,6 @@ void fma_tile(const float* const* a, const uint16_t* pairs, float* wide, int64_t
         }
       }
     }
-    const __m512 f = _mm512_set1_ps(last ? out_factor : 1.0f);
     for (int m = 0; m < MR; ++m)
       for (int j = 0; j < 4; ++j) {
         float* o = out + m * ldo + 16 * j;
@@ -77,17 +74,17 @@ void fma_tile(const float* const* a, const uint16_t* pairs, float* wide, int64_t
                                                           first && b0 == 0 ? _mm512_setzero_ps()
                                                                            : _mm512_maskz_loadu_ps(mask[j], o)));
         else
-          _mm512_mask_storeu_ps(o, mask[j], last ? _mm512_mul_ps(acc[m][j], f) : acc[m][j]);
+          _mm512_mask_storeu_ps(o, mask[j], acc[m][j]);
       }
   }
 }
 
 template <bool Widen>
 void fma_tile_any(int64_t mr, const float* const* a, const uint16_t* pairs, float* wide, int64_t num_kp,
-                  float* out, int64_t ldo, int64_t n, bool first, bool last, float out_factor, kblock_scales kb,
-                  const char* pf, int64_t pf_bytes) noexcept {
+                  float* out, int64_t ldo, int64_t n, bool first, kblock_scales kb, const char* pf,
+                  int64_t pf_bytes) noexcept {
   switch (mr) {
-#define MOE_FMA_TILE(R) fma_tile<R, Widen>(a, pairs, wide, num_kp, out, ldo, n, first, last, out_factor, kb, pf, pf_bytes)
+#define MOE_FMA_TILE(R) fma_tile<R, Widen>(a, pairs, wide, num_kp, out, ldo, n, first, kb, pf, pf_bytes)
     case 1: MOE_FMA_TILE(1); break;
     case 2: MOE_FMA_TILE(2); break;
     case 3: MOE_FMA_TILE(3); break;
@@ -101,8 +98,7 @@ void fma_tile_any(int64_t mr, const float* const* a, const uint16_t* pairs, floa
 }  // namespace
 
 void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel, int64_t num_kp, float* out,
-                     int64_t ldo, int64_t n, float out_factor, kblock_scales kb, std::span<const char> next,
-                     thread_scratch& s) {
+                     int64_t ldo, int64_t n, kblock_scales kb, std::span<const char> next, thread_scratch& s) {
   if (num_kp == 0) {                                  // no inputs: zeros, as the vdpbf16ps tile
     for (int64_t m = 0; m < rows; ++m)
       std::fill_n(out + m * ldo, n, 0.0f);
@@ -116,7 +112,7 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
   const auto next_bytes = static_cast<int64_t>(next.size());
   for (int64_t kp0 = 0; kp0 < num_kp; kp0 += chunk) {
     const int64_t kp1 = std::min(num_kp, kp0 + chunk);
-    const bool first = kp0 == 0, last = kp1 == num_kp;
+    const bool first = kp0 == 0;
     const kblock_scales chunk_kb = kb.scales ? kblock_scales{.scales = kb.scales + kp0 / kb.pairs, .pairs = kb.pairs}
                                              : kb;
     // the chunk's share of the next panel's bytes, fetched during the chunk's first tile
@@ -127,10 +123,10 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
         tile_a[m] = a[m0 + m] + 2 * kp0;
       float* o = out + m0 * ldo;
       if (i == 0)
-        fma_tile_any<true>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, last, out_factor, chunk_kb,
+        fma_tile_any<true>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, chunk_kb,
                            next.data() + pf0, pf1 - pf0);
       else
-        fma_tile_any<false>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, last, out_factor, chunk_kb,
+        fma_tile_any<false>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, chunk_kb,
                             nullptr, 0);
     });
   }

@@ -16,15 +16,15 @@ kblock_scales kblock_scales_for(const linear_weight& w, int64_t row) noexcept {
           .pairs = w.block_cols / 2};
 }
 
-// x's rows converted by convert(src, k, dst, scales, block, factor) into rows of `lda` T in buf,
-// times act_factor(w).
+// x's rows times act_factor(w), converted by convert(src, k, dst, factor) into rows of `lda` T in
+// buf.
 template <class T, class Convert>
 const T* const* converted_rows(const act_rows& x, const linear_weight& w, int64_t lda, scratch_buffer& buf,
                                scratch_buffer& ptrs, Convert convert) {
   auto* rows = buf.get<T>(x.num_rows * lda);
   auto** out = ptrs.get<const T*>(x.num_rows);
   for (int64_t m = 0; m < x.num_rows; ++m) {
-    convert(x.f32[m], x.k, rows + m * lda, nullptr, 128, act_factor(w));
+    convert(x.f32[m], x.k, rows + m * lda, act_factor(w));
     out[m] = rows + m * lda;
   }
   return out;

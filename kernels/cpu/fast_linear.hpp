@@ -155,14 +155,13 @@ private:
   unsigned saved_;
 };
 
-/// out[m * ldo + j] = sum_kp dot(a pair kp, panel[kp][j]) for m < rows, j < n, times out_factor
-/// (BF16) or in blocks of kb.pairs pairs added by fp8_block_sum (FP8): the vdpbf16ps tile's sums
+/// out[m * ldo + j] = sum_kp dot(a pair kp, panel[kp][j]) for m < rows, j < n (BF16), or in
+/// blocks of kb.pairs pairs added by fp8_block_sum (FP8): the vdpbf16ps tile's sums
 /// bit for bit, in fp32 FMAs over the bf16 panel [kp][64][2] widened a chunk at a time. `next`:
 /// the bytes the caller's next panel is made from (may be empty), prefetched into L2 while this
 /// one computes.
 void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel, int64_t num_kp, float* out,
-                     int64_t ldo, int64_t n, float out_factor, kblock_scales kb, std::span<const char> next,
-                     thread_scratch& s);
+                     int64_t ldo, int64_t n, kblock_scales kb, std::span<const char> next, thread_scratch& s);
 /// FP8 weights in weight_layout::fp8_panels, few rows (fast_gemv_panels.cpp).
 void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                           int64_t ldo, thread_scratch& s);

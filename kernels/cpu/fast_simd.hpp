@@ -75,27 +75,20 @@ inline void fp8x64_to_bf16_scaled(__m512i codes, __m512i& out0, __m512i& out1) n
   return (__m256i)_mm512_cvtneps_pbh(v);
 }
 
-/// put(i, v) for i = 0, 16, .. < k with v = src[i .. i + 16) * scale(i) (zeros past k), where
-/// scale(i) is scales[i / block] (or 1 when scales is null) times `factor` (a power of two, so
-/// exact). `block` must be a multiple of 16. Block by block: a division per 16 values (an idiv,
-/// ~15 cycles) made the FP8 GEMM's activation rounding a fifth of its time.
+/// put(i, v) for i = 0, 16, .. < k with v = src[i .. i + 16) * factor (zeros past k); `factor` is
+/// a power of two (the FP8 kernels' 2^56), so the product is exact.
 template <class Put>
-inline void for_each_scaled16(const float* src, int64_t k, const float* scales, int64_t block, float factor,
-                              Put put) noexcept {
-  const bool scaled = scales || factor != 1.0f;
-  for (int64_t b0 = 0; b0 < k; b0 += block) {
-    const __m512 sv = _mm512_set1_ps((scales ? scales[b0 / block] : 1.0f) * factor);
-    for (int64_t i = b0; i < std::min(k, b0 + block); i += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(tail_mask16(k - i), src + i);
-      put(i, scaled ? _mm512_mul_ps(v, sv) : v);
-    }
+inline void for_each_scaled16(const float* src, int64_t k, float factor, Put put) noexcept {
+  const __m512 sv = _mm512_set1_ps(factor);
+  for (int64_t i = 0; i < k; i += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(tail_mask16(k - i), src + i);
+    put(i, factor != 1.0f ? _mm512_mul_ps(v, sv) : v);
   }
 }
 
-/// dst[0..k) = bf16(src[i] * scale(i)) (for_each_scaled16), dst[k..round_up(k, 32)) = 0.
-inline void f32_row_to_bf16(const float* src, int64_t k, uint16_t* dst, const float* scales = nullptr,
-                            int64_t block = 128, float factor = 1.0f) noexcept {
-  for_each_scaled16(src, k, scales, block, factor, [&](int64_t i, __m512 v) {
+/// dst[0..k) = bf16(src[i] * factor) (for_each_scaled16), dst[k..round_up(k, 32)) = 0.
+inline void f32_row_to_bf16(const float* src, int64_t k, uint16_t* dst, float factor = 1.0f) noexcept {
+  for_each_scaled16(src, k, factor, [&](int64_t i, __m512 v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f32x16_to_bf16(v));
   });
   for (int64_t i = round_up(k, 16); i < round_up(k, 32); ++i)
@@ -105,9 +98,8 @@ inline void f32_row_to_bf16(const float* src, int64_t k, uint16_t* dst, const fl
 /// The values f32_row_to_bf16 rounds to, widened back to fp32 with each column pair swapped (odd
 /// column first), as the GEMM's FMA tiles read them (fast_gemm_fma.cpp): dst[0..k) and zeros up
 /// to round_up(k, 16).
-inline void f32_row_to_fma_pairs(const float* src, int64_t k, float* dst, const float* scales = nullptr,
-                                 int64_t block = 128, float factor = 1.0f) noexcept {
-  for_each_scaled16(src, k, scales, block, factor, [&](int64_t i, __m512 v) {
+inline void f32_row_to_fma_pairs(const float* src, int64_t k, float* dst, float factor = 1.0f) noexcept {
+  for_each_scaled16(src, k, factor, [&](int64_t i, __m512 v) {
     const __m512i wide = _mm512_slli_epi32(_mm512_cvtepu16_epi32(f32x16_to_bf16(v)), 16);
     _mm512_storeu_ps(dst + i, _mm512_permute_ps(_mm512_castsi512_ps(wide), 0xb1));
   });
