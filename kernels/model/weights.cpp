@@ -4,6 +4,7 @@
 #include "kernels/model/weights.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "kernels/checkpoint/checkpoint.hpp"
@@ -25,13 +26,28 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Norm weights, router biases and FP8 block scales are few (~40 MB of V3's 690 GB) and a NaN
 // or infinity in one turns every logit NaN or re-routes tokens in silence: checked at load.
-// A scale must also be >= 0 (block quantisation never writes a negative one; 0 is an all-zero block).
-void check_values(const tensor_info& t, const float* v, int64_t n, bool non_negative) {
+std::string number_text(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(v));
+  return text;
+}
+
+void check_values(const tensor_info& t, const float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(v[i]) || (non_negative && v[i] < 0.0f))
+    if (!std::isfinite(v[i]))
       throw input_error(t.file + ": tensor \"" + t.name + "\": element " + std::to_string(i) + " is " +
-                        std::to_string(v[i]) + " (expected a finite" +
-                        (non_negative ? " non-negative" : "") + " number)");
+                        number_text(v[i]) + " (expected a finite number)");
+}
+
+// An FP8 block scale is 0 (an all-zero block) or a normal float in [2^-126, 2^63]: block
+// quantisation never writes a negative one, the fast kernels read a subnormal one as zero (they
+// run with denormals-are-zero) and multiply the scale by 2^64 (fast_linear.hpp fp8_block_sum).
+// Real checkpoints' scales are ~1e-4.
+void check_scales(const tensor_info& t, const float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(v[i] == 0.0f || (v[i] >= std::ldexp(1.0f, -126) && v[i] <= std::ldexp(1.0f, 63))))
+      throw input_error(t.file + ": tensor \"" + t.name + "\": element " + std::to_string(i) + " is " +
+                        number_text(v[i]) + " (expected an FP8 block scale: 0, or from 2^-126 to 2^63)");
 }
 
 // Reads tensors out of the checkpoint into `w`, copying into `w.owned` only what must be copied.
@@ -64,7 +80,7 @@ struct loader {
       dtype_error(t, role, "F32, BF16 or F16");
     std::vector<float> out(static_cast<size_t>(n));
     to_f32(t, out.data());
-    check_values(t, out.data(), n, /*non_negative=*/false);
+    check_values(t, out.data(), n);
     return out;
   }
 
@@ -98,7 +114,7 @@ struct loader {
       to_f32(s, converted);
       scales = converted;
     }
-    check_values(s, scales, n, /*non_negative=*/true);
+    check_scales(s, scales, n);
     return scales;
   }
 

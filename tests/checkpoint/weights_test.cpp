@@ -318,11 +318,13 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
     });
     CHECK(contains(load_error(dir.path), "\"" + weight + "_scale_inv\": expected shape [1, 1]"));
   }
-  SUBCASE("a NaN, infinite or negative scale; a NaN router bias or norm weight") {
+  SUBCASE("a NaN, infinite, negative, subnormal or huge scale; a NaN router bias or norm weight") {
     const std::vector<std::pair<std::string, float>> cases = {
         {weight + "_scale_inv", std::nanf("")},
         {weight + "_scale_inv", -INFINITY},
         {weight + "_scale_inv", -0.5f},
+        {weight + "_scale_inv", std::ldexp(1.0f, -127)},      // subnormal: the fast path reads 0
+        {weight + "_scale_inv", std::ldexp(1.5f, 63)},        // times 2^64 overflows
         {"model.layers.2.mlp.gate.e_score_correction_bias", std::nanf("")},
         {"model.layers.1.self_attn.kv_a_layernorm.weight", INFINITY}};
     for (const auto& [name, value] : cases) {
@@ -340,7 +342,18 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
       const std::string msg = load_error(bad.path);
       CHECK(contains(msg, (bad.path / "model.safetensors").string()));
       CHECK_MESSAGE(contains(msg, "tensor \"" + name + "\": element "), msg);
-      CHECK(contains(msg, "(expected a finite"));
+      const bool scale = name.ends_with("_scale_inv");
+      CHECK_MESSAGE(contains(msg, scale ? "(expected an FP8 block scale: 0, or from 2^-126 to 2^63)"
+                                        : "(expected a finite number)"), msg);
+    }
+    for (const float edge : {std::ldexp(1.0f, -126), std::ldexp(1.0f, 63)}) {   // the limits load
+      temp_dir ok;
+      make_tiny(ok.path, /*fp8=*/true);
+      edit_tensors(ok.path, [&](auto& t) {
+        auto& s = find_tensor(t, weight + "_scale_inv");
+        s.bytes = f32_bytes(std::vector<float>(s.bytes.size() / 4, edge));
+      });
+      CHECK(load(ok.path).layers[1].attn.kv_b_proj.scale_inv[0] == edge);
     }
     edit_tensors(dir.path, [&](auto& t) {         // a zero scale is an all-zero block: accepted
       auto& s = find_tensor(t, weight + "_scale_inv");
