@@ -39,7 +39,7 @@ struct bench_options {
   int64_t decode_steps = 128;                // batch 1 at 32 steps swung 2x between runs
   std::vector<int64_t> batches = {1, 8, 32};
   bool gemm = false;
-  bool mmap_weights = false;
+  weight_options weights;
   bool op_times = false;
 };
 
@@ -406,7 +406,7 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
 void run_model(const bench_options& o) {
   session_options so;
   so.model_dir = o.model_dir;
-  so.mmap_weights = o.mmap_weights;
+  so.weights = o.weights;
   so.threads = o.threads;
   const int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   so.max_context = std::max(o.prompt_len, o.decode_prompt_len + o.decode_steps);
@@ -489,7 +489,7 @@ void add_bench_model(CLI::App& app) {
   auto o = std::make_shared<bench_options>();
   CLI::App* cmd = app.add_subcommand("bench-model", "prefill / decode throughput on the fast CPU path");
   cmd->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors)");
-  add_weight_memory_flag(*cmd, o->mmap_weights);
+  add_weight_options(*cmd, o->weights);
   cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--prompt-len", o->prompt_len, "prefill prompt tokens")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/checkpoint/checkpoint.hpp"
+#include "kernels/model/fp8_quantize.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 
@@ -139,9 +140,9 @@ void fill_float(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst) {
   });
 }
 
-constexpr int64_t fp8_block = 128;
+constexpr int64_t fp8_block = fp8_quant_block;
 
-// Quantises to e4m3 per 128x128 block with scale amax / 448 (W = q * scale). Writes the FP8 bytes
+// Quantises to e4m3 per 128x128 block with scale amax / 448 (W = q * scale; fp8_block_scale). Writes the FP8 bytes
 // to `dst` when it is non-empty, and the scales [ceil(rows/128), ceil(cols/128)] to `scales`.
 void quantize_fp8(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst, std::vector<float>& scales) {
   const int64_t rows = t.rows(), cols = t.cols();
@@ -158,7 +159,7 @@ void quantize_fp8(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst,
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t c = c0; c < c1; ++c)
             amax = std::max(amax, std::fabs(buf[(r - r0) * cols + c]));
-        const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+        const float scale = fp8_block_scale(amax);
         scales[br * block_cols + bc] = scale;
         if (dst.empty())
           continue;

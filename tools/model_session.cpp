@@ -4,16 +4,33 @@
 #include <filesystem>
 
 #include "kernels/cpu/fast_weights.hpp"
+#include "kernels/model/fp8_quantize.hpp"
 #include "tools/load_progress.hpp"
 
 namespace moe::tools {
 
-void add_weight_memory_flag(CLI::App& cmd, bool& mmap_weights) {
-  cmd.add_flag("--mmap-weights", mmap_weights,
+void add_weight_options(CLI::App& cmd, weight_options& opts) {
+  cmd.add_flag("--mmap-weights", opts.mmap,
                "map the checkpoint files (one page cache shared with other processes) instead of "
                "copying the weights into transparent huge pages (the default: huge pages on any "
                "file system and kernel, and FP8 weights repacked into the GEMV's panels: much faster "
                "small-batch decode)");
+  cmd.add_flag("--lm-head-fp8", opts.lm_head_fp8,
+               "quantise the lm_head to FP8 E4M3 in 128x128 blocks at load, as the checkpoint's other "
+               "linear weights (V3's FP8 release keeps it BF16): half its bytes, the largest single read "
+               "of a small-batch decode step on small models; the logits move by about FP8's rounding");
+}
+
+model_weights load_weights(const std::string& dir, const weight_options& opts, bool reference) {
+  // FP8 weights in the fast kernels' panel layout, unless the reference loops run (they read any
+  // layout, but as the specification they read the checkpoint's own)
+  model_weights w = load_model_weights(checkpoint::open(dir, opts.mmap ? weight_memory::mmap : weight_memory::copy,
+                                                        stderr_load_progress(), /*fp8_panels=*/!reference));
+  if (opts.lm_head_fp8)
+    quantize_lm_head_fp8(w, /*panels=*/!reference);
+  if (!reference)                           // the fast path multiplies BF16 weights from panels
+    fast::prepare_fast_weights(w);
+  return w;
 }
 
 void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default, bool kv_flags) {
@@ -33,7 +50,7 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
       ->check(CLI::Range(0, 1024));
   cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive" + single_rank)
       ->check(CLI::IsMember({"absorbed", "naive"}));
-  add_weight_memory_flag(cmd, opts.mmap_weights);
+  add_weight_options(cmd, opts.weights);
   if (!kv_flags)
     return;
   cmd.add_option("--kv-blocks", opts.kv_blocks, "KV cache blocks (0: enough for --max-context)")
@@ -46,13 +63,7 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
 
 std::unique_ptr<model_session> load_model(const session_options& opts, bool need_tokenizer) {
   auto s = std::make_unique<model_session>();
-  // FP8 weights in the fast kernels' panel layout, unless the reference loops run (they read any
-  // layout, but as the specification they read the checkpoint's own)
-  s->ckpt = checkpoint::open(opts.model_dir, opts.mmap_weights ? weight_memory::mmap : weight_memory::copy,
-                             stderr_load_progress(), /*fp8_panels=*/!opts.reference);
-  s->weights = load_model_weights(s->ckpt);
-  if (!opts.reference)                      // the fast path multiplies BF16 weights from panels
-    fast::prepare_fast_weights(s->weights);
+  s->weights = load_weights(opts.model_dir, opts.weights, opts.reference);
   const std::filesystem::path tok_file = std::filesystem::path(opts.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_file))
     s->tok = tokenizer::load(opts.model_dir);

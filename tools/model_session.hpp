@@ -15,6 +15,19 @@
 
 namespace moe::tools {
 
+/// How a verb loads the weights: where their bytes live, and what is quantised at load.
+struct weight_options {
+  bool mmap = false;                        // map the files instead of copying into huge pages
+  bool lm_head_fp8 = false;                 // quantise a non-FP8 lm_head to FP8 at load
+};
+
+/// Adds --mmap-weights (weight_memory::mmap instead of the default copy) and --lm-head-fp8.
+void add_weight_options(CLI::App& cmd, weight_options& opts);
+
+/// Opens the checkpoint `dir` and loads its weights as `opts` say, laid out for the fast path
+/// unless `reference`; throws input_error with a clear message on bad input.
+[[nodiscard]] model_weights load_weights(const std::string& dir, const weight_options& opts, bool reference);
+
 struct session_options {
   std::string model_dir;
   bool reference = false;                   // plain-loop CPU reference instead of the fast path
@@ -24,19 +37,15 @@ struct session_options {
   int64_t max_context = 8192;               // tokens one sequence may hold
   std::string attention = "absorbed";       // or "naive"
   ep_precision ep;                          // routed-expert payload types (as expert parallelism)
-  bool mmap_weights = false;                // map the files instead of copying into huge pages
+  weight_options weights;
 };
 
-/// Adds --mmap-weights (weight_memory::mmap instead of the default copy) to a verb.
-void add_weight_memory_flag(CLI::App& cmd, bool& mmap_weights);
-
-/// Adds --model, --threads, --attention, --mmap-weights to a verb, --reference (fast path by default) or, when
+/// Adds --model, --threads, --attention, the weight options to a verb, --reference (fast path by default) or, when
 /// reference_by_default, --fast, and unless kv_flags is false --kv-blocks, --block-size, --max-context.
 void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by_default = false,
                          bool kv_flags = true);
 
 struct model_session {
-  std::shared_ptr<const checkpoint> ckpt;
   model_weights weights;
   std::shared_ptr<const tokenizer> tok;     // null when the model dir has no tokenizer.json
   std::unique_ptr<backend> device;

@@ -11,13 +11,10 @@
 
 #include "actors/system_config.hpp"
 #include "actors/supervisor.hpp"
-#include "kernels/checkpoint/checkpoint.hpp"
-#include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
 #include "net/server_log.hpp"
 #include "tools/commands.hpp"
-#include "tools/load_progress.hpp"
 #include "tools/model_session.hpp"
 #include "tools/topology_options.hpp"
 
@@ -29,7 +26,7 @@ struct serve_options {
   std::string model_dir;
   topology_options topology;
   bool reference = false;
-  bool mmap_weights = false;
+  weight_options weights;
   net::server_limits limits;
   net::auth_keys keys;
   double idle_timeout_s = 300.0, read_timeout_s = 30.0;
@@ -63,12 +60,7 @@ void run(serve_options& o) {
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
   validate_for_model(topo, load_model_config(o.model_dir));   // before minutes of loading
-  model_weights loaded = load_model_weights(
-      checkpoint::open(o.model_dir, o.mmap_weights ? weight_memory::mmap : weight_memory::copy,
-                       stderr_load_progress(), /*fp8_panels=*/!o.reference));
-  if (!o.reference)                         // the fast path multiplies BF16 weights from panels
-    fast::prepare_fast_weights(loaded);
-  auto weights = std::make_shared<const model_weights>(std::move(loaded));
+  auto weights = std::make_shared<const model_weights>(load_weights(o.model_dir, o.weights, o.reference));
   auto tok = tokenizer::load(o.model_dir);
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);
@@ -119,7 +111,7 @@ void add_serve(CLI::App& app) {
       ->required();
   add_topology_options(*cmd, o->topology, /*listen=*/true);
   cmd->add_flag("--reference", o->reference, "run the plain-loop CPU reference backend on every rank");
-  add_weight_memory_flag(*cmd, o->mmap_weights);
+  add_weight_options(*cmd, o->weights);
   auto& l = o->limits;
   cmd->add_option("--max-connections", l.max_connections, "open connections at most (default 256)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));

@@ -98,6 +98,7 @@ struct model_weights {
   std::shared_ptr<const checkpoint> source;
   std::vector<std::vector<float>> owned;    // scales converted to f32, realigned tensors
   std::vector<std::shared_ptr<const void>> fast_copies;   // the fast path's layouts (fast_weights.hpp)
+  std::vector<std::shared_ptr<const void>> requantized;   // weights quantised at load (fp8_quantize.hpp)
 };
 
 /// Loads every tensor the forward pass needs, checking names, dtypes and shapes. MTP layers

@@ -10,6 +10,7 @@
 #   deepseek_v3_reference.py --model DIR --tokens 1,2,3 --out logits.npy
 #   deepseek_v3_reference.py --model DIR --tokens 1,2,3 --compare other.npy [--atol-rel R]
 #   deepseek_v3_reference.py --self-test
+#   ... --lm-head-fp8: the lm_head block-quantised to FP8 first (spec 4), as `moeserve --lm-head-fp8`
 #
 # Needs only the Python standard library and numpy (Debian's /usr/bin/python3 has numpy 1.24).
 import argparse
@@ -189,6 +190,29 @@ def block_dequant(q, s, block):
     return q * full
 
 
+def fp8_e4m3_round(x):
+    """float64 x to the nearest float8_e4m3fn value (spec 1.1: 3 mantissa bits, exponent bias 7,
+    subnormals below 2^-6), ties to even, saturating at +-448 (no infinities)."""
+    a = np.minimum(np.abs(x), 448.0)
+    quantum = 2.0 ** (np.floor(np.log2(np.maximum(a, 2.0 ** -6))) - 3)   # one mantissa step
+    return np.copysign(np.round(a / quantum) * quantum, x)             # np.round: ties to even
+
+
+def fp8_block_quantize(w, block=(128, 128)):
+    """W as DeepSeek's FP8 checkpoints would hold it, dequantised (spec 4): per block scale =
+    amax / 448 in float32 (1 for an all-zero block, at least 2^-126), code = e4m3(w / scale)."""
+    br, bc = block
+    w32 = w.astype(np.float32)
+    out = np.empty(w.shape)
+    for i in range(0, w.shape[0], br):
+        for j in range(0, w.shape[1], bc):
+            b = w32[i:i + br, j:j + bc]
+            amax = np.float32(np.abs(b).max())
+            scale = np.float32(1.0) if amax == 0 else max(amax / np.float32(448.0), np.float32(2.0 ** -126))
+            out[i:i + br, j:j + bc] = fp8_e4m3_round((b / scale).astype(np.float64)) * float(scale)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Config (spec 2)
 
@@ -352,12 +376,22 @@ def route(logits, bias, cfg):
 
 
 class Model:
-    def __init__(self, ckpt):
+    def __init__(self, ckpt, lm_head_fp8=False):
         self.ck = ckpt
         self.cfg = Config(ckpt.config)
+        self.lm_head_fp8 = lm_head_fp8
 
     def w(self, name):
         return self.ck.weight(name)
+
+    def head(self):
+        """The lm_head (the tied embedding where there is none), FP8-quantised if asked."""
+        name = "lm_head.weight"
+        if not self.ck.has(name) and self.cfg.tie_word_embeddings:
+            name = "model.embed_tokens.weight"
+        if self.lm_head_fp8 and self.ck.dtype(name) != "F8_E4M3":
+            return fp8_block_quantize(self.w(name))
+        return self.w(name)
 
     def attention(self, x, p, positions):
         """MLA, naive form (spec 5.4). x: [T, D] -> [T, D]."""
@@ -436,7 +470,7 @@ class Model:
                                                 p + "self_attn.", pos, caches[n])
                 x = rms_norm(h, self.w(p + "post_attention_layernorm.weight"), eps)[None, :]
                 h = h + (self.moe(x, p + "mlp.") if cfg.is_moe(n) else self.dense_mlp(x, p + "mlp."))[0]
-            rows.append(rms_norm(h, self.w("model.norm.weight"), eps) @ self.w("lm_head.weight").T)
+            rows.append(rms_norm(h, self.w("model.norm.weight"), eps) @ self.head().T)
         return np.stack(rows)
 
     def dense_mlp(self, x, p):
@@ -479,10 +513,7 @@ class Model:
                                    p + "self_attn.", positions)
             x = rms_norm(h, self.w(p + "post_attention_layernorm.weight"), eps)
             h = h + (self.moe(x, p + "mlp.") if cfg.is_moe(n) else self.dense_mlp(x, p + "mlp."))
-        head = "lm_head.weight"
-        if not self.ck.has(head) and cfg.tie_word_embeddings:
-            head = "model.embed_tokens.weight"
-        return rms_norm(h, self.w("model.norm.weight"), eps) @ self.w(head).T
+        return rms_norm(h, self.w("model.norm.weight"), eps) @ self.head().T
 
 
 # ----------------------------------------------------------------------------------------------
@@ -665,6 +696,17 @@ def self_test():
     check("block dequant partial", block_dequant(q, s, (2, 2)),
           [[0, 1, 20], [3, 4, 50], [600, 700, 8000]], 0)
 
+    # FP8 rounding: ties to even, subnormal steps of 2^-9, saturation at 448 (spec 1.1).
+    check("fp8 round", fp8_e4m3_round(np.array(
+        [1.0625, 1.1875, 1.07, -300.0, 460.0, 1e6, 3 * 2.0 ** -10, 2.0 ** -10, 0.3, -0.0])),
+        [1.0, 1.25, 1.125, -288.0, 448.0, 448.0, 2.0 ** -8, 0.0, 0.3125, 0.0], 0)
+    # Block quantisation: 3x3 in 2x2 blocks; each block's largest magnitude lands on 448 * scale.
+    wq = np.array([[448.0, -1.0, 0.0], [3.0, 10.0, 0.0], [0.0, 0.0, -0.001]])
+    check("fp8 block quantize", fp8_block_quantize(wq, (2, 2)),
+          [[448.0, -1.0, 0.0], [3.0, 10.0, 0.0], [0.0, 0.0, -0.001]], 1e-9)   # f32 0.001
+    check("fp8 block quantize rounds", fp8_block_quantize(np.array([[448.0, 9.0], [17.0, 1.0]]), (2, 2)),
+          [[448.0, 9.0], [16.0, 1.0]], 0)
+
     # safetensors round trip across two shards, an index, FP8 + scale in different shards.
     with tempfile.TemporaryDirectory() as d:
         fp8 = np.array([[0x38, 0xB8, 0x01], [0x7E, 0x40, 0x30]], dtype=np.uint8)   # 0x40 = 2, 0x30 = 0.5
@@ -727,6 +769,8 @@ def main(argv):
     ap.add_argument("--min-argmax-agree", type=float, default=0.0,
                     help="also fail if the fraction of rows with the same argmax is below this")
     ap.add_argument("--self-test", action="store_true", help="check the spec's worked numbers")
+    ap.add_argument("--lm-head-fp8", action="store_true",
+                    help="block-quantise a non-FP8 lm_head to FP8 E4M3 (128x128) first")
     args = ap.parse_args(argv)
 
     if args.self_test:
@@ -738,7 +782,7 @@ def main(argv):
     if not args.model or not args.tokens:
         ap.error("--model and --tokens are required (or --self-test alone)")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
-    logits = Model(Checkpoint(args.model)).forward(tokens)
+    logits = Model(Checkpoint(args.model), lm_head_fp8=args.lm_head_fp8).forward(tokens)
     if args.out:
         np.save(args.out, logits.astype(np.float32))
     if args.compare:

@@ -7,6 +7,9 @@
 # Tolerances (max abs diff over all [T, V] logits; M = max(1, max |reference logit|)):
 #   exact path (fp32 activations):     max abs diff <= 1e-3 * M
 #   --fast path (bf16 activations):    max abs diff <  5e-2 * M  and  argmax agreement >= 90% of rows
+# and, on the FP8 model, both paths with --lm-head-fp8 against the NumPy pass quantising its lm_head
+# the same way (--lm-head-fp8 there), with the same tolerances; the exact path's logits must then
+# miss the unquantised reference at 1e-3 * M (the flag is not a no-op).
 set -uo pipefail
 
 moeserve=${1:?usage: test_logits_vs_numpy.sh <moeserve> [build-dir]}
@@ -61,6 +64,24 @@ for variant in bf16 fp8; do
          "argmax agreement >= 90% of rows"
     step "compare $variant fast" "$py" "$ref" --model "$model" --tokens "$tokens" \
       --compare "$tmp/fast-$variant.npy" --atol-rel 5e-2 --min-argmax-agree 0.9
+  fi
+
+  [[ $variant == fp8 ]] || continue
+  step "reference logits $variant --lm-head-fp8" "$py" "$ref" --model "$model" --tokens "$tokens" \
+    --lm-head-fp8 --out "$tmp/ref-head8.npy" || continue
+  for path in exact fast; do
+    flags=(--lm-head-fp8)
+    tolerance=(--atol-rel 1e-3)
+    [[ $path == fast ]] && flags+=(--fast) && tolerance=(--atol-rel 5e-2 --min-argmax-agree 0.9)
+    step "moeserve logits $variant $path --lm-head-fp8" "$moeserve" logits --model "$model" \
+      --tokens "$tokens" --out "$tmp/$path-head8.npy" "${flags[@]}" || continue
+    step "compare $variant $path --lm-head-fp8" "$py" "$ref" --model "$model" --tokens "$tokens" \
+      --lm-head-fp8 --compare "$tmp/$path-head8.npy" "${tolerance[@]}"
+  done
+  echo "---- the FP8 lm_head's logits must miss the BF16 lm_head's reference at 1e-3 * M"
+  if "$py" "$ref" --model "$model" --tokens "$tokens" --compare "$tmp/exact-head8.npy" --atol-rel 1e-3; then
+    echo "FAILED: --lm-head-fp8 changed nothing"
+    failures+=("--lm-head-fp8 is a no-op")
   fi
 done
 
