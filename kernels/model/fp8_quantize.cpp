@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/checkpoint/host_memory.hpp"
 #include "kernels/cpu/fast_weights.hpp"
 
 namespace moe {
@@ -26,8 +27,11 @@ linear_weight quantize_to_fp8(const linear_weight& w, weight_layout layout, mode
   const int64_t block_rows = (out + fp8_quant_block - 1) / fp8_quant_block;
   const int64_t block_cols = (in + fp8_quant_block - 1) / fp8_quant_block;
   const int64_t code_bytes = layout == weight_layout::fp8_panels ? fp8_panels_bytes(out, in) : out * in;
+  const int64_t bytes = code_bytes + 4 * block_rows * block_cols;
+  require_memory(static_cast<uint64_t>(bytes), "an FP8 copy of a weight (--lm-head-fp8)",
+                 ": use a machine with more memory, or leave the weight as it is");
   // huge pages, as the loader's copy of the checkpoint: a decode step streams the whole weight
-  std::shared_ptr<void> storage = fast::huge_page_buffer(static_cast<size_t>(code_bytes + 4 * block_rows * block_cols));
+  std::shared_ptr<void> storage = fast::huge_page_buffer(static_cast<size_t>(bytes));
   auto* codes = static_cast<uint8_t*>(storage.get());
   auto* scales = reinterpret_cast<float*>(codes + code_bytes);     // code_bytes is a multiple of 64
   linear_weight q{.type = dtype::f8_e4m3, .data = codes, .layout = layout, .out_features = out,
