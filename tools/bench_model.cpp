@@ -424,10 +424,12 @@ void run_model(const bench_options& o) {
                       std::to_string(cfg.max_position_embeddings) + "-token context (max_position_embeddings)");
   const int64_t bytes_per_token = weight_bytes_per_token(s->weights);
   auto* fast = dynamic_cast<cpu_fast_backend*>(s->device.get());
-  std::printf("model %s: %lld layers, hidden %lld, vocab %lld, backend %s, %d threads\n",
+  std::printf("model %s: %lld layers, hidden %lld, vocab %lld, lm_head %s%s, backend %s, %d threads\n",
               o.model_dir.c_str(), static_cast<long long>(cfg.num_hidden_layers),
               static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.vocab_size),
-              std::string(s->device->name()).c_str(), fast ? fast->num_threads() : 1);
+              std::string(dtype_name(s->weights.lm_head.type)).c_str(),
+              o.weights.lm_head_fp8 ? " (--lm-head-fp8)" : "", std::string(s->device->name()).c_str(),
+              fast ? fast->num_threads() : 1);
 
   (void)bench_prefill(*s, *s->runner, std::min<int64_t>(o.prompt_len, 64));   // warm up: page in weights
   std::vector<double> runs;
