@@ -62,7 +62,7 @@ linear_weight quantize_to_fp8(const linear_weight& w, weight_layout layout, mode
   };
   if (layout == weight_layout::fp8_panels)   // the panels' padding rows (none when they fit)
     std::memset(codes, 0, static_cast<size_t>(code_bytes));
-  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, block_rows);
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(block_rows, 1));
   std::vector<std::jthread> helpers;
   for (int64_t t = 1; t < threads; ++t)
     helpers.emplace_back(quantize_rows, block_rows * t / threads, block_rows * (t + 1) / threads);
