@@ -142,7 +142,7 @@ void fill_float(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst) {
 
 constexpr int64_t fp8_block = fp8_quant_block;
 
-// Quantises to e4m3 per 128x128 block with scale amax / 448 (W = q * scale; fp8_block_scale). Writes the FP8 bytes
+// Quantises to e4m3 per 128x128 block with scale amax / 448 (W = q * scale). Writes the FP8 bytes
 // to `dst` when it is non-empty, and the scales [ceil(rows/128), ceil(cols/128)] to `scales`.
 void quantize_fp8(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst, std::vector<float>& scales) {
   const int64_t rows = t.rows(), cols = t.cols();
@@ -155,17 +155,11 @@ void quantize_fp8(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst,
       generate_rows(t, seed, r0, r1, buf.data());
       for (int64_t bc = 0; bc < block_cols; ++bc) {
         const int64_t c0 = bc * fp8_block, c1 = std::min(cols, c0 + fp8_block);
-        float amax = 0.0f;
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = c0; c < c1; ++c)
-            amax = std::max(amax, std::fabs(buf[(r - r0) * cols + c]));
-        const float scale = fp8_block_scale(amax);
-        scales[br * block_cols + bc] = scale;
-        if (dst.empty())
-          continue;
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = c0; c < c1; ++c)
-            dst[r * cols + c] = std::byte{f32_to_fp8_e4m3(buf[(r - r0) * cols + c] / scale)};
+        scales[br * block_cols + bc] = quantize_fp8_block(
+            buf.data() + c0, cols, r1 - r0, c1 - c0, [&](int64_t r, int64_t c, uint8_t code) {
+              if (!dst.empty())
+                dst[(r0 + r) * cols + c0 + c] = std::byte{code};
+            });
       }
     }
   });

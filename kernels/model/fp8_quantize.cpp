@@ -48,15 +48,9 @@ linear_weight quantize_to_fp8(const linear_weight& w, weight_layout layout, mode
           rows[static_cast<size_t>((r - r0) * in + c)] = w.at(r, c);
       for (int64_t bc = 0; bc < block_cols; ++bc) {
         const int64_t c0 = bc * fp8_quant_block, c1 = std::min(in, c0 + fp8_quant_block);
-        float amax = 0.0f;
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = c0; c < c1; ++c)
-            amax = std::max(amax, std::fabs(rows[static_cast<size_t>((r - r0) * in + c)]));
-        const float scale = fp8_block_scale(amax);
-        scales[br * block_cols + bc] = scale;
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = c0; c < c1; ++c)
-            codes[q.index(r, c)] = f32_to_fp8_e4m3(rows[static_cast<size_t>((r - r0) * in + c)] / scale);
+        scales[br * block_cols + bc] = quantize_fp8_block(
+            rows.data() + c0, in, r1 - r0, c1 - c0,
+            [&](int64_t r, int64_t c, uint8_t code) { codes[q.index(r0 + r, c0 + c)] = code; });
       }
     }
   };

@@ -5,6 +5,7 @@
 // this way: the largest single read of a batch-1 decode step on a small model, halved.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/model/weights.hpp"
@@ -18,6 +19,21 @@ inline constexpr int64_t fp8_quant_block = 128;
 /// float, as the loader requires of any scale; the codes of such a block are then smaller) and 1
 /// for an all-zero block.
 [[nodiscard]] float fp8_block_scale(float amax) noexcept;
+
+/// Quantises one block of `rows` x `cols` values (row r at `values + r * stride`): calls
+/// store(r, c, code) for each of its elements and returns the block's scale (fp8_block_scale).
+template <class Store>
+float quantize_fp8_block(const float* values, int64_t stride, int64_t rows, int64_t cols, Store&& store) {
+  float amax = 0.0f;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      amax = std::fmax(amax, std::fabs(values[r * stride + c]));
+  const float scale = fp8_block_scale(amax);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      store(r, c, f32_to_fp8_e4m3(values[r * stride + c] / scale));
+  return scale;
+}
 
 /// `w` (any dtype the loader accepts) quantised to FP8 E4M3 in 128x128 blocks with its codes in
 /// `layout` (weight_layout::fp8_panels needs fp8_panels_fit). The codes and the scales are held
