@@ -55,8 +55,9 @@ using tensor_filter = std::function<bool(std::string_view name)>;
 class safetensors_file {
 public:
   /// Loads (see weight_memory) and parses `path`; throws input_error naming the file on a
-  /// truncated file, malformed header JSON, an unknown dtype, or offsets out of range / not
-  /// matching the shape.
+  /// truncated file, malformed header JSON, an unknown dtype, offsets out of range / not
+  /// matching the shape, or a kept tensor holding a NaN or an infinity (check_finite, on every
+  /// core: one pass over the bytes at load).
   /// `on_bytes` (optional) hears the bytes of this file loaded so far. With `fp8_panels` and
   /// weight_memory::copy, every F8_E4M3 tensor of two dimensions that fp8_panels_fit is repacked
   /// in place into weight_layout::fp8_panels (its tensor_info says so); mapped files stay as stored.

@@ -9,19 +9,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/checkpoint/checkpoint.hpp"
+#include "kernels/checkpoint/tensor_pass.hpp"
 
 namespace moe {
 namespace {
@@ -124,21 +123,22 @@ void repack_fp8_tensors(std::map<std::string, tensor_info, std::less<>>& tensors
   for (auto& [name, t] : tensors)
     if (t.type == dtype::f8_e4m3 && t.shape.size() == 2 && fp8_panels_fit(t.shape[0], t.shape[1]))
       todo.push_back(&t);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < todo.size(); i = next++) {
-      tensor_info& t = *todo[i];
-      repack_fp8_panels(const_cast<std::byte*>(t.data), t.shape[0], t.shape[1]);
-      t.layout = weight_layout::fp8_panels;
-    }
-  };
-  const size_t helpers = std::min<size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency())) - (todo.empty() ? 0 : 1);
-  std::vector<std::thread> threads;
-  for (size_t h = 0; h < helpers; ++h)
-    threads.emplace_back(work);
-  work();
-  for (auto& th : threads)
-    th.join();
+  for_each_tensor_parallel(todo, [](tensor_info& t) {
+    repack_fp8_panels(const_cast<std::byte*>(t.data), t.shape[0], t.shape[1]);
+    t.layout = weight_layout::fp8_panels;
+  });
+}
+
+// Every kept tensor scanned for NaN and infinite values (check_finite), largest first so the
+// cores finish together; before any repacking, so an error names the element as stored.
+void check_finite_tensors(std::map<std::string, tensor_info, std::less<>>& tensors) {
+  std::vector<tensor_info*> todo;
+  for (auto& [name, t] : tensors)
+    todo.push_back(&t);
+  std::stable_sort(todo.begin(), todo.end(), [](const tensor_info* a, const tensor_info* b) {
+    return a->num_bytes > b->num_bytes;
+  });
+  for_each_tensor_parallel(todo, [](tensor_info& t) { check_finite(t); });
 }
 
 struct fd_guard {
@@ -322,6 +322,9 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
     if (on_bytes && at < size)                             // skipped tensors at the end
       on_bytes(size);
     (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   // the copy is what runs
+  }
+  check_finite_tensors(file->tensors_);
+  if (memory == weight_memory::copy) {
     if (fp8_panels)
       repack_fp8_tensors(file->tensors_);
     (void)::mprotect(file->map_, file->map_size_, PROT_READ);

@@ -106,7 +106,7 @@ TEST_CASE("weights load as a read-only copy in memory advised for huge pages, or
   safetensors_writer w;
   w.add("w", dtype::bf16, {1024, 1536}, [](std::span<std::byte> dst) {   // 3 MiB: past one huge page
     for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] = std::byte{static_cast<uint8_t>(i * 7 + (i >> 16))};
+      dst[i] = std::byte{static_cast<uint8_t>((i * 7 + (i >> 16)) % 127)};   // finite bf16: open scans
   });
   w.write(file);
   const std::string raw = read_text(file);
@@ -129,6 +129,58 @@ TEST_CASE("weights load as a read-only copy in memory advised for huge pages, or
     MESSAGE("transparent huge pages are off here: the copy stays in 4 KiB pages");
   CHECK(mm.perms == "r--s");                        // the file's shared page cache
   CHECK(mm.path == fs::canonical(file).string());
+}
+
+TEST_CASE("a NaN or an infinity in any float tensor is refused at open, naming the element") {
+  // One bad element at flat index `at` of a [rows, cols] tensor; every other element finite,
+  // among them each dtype's largest finite values (which must load).
+  struct bad_case {
+    dtype type;
+    std::vector<uint8_t> bad;        // the bad element's bytes, little-endian
+    std::vector<uint8_t> edge;       // a finite edge value's bytes
+    std::string shown;
+  };
+  const std::vector<bad_case> cases = {
+      {dtype::f32, {0x00, 0x00, 0xc0, 0x7f}, {0xff, 0xff, 0x7f, 0x7f}, "is NaN"},          // FLT_MAX edge
+      {dtype::f32, {0x00, 0x00, 0x80, 0xff}, {0xff, 0xff, 0x7f, 0xff}, "is -infinity"},
+      {dtype::bf16, {0x80, 0x7f}, {0x7f, 0x7f}, "is +infinity"},                         // 0x7f7f: max
+      {dtype::bf16, {0xc1, 0xff}, {0x7f, 0xff}, "is NaN"},
+      {dtype::f16, {0x00, 0x7c}, {0xff, 0x7b}, "is +infinity"},                          // 65504 loads
+      {dtype::f16, {0x01, 0xfe}, {0xff, 0xfb}, "is NaN"},
+      {dtype::f8_e4m3, {0x7f}, {0x7e}, "is NaN (F8_E4M3 code 0x7f)"},                    // 448 loads
+      {dtype::f8_e4m3, {0xff}, {0xfe}, "is NaN (F8_E4M3 code 0xff)"}};
+  constexpr int64_t rows = 40, cols = 300, at = 37 * cols + 211;   // past the scan's first block
+  for (const bad_case& c : cases) {
+    CAPTURE(std::string(dtype_name(c.type)));
+    CAPTURE(c.shown);
+    const size_t size = c.bad.size();
+    auto fill = [&](bool with_bad) {
+      std::vector<std::byte> bytes(static_cast<size_t>(rows * cols) * size);
+      for (size_t e = 0; e < static_cast<size_t>(rows * cols); ++e)
+        for (size_t b = 0; b < size; ++b)
+          bytes[e * size + b] = std::byte{(e % 3 == 0 ? c.edge : std::vector<uint8_t>(size, 0x11))[b]};
+      if (with_bad)
+        for (size_t b = 0; b < size; ++b)
+          bytes[static_cast<size_t>(at) * size + b] = std::byte{c.bad[b]};
+      return bytes;
+    };
+    temp_dir dir;
+    const fs::path good = dir.path / "good.safetensors", bad = dir.path / "bad.safetensors";
+    for (const bool with_bad : {false, true}) {
+      safetensors_writer w;
+      w.add("ok", dtype::f32, {2}, f32_bytes_of({1.0f, -2.0f}));
+      w.add("model.w", c.type, {rows, cols}, fill(with_bad));
+      w.write(with_bad ? bad : good);
+    }
+    for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {
+      CAPTURE(static_cast<int>(memory));
+      CHECK(safetensors_file::open(good, memory)->tensors().size() == 2);
+      const std::string msg = error_of([&] { (void)safetensors_file::open(bad, memory, {}, /*fp8_panels=*/true); });
+      CHECK_MESSAGE(contains(msg, bad.string() + ": tensor \"model.w\": element " + std::to_string(at) + " [37, 211] " +
+                                      c.shown + " (expected a finite number)"),
+                    msg);
+    }
+  }
 }
 
 TEST_CASE("skipped tensors (the MTP layer) are checked, left out, and in a copy never read nor committed") {
@@ -376,7 +428,7 @@ TEST_CASE("loaded weights' pages are in place at open: reading every tensor take
   safetensors_writer w;
   w.add("w", dtype::bf16, {pages, page / 2}, [](std::span<std::byte> dst) {
     for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] = std::byte{static_cast<uint8_t>(1 + (i >> 12))};
+      dst[i] = std::byte{static_cast<uint8_t>(1 + (i >> 12) % 126)};   // finite bf16 (no NaN: open scans)
   });
   w.write(file);
   for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {
