@@ -20,6 +20,7 @@
 
 #include "kernels/cpu/fast_backend.hpp"   // also the AVX-512 intrinsics (fast_simd.hpp)
 #include "kernels/cpu/thread_pool.hpp"
+#include "tools/bench_gemm_weights.hpp"
 #include "tools/bench_weights.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_flops.hpp"
@@ -149,89 +150,15 @@ double measure_peak(int threads, peak_op op) {
 
 // ---- --gemm: kernel microbenchmarks --------------------------------------------------------
 
-// Random weights: BF16 in +-[2^-7, 2^-6), FP8 codes without NaN, scales around 1e-3; laid out
-// as a fast session lays out a checkpoint's (fast_weights.hpp): BF16 packed for the GEMM, FP8
-// in panels.
-struct bench_weight {
-  std::vector<uint8_t> bytes;
-  std::vector<float> scales;
-  std::shared_ptr<const void> laid_out;
-  linear_weight w;
-};
-
-std::unique_ptr<bench_weight> make_bench_weight(dtype type, int64_t out, int64_t in, uint64_t seed) {
-  auto b = std::make_unique<bench_weight>();
-  const int64_t n = out * in * dtype_size(type);
-  b->bytes.resize(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (int64_t i = 0; i + 8 <= n; i += 8) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    uint64_t v = s;
-    if (type == dtype::bf16)
-      v = (v & 0x807f807f807f807full) | 0x3c003c003c003c00ull;
-    else
-      v &= 0xf7f7f7f7f7f7f7f7ull;                  // exponent <= 14: never NaN
-    std::memcpy(b->bytes.data() + i, &v, 8);
-  }
-  b->w = {.type = type, .data = b->bytes.data(), .out_features = out, .in_features = in};
-  if (type == dtype::f8_e4m3) {
-    b->scales.assign(static_cast<size_t>(((out + 127) / 128) * ((in + 127) / 128)), 1e-3f);
-    b->w.scale_inv = b->scales.data();
-    auto panels = fast::pad_fp8_panels(b->w);
-    b->w.data = panels.get();
-    b->w.layout = weight_layout::fp8_panels;
-    b->laid_out = std::move(panels);
-  } else {
-    auto panels = fast::pack_gemm_panels(b->w);
-    b->w.gemm_panels = panels.get();
-    b->laid_out = std::move(panels);
-  }
-  return b;
-}
-
-// Seconds per call of linear over `ws` in turn (so the weights stream from memory), best of 3.
-double time_linear(backend& dev, const std::vector<std::unique_ptr<bench_weight>>& ws, int64_t m,
-                   int64_t calls) {
-  const linear_weight& w0 = ws.front()->w;
-  std::vector<float> x(static_cast<size_t>(m * w0.in_features), 0.5f);
-  std::vector<float> y(static_cast<size_t>(m * w0.out_features));
-  auto call = [&](int64_t i) {
-    dev.linear({.x = x.data(), .w = &ws[i % ws.size()]->w, .out = y.data(), .num_tokens = m});
-  };
-  for (size_t i = 0; i < ws.size(); ++i)
-    call(static_cast<int64_t>(i));                  // warm up: page in, grow scratch
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto start = clock_type::now();
-    for (int64_t i = 0; i < calls; ++i)
-      call(i);
-    best = std::min(best, seconds_since(start) / static_cast<double>(calls));
-  }
-  return best;
-}
-
-struct gemm_shape {
-  const char* what;
-  int64_t out, in, m;
-};
-
 void run_gemm(const bench_options& o) {
   auto dev = std::make_unique<cpu_fast_backend>(o.threads);
   const double peak = measure_peak(o.threads, peak_op::vfmadd231ps);
   std::printf("fast-path matmul kernels, %d threads; BF16 GEMM peak (vfmadd231ps on widened bf16) %.1f GFLOP/s, "
               "vdpbf16ps %.1f\n",
               dev->num_threads(), peak * 1e-9, measure_peak(o.threads, peak_op::vdpbf16ps) * 1e-9);
-  const gemm_shape gemms[] = {
-      {"dense gate/up  [2816,1024] x 512", 2816, 1024, 512},
-      {"dense down     [1024,2816] x 512", 1024, 2816, 512},
-      {"o_proj         [1024,1024] x 512", 1024, 1024, 512},
-      {"q_b_proj       [1536, 384] x 512", 1536, 384, 512},
-      {"expert gate/up [ 256,1024] x  64", 256, 1024, 64},
-      {"expert down    [1024, 256] x  64", 1024, 256, 64},
-  };
   for (dtype type : {dtype::bf16, dtype::f8_e4m3}) {
     std::printf("\nGEMM (prefill), %s weights:\n", std::string(dtype_name(type)).c_str());
-    for (const gemm_shape& g : gemms) {
+    for (const gemm_shape& g : prefill_gemm_shapes()) {
       std::vector<std::unique_ptr<bench_weight>> ws;
       ws.push_back(make_bench_weight(type, g.out, g.in, 1));
       const double t = time_linear(*dev, ws, g.m, std::max<int64_t>(3, int64_t(4e9 / (2.0 * g.m * g.out * g.in))));

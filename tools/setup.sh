@@ -8,6 +8,7 @@ cd "$root"
 packages=(build-essential cmake pkg-config ccache git
           libcaf-dev libasio-dev libmsgpack-cxx-dev doctest-dev libpcre2-dev nlohmann-json3-dev
           libcli11-dev libspdlog-dev libtomlplusplus-dev python3-numpy python3-msgpack
+          libdnnl-dev                     # oneDNN: only moeserve-gemm-vs-onednn, the measured comparison
           clang libclang-rt-14-dev)       # clang + libFuzzer: tests/fuzz
 missing=()
 for p in "${packages[@]}"; do
