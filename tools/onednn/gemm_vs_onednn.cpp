@@ -66,7 +66,14 @@ struct onednn_matmul {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  long rounds = 3;
+  char* end = nullptr;
+  if (argc == 2)
+    rounds = std::strtol(argv[1], &end, 10);
+  if (argc > 2 || (argc == 2 && (end == argv[1] || *end != '\0' || rounds < 1 || rounds > 1000))) {
+    std::fprintf(stderr, "usage: %s [ROUNDS]   (ROUNDS: 1 to 1000, default 3)\n", argv[0]);
+    return 2;
+  }
   auto ours = std::make_unique<cpu_fast_backend>(0);             // all cores, as oneDNN's OpenMP
   // Each side's idle threads spin for a while after a call (our pool 300 us, OpenMP's by default
   // longer) on the cores the other then needs: a pause between the two sides lets them sleep.
@@ -75,7 +82,7 @@ int main(int argc, char** argv) {
   dnnl::stream stream(eng);
   std::printf("prefill matmuls, %d threads, best of %d alternated rounds (GFLOP/s; oneDNN f32 has its "
               "weights in fp32, reordered ahead)\n",
-              ours->num_threads(), rounds);
+              ours->num_threads(), static_cast<int>(rounds));
   std::printf("  %-34s %9s %9s %11s %11s %14s\n", "", "ours BF16", "ours FP8", "oneDNN f32", "oneDNN bf16",
               "ours BF16/f32");
   for (const tools::gemm_shape& g : tools::prefill_gemm_shapes()) {
