@@ -145,13 +145,13 @@ ep_rank_core::micro_batches plan_step(decode_pointer self) {
     finish(self, id, {}, finish_reason::length);           // KV pool exhausted: cannot go on
   const int64_t num_mb = st.core->group().num_micro_batches;
   ep_rank_core::micro_batches mbs(static_cast<size_t>(num_mb));
-  const step_cost& cost = st.model->cost;
+  const step_cost& cost = st.model->decode_cost;
   std::vector<double> load(static_cast<size_t>(num_mb), 0.0);
   st.step_rows.assign(static_cast<size_t>(num_mb), {});
   for (auto& [id, r] : st.running) {
     const auto mb = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     load[mb] += cost.per_token + cost.per_key * static_cast<double>(r.kv.num_cached + 1);
-    mbs[mb].push_back({.tokens = std::span(&r.last_token, 1), .kv = &r.kv});
+    mbs[mb].push_back({.tokens = std::span(&r.last_token, 1), .kv = &r.kv, .decode = true});
     st.step_rows[mb].push_back(&r);
   }
   return mbs;

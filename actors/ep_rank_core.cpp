@@ -40,7 +40,7 @@ void ep_rank_core::maybe_start(bool has_work) {
 
 void ep_rank_core::start_step() {
   const step_model m{.weights = model_.weights.get(), .device = model_.device.get(), .cache = &model_.cache,
-                     .rope = &rope_};
+                     .rope = &rope_, .attention = rank_model::forms};
   inbox_->begin_step(next_step_);           // peers' payloads for it need not wake the owner now
   pipeline_ = std::make_unique<step_pipeline>(next_step_++, group_, m, plan_(), *this);
   pipeline_->start();

@@ -113,7 +113,7 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
   const int64_t num_mb = st.core->group().num_micro_batches;
   std::vector<std::vector<prefill_segment>> parts;
   if (num_mb == 2) {
-    auto two = split_micro_batches(segments, m.cost, prefill_first_share);
+    auto two = split_micro_batches(segments, m.prefill_cost, prefill_first_share);
     parts = {std::move(two[0]), std::move(two[1])};
   } else {
     parts.resize(static_cast<size_t>(num_mb));

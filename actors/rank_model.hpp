@@ -27,7 +27,9 @@ struct rank_model {
       : weights(std::move(w)), config(cfg), device(make_cpu_backend(cfg.reference, cfg.num_threads)),
         cache(weights->config.num_hidden_layers, cfg.num_kv_blocks, cfg.block_size,
               weights->config.kv_cache_dim()),
-        runner(*weights, *device, cache), cost(step_cost_of(weights->config)) {}
+        runner(*weights, *device, cache, {.attention = forms}),
+        prefill_cost(step_cost_of(weights->config, forms.prefill == attention_form::absorbed)),
+        decode_cost(step_cost_of(weights->config, forms.decode == attention_form::absorbed)) {}
 
   /// Longest sequence (prompt + output) this rank accepts.
   [[nodiscard]] int64_t max_context() const noexcept {
@@ -40,7 +42,8 @@ struct rank_model {
   std::unique_ptr<backend> device;
   kv_cache cache;
   model_runner runner;
-  step_cost cost;                           // a token's cost, for balancing micro-batches
+  static constexpr attention_forms forms{};  // the runner's and the step pipeline's: the defaults
+  step_cost prefill_cost, decode_cost;      // a token's cost in each form, for balancing micro-batches
 };
 
 }  // namespace moe

@@ -127,7 +127,7 @@ void step_pipeline::begin_layers(int64_t mb) {
     to_stream(mb, stage_kind::attn_0, l, std::nullopt, [fwd, l] { fwd->attn_0(l); });
     if (is_moe(l))
       return enqueue_attn_1_moe(mb, l);
-    to_stream(mb, stage_kind::attn_1, l, std::nullopt, [fwd, l, form = model_.form] { fwd->attn_1(l, form); });
+    to_stream(mb, stage_kind::attn_1, l, std::nullopt, [fwd, l, forms = model_.attention] { fwd->attn_1(l, forms); });
     to_stream(mb, stage_kind::shared, l, std::nullopt, [fwd, l] {  // a dense layer: its MLP, the residual add
       fwd->shared(l);
       fwd->combine(l);
@@ -143,7 +143,7 @@ void step_pipeline::enqueue_attn_1_moe(int64_t mb, int64_t l) {
     std::vector<std::shared_ptr<ep_dispatch>> outgoing;
     std::exception_ptr failed;
     try {
-      fwd->attn_1(l, model_.form);
+      fwd->attn_1(l, model_.attention);
       outgoing = make_dispatches((*group_.placements)[l], key_of(mb, l), group_.rank, fwd->moe_input(),
                                  fwd->topk_ids(), fwd->topk_weights(), fwd->num_tokens(), cfg.hidden_size,
                                  cfg.num_experts_per_tok, group_.ep, m.plan);

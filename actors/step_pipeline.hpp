@@ -65,7 +65,7 @@ struct step_model {
   backend* device = nullptr;
   kv_cache* cache = nullptr;
   const rope_tables* rope = nullptr;
-  attention_form form = attention_form::absorbed;
+  attention_forms attention;                // naive prefill, absorbed decode (forward.hpp)
 };
 
 class step_pipeline {

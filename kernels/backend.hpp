@@ -101,6 +101,11 @@ struct store_kv_params {
   token_layout layout;
 };
 
+/// The same math in two orders. DeepSeek serves V3 with the naive form (MHA) for prefill and the
+/// absorbed form (MQA over the latents) for decode: a key costs a query head 2 (dn + dr + dv)
+/// FLOPs naive against 2 (2C + dr) absorbed (320 against 576 on the small preset, 640 against
+/// 2176 on V3), and expanding a key's k_nope and v, 2 C H (dn + dv), is paid once per key rather
+/// than once per query row: cheaper when a call brings many queries (a prompt), dearer for one.
 enum class attention_form : uint8_t {
   naive,     // expand cached latents to per-head k_nope and v with kv_b_proj (model-spec 5.4)
   absorbed,  // absorb W_UK into q and W_UV after the weighted sum (model-spec 5.5)
@@ -120,6 +125,7 @@ struct mla_attention_params {
   const linear_weight* kv_b_proj = nullptr; // [num_heads * (nope_dim + v_dim), kv_lora_rank]
   float softmax_scale = 1.0f;
   attention_form form = attention_form::absorbed;
+  const attention_form* seq_form = nullptr; // [num_seqs] each sequence's form; null: `form` for all
   kv_layer_view cache;
   token_layout layout;
 };

@@ -302,6 +302,7 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
     for (int64_t b = 0; b < batch; ++b) {
       next[b] = argmax(logits.data() + b * vocab, vocab);
       entries[b].tokens = std::span(&next[b], 1);
+      entries[b].decode = true;
     }
     const auto start = clock_type::now();
     logits = runner.forward(entries);

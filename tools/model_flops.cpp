@@ -6,7 +6,7 @@ namespace moe::tools {
 namespace {
 
 // One token's multiply-adds in a layer: the q and kv projections (ATTN-0, run for every token,
-// whose KV must be stored) and the rest (absorbed attention's W_UK / W_UV, o_proj, the MLP).
+// whose KV must be stored) and the rest (kv_b_proj's W_UK / W_UV, o_proj, the MLP).
 struct layer_macs {
   double projections = 0.0;
   double tail = 0.0;
@@ -46,22 +46,27 @@ double token_matmul_flops(const model_config& c) {
   return 2.0 * macs;
 }
 
-double key_attention_flops(const model_config& c) {
-  const double per_head = 2.0 * static_cast<double>(c.kv_lora_rank) + static_cast<double>(c.qk_rope_head_dim);
+double key_attention_flops(const model_config& c, attention_form form) {
+  const auto per_head = static_cast<double>(form == attention_form::absorbed
+                                                ? 2 * c.kv_lora_rank + c.qk_rope_head_dim
+                                                : c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim);
   return 2.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * per_head;
 }
 
-double prefill_flops(const model_config& c, int64_t prompt_len) {
+double prefill_flops(const model_config& c, int64_t prompt_len, attention_forms forms) {
   const double n = static_cast<double>(prompt_len);
   const double keys = n * (n + 1.0) / 2.0;               // sum over positions p of p + 1
   const double lm_head = 2.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.vocab_size);
   // The last layer runs past its projections on the logit row only (forward_step's
-  // keep_logit_rows): the other n - 1 tokens skip its tail and their attention over n(n-1)/2 keys.
+  // keep_logit_rows), in the decode form: the other n - 1 tokens skip its tail, and its
+  // attention is that row's over n keys.
   if (c.num_hidden_layers == 0 || prompt_len < 1)
     return lm_head;
+  const auto L = static_cast<double>(c.num_hidden_layers);
   const double skipped_tail = (n - 1.0) * 2.0 * macs_of_layer(c, c.num_hidden_layers - 1).tail;
-  const double skipped_keys = n * (n - 1.0) / 2.0 * key_attention_flops(c) / static_cast<double>(c.num_hidden_layers);
-  return n * token_matmul_flops(c) + keys * key_attention_flops(c) + lm_head - skipped_tail - skipped_keys;
+  const double attention = keys * key_attention_flops(c, forms.prefill) * (L - 1.0) / L +
+                           n * key_attention_flops(c, forms.decode) / L;
+  return n * token_matmul_flops(c) + attention + lm_head - skipped_tail;
 }
 
 }  // namespace moe::tools

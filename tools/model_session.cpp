@@ -43,13 +43,15 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
   else
     cmd.add_flag("--reference", opts.reference,
                  "run the plain-loop CPU reference backend (fp32, slow) instead of the fast path");
-  // without kv_flags the verb runs the cluster, whose ranks take --threads-per-rank and absorbed
-  // attention: these two reach its --single-rank runner only
+  // without kv_flags the verb runs the cluster, whose ranks take --threads-per-rank and the
+  // default attention forms: these two reach its --single-rank runner only
   const std::string single_rank = kv_flags ? "" : " (--single-rank only)";
   cmd.add_option("--threads", opts.threads, "CPU threads for the fast path (0: all cores)" + single_rank)
       ->check(CLI::Range(0, 1024));
-  cmd.add_option("--attention", opts.attention, "MLA form: absorbed or naive" + single_rank)
-      ->check(CLI::IsMember({"absorbed", "naive"}));
+  cmd.add_option("--attention", opts.attention,
+                 "MLA form: prefill-naive (naive for prompt tokens, absorbed for decode steps, as DeepSeek "
+                 "serves V3), naive or absorbed (every token)" + single_rank)
+      ->check(CLI::IsMember({"prefill-naive", "naive", "absorbed"}));
   add_weight_options(cmd, opts.weights);
   if (!kv_flags)
     return;
@@ -83,7 +85,8 @@ std::unique_ptr<model_session> open_session(const session_options& opts, bool ne
   s->cache = std::make_unique<kv_cache>(cfg.num_hidden_layers, blocks, opts.block_size,
                                         cfg.kv_cache_dim());
   forward_options fwd;
-  fwd.form = opts.attention == "naive" ? attention_form::naive : attention_form::absorbed;
+  if (opts.attention != "prefill-naive")
+    fwd.attention = attention_forms::all(opts.attention == "naive" ? attention_form::naive : attention_form::absorbed);
   fwd.ep = opts.ep;
   s->runner = std::make_unique<model_runner>(s->weights, *s->device, *s->cache, fwd);
   return s;

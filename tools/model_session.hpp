@@ -35,7 +35,7 @@ struct session_options {
   int64_t kv_blocks = 0;                    // 0: enough for max_context tokens
   int64_t block_size = 64;
   int64_t max_context = 8192;               // tokens one sequence may hold
-  std::string attention = "absorbed";       // or "naive"
+  std::string attention = "prefill-naive";  // or "naive", "absorbed" (every token)
   ep_precision ep;                          // routed-expert payload types (as expert parallelism)
   weight_options weights;
 };

@@ -81,7 +81,7 @@ cluster_run run_single_rank(model_runner& runner, const std::vector<request_spec
     int64_t budget = options.token_budget;
     for (in_flight& f : flying)
       if (f.last >= 0) {
-        batch.push_back({.tokens = std::span(&f.last, 1), .kv = &f.kv});
+        batch.push_back({.tokens = std::span(&f.last, 1), .kv = &f.kv, .decode = true});
         owner.push_back(&f);
         --budget;
       }

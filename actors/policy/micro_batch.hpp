@@ -22,11 +22,12 @@ struct step_cost {
 
 /// From the model's shapes: per token 2 x the weights it multiplies (attention projections, dense
 /// or routed top-k + shared experts, the router); per key and layer 2 x heads x what a key costs a
-/// query head: in the absorbed form the ranks run, scores over the latent and rope key
-/// (kv_lora_rank + qk_rope_head_dim) and the weighted sum of latents (kv_lora_rank); in the naive
-/// form qk + v head dims. (Counting the naive form's dims for the absorbed kernels undervalued
-/// core attention 1.8x on the small preset: micro-batch 1, the later tokens, got the longer
-/// ATTN-1 at the split the balance meant to be its smaller share.)
+/// query head in the form the rank computes: absorbed, scores over the latent and rope key
+/// (kv_lora_rank + qk_rope_head_dim) and the weighted sum of latents (kv_lora_rank); naive (the
+/// ranks' prompts, rank_model), qk + v head dims. (Counting one form's dims for the other's
+/// kernels misjudges core attention 1.8x on the small preset: micro-batch 1, the later tokens,
+/// got the longer ATTN-1 at the split the balance meant to be its smaller share.) A prompt split
+/// over two micro-batches expands its first part's keys again in the second: not counted.
 [[nodiscard]] step_cost step_cost_of(const model_config& c, bool absorbed = true) noexcept;
 
 /// A run of new tokens of one request: positions [start, start + num_tokens).

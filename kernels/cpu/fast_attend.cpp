@@ -1,7 +1,7 @@
 // kernels/cpu/fast_attend.cpp
-// The fast path's causal attention over the latent cache (see fast_attend.hpp), a chunk of up to
-// 256 keys at a time: per block of 32 keys, a 16x16-transposed key tile scored against 8 query
-// rows at a time; then each row's softmax over the chunk's keys at once, and the value sum over
+// The fast path's causal attention (see fast_attend.hpp), a chunk of up to 256 keys at a time:
+// per block of 32 keys, a 16x16-transposed key tile (its two parts in turn) scored against 8
+// query rows at a time; then each row's softmax over the chunk's keys at once, and the value sum over
 // all of them in 4-row x 64-column register tiles; all fp32. Chunks are merged in key order.
 #include "kernels/cpu/fast_attend.hpp"
 
@@ -14,15 +14,15 @@ namespace {
 
 constexpr int64_t key_block = 32;           // keys scored per step (two zmm of scores per row)
 
-// kt[d][j] = keys[j][d] for j < nk (0 beyond), d < kv_dim: 16x16 transposes of the cached rows.
-void transpose_keys(const float* const* keys, int64_t nk, int64_t kv_dim, float* kt) {
-  for (int64_t d0 = 0; d0 < kv_dim; d0 += 16) {
-    const int64_t nd = std::min<int64_t>(16, kv_dim - d0);
+// kt[d0 + d][j] = part[j][d] for j < nk (0 beyond), d < dim: 16x16 transposes of one key part.
+void transpose_part(const float* const* part, int64_t nk, int64_t dim, float* kt) {
+  for (int64_t d0 = 0; d0 < dim; d0 += 16) {
+    const int64_t nd = std::min<int64_t>(16, dim - d0);
     const __mmask16 dmask = static_cast<__mmask16>((1u << nd) - 1);
     for (int64_t j0 = 0; j0 < key_block; j0 += 16) {
       __m512i v[16];
       for (int64_t j = 0; j < 16; ++j)
-        v[j] = j0 + j < nk ? _mm512_castps_si512(_mm512_maskz_loadu_ps(dmask, keys[j0 + j] + d0))
+        v[j] = j0 + j < nk ? _mm512_castps_si512(_mm512_maskz_loadu_ps(dmask, part[j0 + j] + d0))
                            : _mm512_setzero_si512();
       transpose16x16_epi32(v);
       for (int64_t i = 0; i < nd; ++i)
@@ -75,8 +75,8 @@ void softmax_row(float* scores, int64_t valid, int64_t width, float& max, float&
   sum = _mm512_reduce_add_ps(total);
 }
 
-// o[r][c] = sum_j p[r * ld + j] * keys[j][c], j < nk, c < C: 4 rows x 64 columns a tile.
-void accumulate_values(int64_t num_rows, const float* probs, int64_t ld, const float* const* keys, int64_t nk,
+// o[r][c] = sum_j p[r * ld + j] * values[j][c], j < nk, c < C: 4 rows x 64 columns a tile.
+void accumulate_values(int64_t num_rows, const float* probs, int64_t ld, const float* const* values, int64_t nk,
                        int64_t C, float* o) {
   for (int64_t c0 = 0; c0 < C; c0 += 64) {
     __mmask16 mask[4];
@@ -94,7 +94,7 @@ void accumulate_values(int64_t num_rows, const float* probs, int64_t ld, const f
       for (int64_t j = 0; j < nk; ++j) {
         __m512 v[4];
         for (int i = 0; i < 4; ++i)
-          v[i] = _mm512_maskz_loadu_ps(mask[i], keys[j] + c0 + 16 * i);
+          v[i] = _mm512_maskz_loadu_ps(mask[i], values[j] + c0 + 16 * i);
         for (int64_t r = 0; r < 4; ++r) {
           const __m512 pv = _mm512_set1_ps(p[r][j]);
           for (int i = 0; i < 4; ++i)
@@ -118,46 +118,52 @@ namespace {
 // Keys [kb, ke) (at most attend_chunk_keys) of every row into part[r]: the scores of all of them,
 // each row's softmax over the keys it sees (each row's pos >= kb, so it sees at least one), and
 // the weighted value sum.
-void attend_range(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table, int64_t C,
-                  float scale, int64_t kb, int64_t ke, attention_partial* part, thread_scratch& s) {
-  const int64_t R = rows.num_rows, kv_dim = cache.kv_dim;
+void attend_range(const attention_rows& rows, const attention_keys& keys, float scale, int64_t kb, int64_t ke,
+                  attention_partial* part, thread_scratch& s) {
+  const int64_t R = rows.num_rows, key_dim = keys.key_dim(), C = keys.v.dim;
   int64_t max_pos = 0;
   for (int64_t r = 0; r < R; ++r)
     max_pos = std::max(max_pos, rows.row[r].pos);
   const int64_t end = std::min(ke, max_pos + 1), nk = end - kb;
   const int64_t ld = round_up(nk, key_block);       // scores a row
-  float* kt = s.tile_a.get<float>(kv_dim * key_block);
+  float* kt = s.tile_a.get<float>(key_dim * key_block);
   float* scores = s.tile_b.get<float>(R * (ld + C));  // [R][ld], then the sums [R][C]
   float* o = scores + R * ld;
-  auto** keys = s.rows_a.get<const float*>(ld);
-  for (int64_t j = 0; j < nk; ++j)
-    keys[j] = cache.slot(table, kb + j);
+  auto** ptrs = s.rows_a.get<const float*>(3 * ld);  // each key's two parts and its value
+  const float** ka = ptrs;
+  const float** kb_part = ptrs + ld;
+  const float** values = ptrs + 2 * ld;
+  for (int64_t j = 0; j < nk; ++j) {
+    ka[j] = keys.at(keys.a, kb + j);
+    kb_part[j] = keys.at(keys.b, kb + j);
+    values[j] = keys.at(keys.v, kb + j);
+  }
   for (int64_t k0 = 0; k0 < nk; k0 += key_block) {
     const int64_t n = std::min(key_block, nk - k0);
     // The next block's rows, now: the cache is read from memory once per step and the hardware
     // prefetcher cannot be relied on (see fast_gemv.cpp). Measured at batch 1 with a 1024-token
     // context, three alternating pairs: +0.2 to +8 % tok/s (the machine swings more than that).
-    for (int64_t j = k0 + key_block; j < std::min(nk, k0 + 2 * key_block); ++j) {
-      const auto* row = reinterpret_cast<const char*>(keys[j]);
-      for (int64_t off = 0; off < kv_dim * 4; off += 64)
-        _mm_prefetch(row + off, _MM_HINT_T0);
-    }
-    transpose_keys(keys + k0, n, kv_dim, kt);
+    for (int64_t j = k0 + key_block; j < std::min(nk, k0 + 2 * key_block); ++j)
+      for (const auto& [row, dim] : {std::pair{ka[j], keys.a.dim}, std::pair{kb_part[j], keys.b.dim}})
+        for (int64_t off = 0; off < dim * 4; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row) + off, _MM_HINT_T0);
+    transpose_part(ka + k0, n, keys.a.dim, kt);
+    transpose_part(kb_part + k0, n, keys.b.dim, kt + keys.a.dim * key_block);
     for (int64_t r0 = 0; r0 < R; r0 += 8)
-      score_rows(rows, r0, kt, kv_dim, scale, scores + k0, ld);
+      score_rows(rows, r0, kt, key_dim, scale, scores + k0, ld);
   }
   for (int64_t r = 0; r < R; ++r)
     softmax_row(scores + r * ld, std::min(nk, rows.row[r].pos - kb + 1), ld, part[r].max, part[r].sum);
-  accumulate_values(R, scores, ld, keys, nk, C, o);
+  accumulate_values(R, scores, ld, values, nk, C, o);
   for (int64_t r = 0; r < R; ++r)
     std::copy_n(o + r * C, C, part[r].o);
 }
 
 }  // namespace
 
-void attend_chunk(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table, int64_t C,
-                  float scale, int64_t chunk, attention_partial* part, thread_scratch& s) {
-  const int64_t kb = chunk * attend_chunk_keys;
+void attend_chunk(const attention_rows& rows, const attention_keys& keys, float scale, int64_t chunk,
+                  attention_partial* part, thread_scratch& s) {
+  const int64_t kb = chunk * attend_chunk_keys, C = keys.v.dim;
   // the rows with keys in this chunk, in order; the others get an empty partial
   auto* live = s.attn_rows.get<query_row>(rows.num_rows);
   auto* live_part = s.attn_chunk.get<attention_partial>(rows.num_rows);
@@ -173,7 +179,7 @@ void attend_chunk(const attention_rows& rows, const kv_layer_view& cache, const 
     live_part[n++] = part[r];
   }
   if (n > 0)
-    attend_range({.num_rows = n, .row = live}, cache, table, C, scale, kb, kb + attend_chunk_keys, live_part, s);
+    attend_range({.num_rows = n, .row = live}, keys, scale, kb, kb + attend_chunk_keys, live_part, s);
   for (int64_t r = 0, i = 0; r < rows.num_rows; ++r)
     if (rows.row[r].pos >= kb) {
       part[r].max = live_part[i].max;
@@ -181,11 +187,11 @@ void attend_chunk(const attention_rows& rows, const kv_layer_view& cache, const 
     }
 }
 
-void merge_partial(attention_partial& into, const attention_partial& next, int64_t C) noexcept {
+void merge_partial(attention_partial& into, const attention_partial& next, int64_t dim) noexcept {
   if (next.sum == 0.0f)                             // an empty chunk
     return;
   if (into.sum == 0.0f) {                           // the first chunk: taken as it is
-    std::copy_n(next.o, C, into.o);
+    std::copy_n(next.o, dim, into.o);
     into.max = next.max;
     into.sum = next.sum;
     return;
@@ -194,19 +200,18 @@ void merge_partial(attention_partial& into, const attention_partial& next, int64
   const float a = std::exp(into.max - m), b = std::exp(next.max - m);
   into.sum = into.sum * a + next.sum * b;
   into.max = m;
-  for (int64_t c = 0; c < C; ++c)
+  for (int64_t c = 0; c < dim; ++c)
     into.o[c] = into.o[c] * a + next.o[c] * b;
 }
 
-void finish_partial(const attention_partial& p, int64_t C, float* out) noexcept {
+void finish_partial(const attention_partial& p, int64_t dim, float* out) noexcept {
   const float inv = 1.0f / p.sum;
-  for (int64_t c = 0; c < C; ++c)
+  for (int64_t c = 0; c < dim; ++c)
     out[c] = p.o[c] * inv;
 }
 
-void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_t* table,
-            int64_t C, float scale, thread_scratch& s) {
-  const int64_t R = rows.num_rows;
+void attend(const attention_rows& rows, const attention_keys& keys, float scale, thread_scratch& s) {
+  const int64_t R = rows.num_rows, C = keys.v.dim;
   int64_t max_pos = 0;
   for (int64_t r = 0; r < R; ++r)
     max_pos = std::max(max_pos, rows.row[r].pos);
@@ -221,7 +226,7 @@ void attend(const attention_rows& rows, const kv_layer_view& cache, const int32_
     chunk[r] = {.o = values + (R + r) * C};
   }
   for (int64_t c = 0; c <= max_pos / attend_chunk_keys; ++c) {
-    attend_chunk(rows, cache, table, C, scale, c, chunk, s);
+    attend_chunk(rows, keys, scale, c, chunk, s);
     for (int64_t r = 0; r < R; ++r)
       merge_partial(state[r], chunk[r], C);
   }

@@ -1,17 +1,24 @@
 // kernels/cpu/fast_attention.cpp
-// MLA in the absorbed form (model-spec 5.5), prefill and decode. W_UK^T and W_UV come from
-// kv_b_proj, dequantised once per weight (absorbed_kv_b); the causal attention over the latent
-// cache is fast_attend.hpp's. Work is split into (sequence, block of <= 64 / heads-per-group
-// query tokens, group of heads) tasks:
+// MLA on the fast path, each sequence in its form (mla_attention_params::seq_form): a call with
+// both runs each form on its own tokens. The causal attention itself is fast_attend.hpp's.
+//
+// Naive form (model-spec 5.4; prompts, by default): per 256-key chunk, every sequence's keys of
+// the chunk are expanded into k_nope and v for all heads by one kv_b_proj GEMM, then a task per
+// (sequence, block of 64 query tokens, head) attends its rows to the chunk, merging into each
+// row's running softmax state; memory stays bounded by the chunk, however long the context.
+//
+// Absorbed form (5.5; decode steps, by default). W_UK^T and W_UV come from
+// kv_b_proj, dequantised once per weight (absorbed_kv_b). Work is split into (sequence, block of
+// <= 64 / heads-per-group query tokens, group of heads) tasks:
 //   decode-shaped batches (every sequence one block): each task computes its rows' q_abs =
 //     W_UK[h]^T q_nope, attends, and applies W_UV: one dispatch for the whole op;
 //   prefill-shaped batches: three phases, so W_UK / W_UV are applied to all tokens at once:
 //     A. q_abs per head, B. attention tasks, C. out = W_UV[h] o_lat per head;
 //   too few tasks for the threads and a long context (decode at batch 1): the three phases,
 //     with B's tasks split by key chunk and C merging each row's chunks (attention_plan).
-// The naive form is left to the reference.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/fast_attend.hpp"
 #include "kernels/cpu/fast_backend.hpp"
@@ -26,6 +33,7 @@ using fast::round_up;
 namespace {
 
 constexpr int64_t max_task_rows = 64;       // query rows (token, head) per attention task
+constexpr int64_t naive_block_tokens = 64;  // query tokens (of one head) per naive-form task
 
 // FNV-1a over the shape, dtype, scale pointer and three 64-byte windows of the data.
 uint64_t fingerprint(const linear_weight& w, const mla_attention_params& p) {
@@ -218,19 +226,162 @@ attention_plan plan_attention(const mla_attention_params& p, int num_threads) {
 
 }  // namespace
 
+namespace {
+
+// The tokens `keep` of p as a call of their own: q rows gathered, the layout's arrays for them,
+// out into its own buffer (scatter_out puts it back).
+struct token_subset {
+  std::vector<float> q, out;
+  std::vector<int32_t> seq_idx, positions;
+  mla_attention_params p;
+
+  token_subset(const mla_attention_params& all, const std::vector<int64_t>& keep) : p(all) {
+    const int64_t dq = all.num_heads * (all.nope_dim + all.rope_dim), dout = all.num_heads * all.v_dim;
+    for (const int64_t t : keep) {
+      q.insert(q.end(), all.q + t * dq, all.q + (t + 1) * dq);
+      seq_idx.push_back(all.layout.seq_idx[t]);
+      positions.push_back(all.layout.positions[t]);
+    }
+    out.resize(keep.size() * static_cast<size_t>(dout));
+    p.q = q.data();
+    p.out = out.data();
+    p.num_tokens = static_cast<int64_t>(keep.size());
+    p.layout.seq_idx = seq_idx.data();
+    p.layout.positions = positions.data();
+  }
+  void scatter_out(const mla_attention_params& all, const std::vector<int64_t>& keep) const {
+    const int64_t dout = all.num_heads * all.v_dim;
+    for (size_t i = 0; i < keep.size(); ++i)
+      std::copy_n(out.data() + static_cast<int64_t>(i) * dout, dout, all.out + keep[i] * dout);
+  }
+};
+
+}  // namespace
+
 // q: [num_tokens, H, dn + dr] -> out: [num_tokens, H * dv]
 void cpu_fast_backend::mla_attention(const mla_attention_params& p) {
-  if (p.form != attention_form::absorbed || !fast::fast_supports(*p.kv_b_proj) ||
-      p.cache.kv_dim != p.kv_lora_rank + p.rope_dim) {
+  if (!fast::fast_supports(*p.kv_b_proj) || p.cache.kv_dim != p.kv_lora_rank + p.rope_dim) {
     cpu_reference_backend::mla_attention(p);
     return;
   }
+  std::vector<int64_t> by_form[2];          // tokens of naive, absorbed sequences
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const attention_form f = p.seq_form ? p.seq_form[p.layout.seq_idx[t]] : p.form;
+    by_form[f == attention_form::naive ? 0 : 1].push_back(t);
+  }
+  if (by_form[1].empty())
+    return attention_naive(p);
+  if (by_form[0].empty())
+    return attention_absorbed(p);
+  for (int f = 0; f < 2; ++f) {             // both: each form's tokens as a call of their own
+    token_subset sub(p, by_form[f]);
+    (f == 0 ? attention_naive(sub.p) : attention_absorbed(sub.p));
+    sub.scatter_out(p, by_form[f]);
+  }
+}
+
+void cpu_fast_backend::attention_absorbed(const mla_attention_params& p) {
   const absorbed_kv_b& ab = absorbed(p);
   const attention_plan plan = plan_attention(p, pool_.size());
   if (plan.fused)
     attention_fused(p, ab, plan);
   else
     attention_phased(p, ab, plan);
+}
+
+void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
+  const int64_t T = p.num_tokens, H = p.num_heads, dn = p.nope_dim, dr = p.rope_dim, dq = dn + dr;
+  const int64_t dv = p.v_dim, C = p.kv_lora_rank, width = H * (dn + dv);   // an expanded key's floats
+  const int64_t chunk_keys = fast::attend_chunk_keys;
+  struct block {
+    int64_t seq, first, count, max_pos;     // tokens seq_tokens[seq][first .. first + count)
+  };
+  int64_t num_seqs = 0;
+  for (int64_t t = 0; t < T; ++t)
+    num_seqs = std::max<int64_t>(num_seqs, p.layout.seq_idx[t] + 1);
+  std::vector<std::vector<int64_t>> seq_tokens(static_cast<size_t>(num_seqs));
+  std::vector<int64_t> seq_max(static_cast<size_t>(num_seqs), -1), key_row(static_cast<size_t>(num_seqs));
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t sq = p.layout.seq_idx[t];
+    seq_tokens[sq].push_back(t);
+    seq_max[sq] = std::max<int64_t>(seq_max[sq], p.layout.positions[t]);
+  }
+  std::vector<block> blocks;
+  int64_t num_chunks = 0, chunk_rows = 0;   // the most keys one chunk expands
+  for (int64_t sq = 0; sq < num_seqs; ++sq) {
+    const auto& toks = seq_tokens[sq];
+    for (size_t i = 0; i < toks.size(); i += static_cast<size_t>(naive_block_tokens)) {
+      const int64_t count = std::min<int64_t>(naive_block_tokens, static_cast<int64_t>(toks.size() - i));
+      int64_t max_pos = 0;
+      for (int64_t j = 0; j < count; ++j)
+        max_pos = std::max<int64_t>(max_pos, p.layout.positions[toks[i + j]]);
+      blocks.push_back({sq, static_cast<int64_t>(i), count, max_pos});
+    }
+    if (seq_max[sq] >= 0) {
+      num_chunks = std::max(num_chunks, seq_max[sq] / chunk_keys + 1);
+      chunk_rows += std::min(chunk_keys, seq_max[sq] + 1);
+    }
+  }
+  // Buffers: each row's (t, h) running state and its dv values; one chunk's expanded keys and
+  // the pointers to their latents.
+  const int64_t rows = T * H, part_bytes = static_cast<int64_t>(sizeof(fast::attention_partial));
+  uint8_t* cursor = naive_buf_.get<uint8_t>(round_up(rows * part_bytes, 64) + round_up(rows * dv * 4, 64) +
+                                            round_up(chunk_rows * width * 4, 64) + round_up(chunk_rows * 8, 64));
+  auto take = [&](int64_t bytes) { uint8_t* at = cursor; cursor += round_up(bytes, 64); return at; };
+  auto* state = reinterpret_cast<fast::attention_partial*>(take(rows * part_bytes));
+  auto* values = reinterpret_cast<float*>(take(rows * dv * 4));
+  auto* expanded = reinterpret_cast<float*>(take(chunk_rows * width * 4));
+  auto** latents = reinterpret_cast<const float**>(take(chunk_rows * 8));
+  for (int64_t i = 0; i < rows; ++i)
+    state[i] = {.o = values + i * dv, .max = -std::numeric_limits<float>::infinity(), .sum = 0.0f};
+
+  std::vector<int64_t> live;                // blocks with keys in the chunk
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    const int64_t kb = c * chunk_keys;
+    // expanded[key_row[s] + j - kb] = kv_b_proj c_kv(j): [k_nope | v] per head, for the chunk's
+    // keys j of every sequence that reaches it
+    int64_t n = 0;
+    for (int64_t sq = 0; sq < num_seqs; ++sq) {
+      if (seq_max[sq] < kb)
+        continue;
+      key_row[sq] = n;
+      const int32_t* table = p.layout.block_tables[sq];
+      for (int64_t j = kb; j <= std::min(seq_max[sq], kb + chunk_keys - 1); ++j)
+        latents[n++] = p.cache.slot(table, j);
+    }
+    parallel_linear(gemm_input(latents, n, *p.kv_b_proj), *p.kv_b_proj, expanded, width);
+    live.clear();
+    for (size_t b = 0; b < blocks.size(); ++b)
+      if (blocks[b].max_pos >= kb)
+        live.push_back(static_cast<int64_t>(b));
+    pool_.parallel_for(static_cast<int64_t>(live.size()) * H, [&](int64_t task, int thread) {
+      const block& b = blocks[live[task / H]];
+      const int64_t h = task % H;
+      const int64_t* toks = seq_tokens[b.seq].data() + b.first;
+      fast::thread_scratch& s = scratch_[thread];
+      auto* row = s.rows_b.get<query_row>(b.count);
+      const int64_t parts_bytes = round_up(b.count * part_bytes, 64);    // this chunk of each row
+      uint8_t* buf = s.attn_state.get<uint8_t>(parts_bytes + b.count * dv * 4);
+      auto* part = reinterpret_cast<fast::attention_partial*>(buf);
+      auto* part_values = reinterpret_cast<float*>(buf + parts_bytes);
+      for (int64_t j = 0; j < b.count; ++j) {
+        row[j] = {.q = p.q + (toks[j] * H + h) * dq, .pos = p.layout.positions[toks[j]]};
+        part[j] = {.o = part_values + j * dv};
+      }
+      const float* mine = expanded + key_row[b.seq] * width + h * (dn + dv);
+      const fast::attention_keys keys{.cache = p.cache, .table = p.layout.block_tables[b.seq],
+                                      .a = {.base = mine, .first = kb, .stride = width, .dim = dn},
+                                      .b = {.offset = C, .dim = dr},
+                                      .v = {.base = mine, .first = kb, .stride = width, .offset = dn, .dim = dv}};
+      fast::attend_chunk({.num_rows = b.count, .row = row}, keys, p.softmax_scale, c, part, s);
+      for (int64_t j = 0; j < b.count; ++j)
+        fast::merge_partial(state[toks[j] * H + h], part[j], dv);
+    });
+  }
+  split(rows, dv, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      fast::finish_partial(state[i], dv, p.out + i * dv);
+  });
 }
 
 // Decode-shaped batches: each task computes q_abs for its rows, attends, and projects its o_lat
@@ -263,7 +414,8 @@ void cpu_fast_backend::attention_fused(const mla_attention_params& p, const abso
       for (int64_t hh = 0; hh < nh; ++hh)
         row[j * nh + hh] = {.q = q + (j * nh + hh) * kv_dim, .out = o + (j * nh + hh) * C,
                             .pos = p.layout.positions[toks[j]]};
-    fast::attend({.num_rows = n, .row = row}, p.cache, p.layout.block_tables[b.seq], C, p.softmax_scale, s);
+    fast::attend({.num_rows = n, .row = row}, fast::latent_keys(p.cache, p.layout.block_tables[b.seq], C),
+                 p.softmax_scale, s);
     for (int64_t hh = 0; hh < nh; ++hh) {                 // out = W_UV[h] o_lat
       const int64_t h = h0 + hh;
       for (int64_t j = 0; j < b.count; ++j)
@@ -328,15 +480,16 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
         row[j * nh + h] = {.q = qc + (toks[j] * H + h0 + h) * kv_dim, .out = o_lat + (toks[j] * H + h0 + h) * C,
                            .pos = p.layout.positions[toks[j]]};
     if (K == 1) {
-      fast::attend({.num_rows = n, .row = row}, p.cache, p.layout.block_tables[b.seq], C, p.softmax_scale, s);
+      fast::attend({.num_rows = n, .row = row}, fast::latent_keys(p.cache, p.layout.block_tables[b.seq], C),
+                 p.softmax_scale, s);
       return;
     }
     auto* part = s.attn_ptrs.get<fast::attention_partial>(n);   // this chunk of each row
     for (int64_t j = 0; j < b.count; ++j)
       for (int64_t h = 0; h < nh; ++h)
         part[j * nh + h] = parts[(toks[j] * H + h0 + h) * K + chunk];
-    fast::attend_chunk({.num_rows = n, .row = row}, p.cache, p.layout.block_tables[b.seq], C, p.softmax_scale,
-                       chunk, part, s);
+    fast::attend_chunk({.num_rows = n, .row = row}, fast::latent_keys(p.cache, p.layout.block_tables[b.seq], C),
+                       p.softmax_scale, chunk, part, s);
     for (int64_t j = 0; j < b.count; ++j)
       for (int64_t h = 0; h < nh; ++h)
         parts[(toks[j] * H + h0 + h) * K + chunk] = part[j * nh + h];

@@ -118,6 +118,11 @@ void cpu_fast_backend::linear(const linear_params& p) {
   auto** f32 = x_ptrs_.get<const float*>(m);
   for (int64_t t = 0; t < m; ++t)
     f32[t] = p.x + t * k;
+  parallel_linear(gemm_input(f32, m, w), w, p.out, w.out_features);
+}
+
+act_rows cpu_fast_backend::gemm_input(const float* const* f32, int64_t m, const linear_weight& w) {
+  const int64_t k = w.in_features;
   act_rows x{.num_rows = m, .k = k, .f32 = f32, .factor = fast::act_factor(w)};
   if (fast::uses_gemm(w, m) && (w.type == dtype::bf16 || w.type == dtype::f8_e4m3)) {
     // the activations rounded once for every task, as the kernels read them (fast_linear.hpp)
@@ -127,7 +132,7 @@ void cpu_fast_backend::linear(const linear_params& p) {
       auto** out = ptrs.get<const T*>(m);
       pool_.parallel_for((m + 15) / 16, [&](int64_t task, int) {
         for (int64_t t = task * 16; t < std::min(m, task * 16 + 16); ++t) {
-          row(p.x + t * k, k, rows + t * lda, x.factor);
+          row(f32[t], k, rows + t * lda, x.factor);
           out[t] = rows + t * lda;
         }
       });
@@ -138,7 +143,7 @@ void cpu_fast_backend::linear(const linear_params& p) {
     else
       x.bf16 = convert(x_bf16_, x_bf16_ptrs_, round_up(k, 32), fast::f32_row_to_bf16);
   }
-  parallel_linear(x, w, p.out, w.out_features);
+  return x;
 }
 
 // A GEMV-sized group (<= gemv_max_rows rows; for BF16 and row-major FP8 weights the GEMM's tile

@@ -90,12 +90,17 @@ private:
   /// Runs fn(begin, end) over [0, n) split across the pool when n * cost is large.
   template <class Fn>
   void split(int64_t n, int64_t cost, Fn&& fn);
+  /// Activation rows f32[0 .. m) (w.in_features floats each) as the kernels read them for `w`:
+  /// rounded once here for every task when the GEMM takes them (uses x_fma_ / x_bf16_).
+  [[nodiscard]] fast::act_rows gemm_input(const float* const* f32, int64_t m, const linear_weight& w);
   /// Runs `linear_rows` for rows [0, w.out_features) of y = x @ w^T over the pool.
   void parallel_linear(const fast::act_rows& x, const linear_weight& w, float* out, int64_t ldo);
   /// GEMV rows of every weight in one dispatch (plan_gemv); out[i] has row stride ldo, or
   /// w[i]->out_features when ldo is 0.
   void parallel_gemv(const fast::act_rows& x, std::span<const linear_weight* const> w,
                      std::span<float* const> out, int64_t ldo);
+  void attention_absorbed(const mla_attention_params& p);
+  void attention_naive(const mla_attention_params& p);
   void attention_fused(const mla_attention_params& p, const absorbed_kv_b& ab,
                        const attention_plan& plan);
   void attention_phased(const mla_attention_params& p, const absorbed_kv_b& ab,
@@ -104,7 +109,7 @@ private:
   thread_pool pool_;
   std::vector<fast::thread_scratch> scratch_;   // one per pool thread
   // Per-call buffers, kept to avoid reallocating on every op (one caller at a time).
-  fast::scratch_buffer x_bf16_, x_ptrs_, x_bf16_ptrs_, x_fma_, x_fma_ptrs_, moe_buf_, attn_buf_;
+  fast::scratch_buffer x_bf16_, x_ptrs_, x_bf16_ptrs_, x_fma_, x_fma_ptrs_, moe_buf_, attn_buf_, naive_buf_;
   expert_grouping grouping_;
   std::mutex cache_mutex_;
   std::unordered_map<const void*, std::unique_ptr<absorbed_kv_b>> absorbed_;

@@ -18,7 +18,7 @@ std::vector<float> model_runner::forward(std::span<const batch_entry> batch) {
   forward_step step(w_, b_, cache_, rope_, batch);
   for (int64_t layer_idx = 0; layer_idx < w_.config.num_hidden_layers; ++layer_idx) {
     step.attn_0(layer_idx);
-    step.attn_1(layer_idx, options_.form);
+    step.attn_1(layer_idx, options_.attention);
     step.shared(layer_idx);
     if (w_.layers[layer_idx].is_moe)
       step.routed_local(layer_idx, options_.ep);

@@ -31,10 +31,23 @@ struct batch_entry {
   bool no_logits = false;                   // no logits at all (a prompt's non-final segment)
   int64_t start = -1;                       // position of tokens[0]; -1: kv->num_cached. A prompt
                                             // split over two micro-batches has two entries.
+  bool decode = false;                      // a decode step's tokens (else a prompt's): its form
+};
+
+/// The MLA form of prompt tokens and of decode steps (backend.hpp: attention_form). By default
+/// DeepSeek's: naive for prefill, absorbed for decode. A step's last layer runs every sequence in
+/// the decode form: only the logit rows are left there (a prompt's last token), and expanding a
+/// prompt's keys for one query row costs more than the absorbed form's whole row. The form of a
+/// token never depends on how a topology batches it, so neither do its numbers.
+struct attention_forms {
+  attention_form prefill = attention_form::naive;
+  attention_form decode = attention_form::absorbed;
+
+  [[nodiscard]] static constexpr attention_forms all(attention_form f) noexcept { return {f, f}; }
 };
 
 struct forward_options {
-  attention_form form = attention_form::absorbed;
+  attention_forms attention;
   /// What routed-expert inputs and outputs go through, as in expert-parallel dispatch (FP8 in
   /// DeepSeek) and combine (BF16), so a single rank computes what a cluster would. FP32: exact.
   ep_precision ep;

@@ -123,11 +123,15 @@ void forward_step::keep_logit_rows() {
     logit_rows_[r] = r;
 }
 
-void forward_step::attn_1(int64_t layer_idx, attention_form form) {
-  if (layer_idx == w_.config.num_hidden_layers - 1 && static_cast<int64_t>(logit_rows_.size()) < num_tokens())
+void forward_step::attn_1(int64_t layer_idx, attention_forms forms) {
+  const bool last = layer_idx == w_.config.num_hidden_layers - 1;
+  if (last && static_cast<int64_t>(logit_rows_.size()) < num_tokens())
     keep_logit_rows();
   if (num_tokens() == 0)
     return;
+  seq_form_.resize(batch_.size());
+  for (size_t s = 0; s < batch_.size(); ++s)
+    seq_form_[s] = batch_[s].decode || last ? forms.decode : forms.prefill;
   const model_config& cfg = w_.config;
   const layer_weights& lw = w_.layers[layer_idx];
   const int64_t T = num_tokens(), D = cfg.hidden_size;
@@ -135,7 +139,7 @@ void forward_step::attn_1(int64_t layer_idx, attention_form form) {
                     .num_heads = cfg.num_attention_heads, .nope_dim = cfg.qk_nope_head_dim,
                     .rope_dim = cfg.qk_rope_head_dim, .v_dim = cfg.v_head_dim,
                     .kv_lora_rank = cfg.kv_lora_rank, .kv_b_proj = &lw.attn.kv_b_proj,
-                    .softmax_scale = rope_.softmax_scale, .form = form,
+                    .softmax_scale = rope_.softmax_scale, .form = forms.decode, .seq_form = seq_form_.data(),
                     .cache = cache_.layer(layer_idx), .layout = layout()});
   b_.linear({.x = attn_.data(), .w = &lw.attn.o_proj, .out = shared_.data(), .num_tokens = T});
   b_.add({.out = h_.data(), .x = shared_.data(), .n = T * D});

@@ -27,8 +27,9 @@ public:
   /// MoE layers (topk_ids / topk_weights valid afterwards). On the last layer the step first
   /// keeps only its logit rows (a prefill's last token per prompt, none for a segment without
   /// logits): that layer's output is read nowhere else, and its latent KV is already stored, so
-  /// num_tokens() and every [T, ...] buffer shrink to those rows from here on.
-  void attn_1(int64_t layer_idx, attention_form form);
+  /// num_tokens() and every [T, ...] buffer shrink to those rows from here on. Each sequence's
+  /// attention in its entry's form (attention_forms: the decode form on the last layer).
+  void attn_1(int64_t layer_idx, attention_forms forms);
   /// SHARED: the shared experts (MoE layers) or the whole dense MLP (dense layers).
   void shared(int64_t layer_idx);
   /// MLP with every routed expert local: inputs through the dispatch payload type, weighted
@@ -64,6 +65,7 @@ private:
   std::span<const batch_entry> batch_;
   // the flattened batch
   std::vector<int32_t> token_ids_, seq_idx_, positions_;
+  std::vector<attention_form> seq_form_;    // per entry, set by attn_1
   std::vector<const int32_t*> block_tables_;
   std::vector<int64_t> logit_rows_;
   std::vector<int64_t> ends_;               // per entry: position after its last new token

@@ -80,7 +80,7 @@ generation_result generator::run(const std::vector<int32_t>& prompt_ids,
       result.reason = finish_reason::length;
       break;
     }
-    const batch_entry entry{.tokens = std::span(&result.output_ids.back(), 1), .kv = &kv};
+    const batch_entry entry{.tokens = std::span(&result.output_ids.back(), 1), .kv = &kv, .decode = true};
     logits = runner_.forward(std::span(&entry, 1));
   }
   emit(out.finish());

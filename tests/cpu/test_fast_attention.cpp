@@ -1,6 +1,7 @@
 // tests/cpu/test_fast_attention.cpp
-// The fast backend's absorbed MLA against the reference: prefill (one sequence, causal), decode
-// (many sequences, one token each) and a mix, over a paged cache with partial blocks.
+// The fast backend's MLA in either form against the reference: prefill (one sequence, causal),
+// decode (many sequences, one token each) and a mix, over a paged cache with partial blocks; a
+// row's bits whatever shares its call (other sequences, the other form, threads, segments).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -60,19 +61,41 @@ attention_case make_case(const mla_shape& m, const std::vector<int64_t>& seq_len
   return c;
 }
 
-mla_attention_params params(const mla_shape& m, attention_case& c, const linear_weight& kv_b, float* out) {
+mla_attention_params params(const mla_shape& m, attention_case& c, const linear_weight& kv_b, float* out,
+                            attention_form form = attention_form::absorbed, const attention_form* seq_form = nullptr) {
   return {.q = c.q.data(), .out = out, .num_tokens = c.tokens, .num_heads = m.H,
           .nope_dim = m.dn, .rope_dim = m.dr, .v_dim = m.dv, .kv_lora_rank = m.C, .kv_b_proj = &kv_b,
-          .softmax_scale = 0.3f, .form = attention_form::absorbed,
+          .softmax_scale = 0.3f, .form = form, .seq_form = seq_form,
           .cache = {.base = c.cache.data(), .block_size = block_size, .kv_dim = m.kv_dim()},
           .layout = {.seq_idx = c.seq_idx.data(), .positions = c.positions.data(),
                      .block_tables = c.table_ptrs.data()}};
 }
 
-std::vector<float> run(const mla_shape& m, backend& b, attention_case& c, const linear_weight& kv_b) {
+std::vector<float> run(const mla_shape& m, backend& b, attention_case& c, const linear_weight& kv_b,
+                       attention_form form = attention_form::absorbed, const attention_form* seq_form = nullptr) {
   std::vector<float> out(static_cast<size_t>(c.tokens * m.H * m.dv), -3.0f);
-  b.mla_attention(params(m, c, kv_b, out.data()));
+  b.mla_attention(params(m, c, kv_b, out.data(), form, seq_form));
   return out;
+}
+
+// The tokens [first, first + count) of c as a call of their own (the same cache and tables).
+attention_case tokens_of(const mla_shape& m, const attention_case& c, int64_t first, int64_t count) {
+  attention_case sub = c;
+  const int64_t dq = m.H * (m.dn + m.dr);
+  sub.q.assign(c.q.begin() + first * dq, c.q.begin() + (first + count) * dq);
+  sub.seq_idx.assign(c.seq_idx.begin() + first, c.seq_idx.begin() + first + count);
+  sub.positions.assign(c.positions.begin() + first, c.positions.begin() + first + count);
+  sub.tokens = count;
+  sub.table_ptrs.clear();
+  for (const auto& t : sub.tables)
+    sub.table_ptrs.push_back(t.data());
+  return sub;
+}
+
+// Rows [first, first + count) of an output of H * dv floats a token.
+std::vector<float> rows_of(const mla_shape& m, const std::vector<float>& out, int64_t first, int64_t count) {
+  const int64_t w = m.H * m.dv;
+  return {out.begin() + first * w, out.begin() + (first + count) * w};
 }
 
 }  // namespace
@@ -110,6 +133,78 @@ TEST_CASE("fast: absorbed mla_attention matches the reference for prefill, decod
       }
     }
   }
+}
+
+TEST_CASE("fast: naive mla_attention matches the reference for prefill, decode and mixed batches") {
+  // Each 256-key chunk of a sequence expanded through kv_b_proj (bf16 latents into the weight's
+  // GEMM; fp32 k_nope and v), then scores, softmax and the weighted sum in fp32.
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  cpu_reference_backend ref;
+  cpu_fast_backend fast1(1), fast3(3);
+  for (dtype type : {dtype::bf16, dtype::f8_e4m3, dtype::f32}) {
+    for (const mla_shape* shape : {&odd_shape, &panel_shape}) {
+      const mla_shape& m = *shape;
+      const auto kv_b = test::random_weight(type, m.H * (m.dn + m.dv), m.C, 31);
+      // FP8 as the loader lays it out (panels) where the shape allows
+      const bool panels = type == dtype::f8_e4m3 && shape == &panel_shape;
+      const auto stored = panels ? test::to_fp8_panels(*kv_b) : nullptr;
+      const linear_weight& w = panels ? stored->w : kv_b->w;
+      for (int64_t tokens : {1, 17, 200}) {
+        const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> layouts = {
+            {{tokens}, {0}},                                  // prefill from position 0
+            {{tokens, 2}, {40, 5}},                           // chunked prefill next to a short one
+            {{tokens}, {230}},                                // rows straddling the 256-key chunks
+            {{1, 1, 1}, {3, 300, 70}},                        // decode-shaped, in the naive form
+        };
+        for (size_t l = 0; l < layouts.size(); ++l) {
+          CAPTURE(dtype_name(type));
+          CAPTURE(m.C);
+          CAPTURE(tokens);
+          CAPTURE(l);
+          attention_case c = make_case(m, layouts[l].first, layouts[l].second, 500u + static_cast<uint32_t>(tokens));
+          const auto want = run(m, ref, c, w, attention_form::naive);
+          const auto got = run(m, fast3, c, w, attention_form::naive);
+          // bf16 latents into bf16 / FP8 kv_b, fp32 from there: measured rms errors up to 0.004
+          // of the output RMS, the worst element 0.055
+          const bool rounded = type != dtype::f32;
+          CHECK(test::rms_rel_error(got, want) < (rounded ? 1e-2 : 1e-5));
+          CHECK(test::max_rel_error(got, want) < (rounded ? 8e-2 : 1e-4));
+          const auto got1 = run(m, fast1, c, w, attention_form::naive);
+          CHECK(std::memcmp(got.data(), got1.data(), got.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("fast: a row's bits do not depend on what shares its call") {
+  // A prompt's rows in the naive form, computed in one call, in two segments, or beside another
+  // prompt and a decode row in the absorbed form (seq_form); the decode row the same bits as in
+  // a call of its own; and the naive rows nothing like the absorbed form's bits (the forms differ).
+  MOE_SKIP_WITHOUT_FAST_PATH();
+  const mla_shape& m = panel_shape;
+  const auto kv_b = test::random_weight(dtype::f8_e4m3, m.H * (m.dn + m.dv), m.C, 37);
+  const auto stored = test::to_fp8_panels(*kv_b);
+  const linear_weight& w = stored->w;
+  cpu_fast_backend fast2(2), fast3(3);
+  // sequence 0: a 150-token prompt segment from position 200; 1: a 40-token prompt; 2: a decode row
+  attention_case all = make_case(m, {150, 40, 1}, {200, 0, 90}, 41u);
+  const attention_form forms[] = {attention_form::naive, attention_form::naive, attention_form::absorbed};
+  const auto mixed = run(m, fast2, all, w, attention_form::absorbed, forms);
+
+  attention_case first = tokens_of(m, all, 0, 150);
+  const auto whole = run(m, fast3, first, w, attention_form::naive);
+  CHECK(rows_of(m, mixed, 0, 150) == whole);
+  attention_case head = tokens_of(m, all, 0, 61), tail = tokens_of(m, all, 61, 89);
+  auto split = run(m, fast2, head, w, attention_form::naive);
+  const auto rest = run(m, fast2, tail, w, attention_form::naive);
+  split.insert(split.end(), rest.begin(), rest.end());
+  CHECK(split == whole);
+  attention_case second = tokens_of(m, all, 150, 40);
+  CHECK(rows_of(m, mixed, 150, 40) == run(m, fast2, second, w, attention_form::naive));
+  attention_case decode = tokens_of(m, all, 190, 1);
+  CHECK(rows_of(m, mixed, 190, 1) == run(m, fast3, decode, w, attention_form::absorbed));
+  CHECK(whole != run(m, fast2, first, w, attention_form::absorbed));
 }
 
 TEST_CASE("fast: an FP8 kv_b with a scale block per head is absorbed as exact FP8 panels") {

@@ -26,7 +26,7 @@ TEST_CASE("routed experts with FP8 dispatch and BF16 combine equal the per-pair 
   REQUIRE(w.layers[moe_layer].is_moe);
   for (int64_t l = 0; l <= moe_layer; ++l) {
     step.attn_0(l);
-    step.attn_1(l, attention_form::absorbed);
+    step.attn_1(l, attention_forms::all(attention_form::absorbed));
     if (l < moe_layer) {
       step.shared(l);
       step.combine(l);

@@ -36,7 +36,7 @@ moe_layer_inputs capture(const model_weights& w, backend& ref) {
   moe_layer_inputs in{.layer_idx = w.config.first_k_dense_replace, .num_tokens = step.num_tokens()};
   for (int64_t l = 0; l <= in.layer_idx; ++l) {
     step.attn_0(l);
-    step.attn_1(l, attention_form::absorbed);
+    step.attn_1(l, attention_forms::all(attention_form::absorbed));
     if (l < in.layer_idx) {
       step.shared(l);
       step.combine(l);

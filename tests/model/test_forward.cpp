@@ -34,9 +34,9 @@ struct fixture {
   kv_cache cache{w.config.num_hidden_layers, 32, 4, w.config.kv_cache_dim()};
 
   // Logits of every token of `ids`, prefilled `chunk` tokens per forward call.
-  std::vector<float> prefill_all(const std::vector<int32_t>& ids, attention_form form,
+  std::vector<float> prefill_all(const std::vector<int32_t>& ids, attention_forms forms,
                                  int64_t chunk = 1 << 20) {
-    model_runner runner(w, *ref, cache, {.form = form});
+    model_runner runner(w, *ref, cache, {.attention = forms});
     sequence_kv kv;
     const std::vector<float> all = runner.prefill(ids, kv, chunk, /*all_logits=*/true);
     kv.release(cache);
@@ -49,16 +49,19 @@ const std::vector<int32_t> prompt = {0, 5, 17, 33, 2, 90, 64, 11, 7};
 }  // namespace
 
 TEST_CASE_FIXTURE(fixture, "naive and absorbed MLA give the same logits") {
-  const auto naive = prefill_all(prompt, attention_form::naive);
-  const auto absorbed = prefill_all(prompt, attention_form::absorbed);
+  const auto naive = prefill_all(prompt, attention_forms::all(attention_form::naive));
+  const auto absorbed = prefill_all(prompt, attention_forms::all(attention_form::absorbed));
   CHECK(rel_diff(absorbed, naive) < 1e-5);
+  CHECK(rel_diff(prefill_all(prompt, {}), naive) < 1e-5);   // the default: naive, absorbed last layer
   CHECK(cache.num_free_blocks() == cache.num_blocks());
 }
 
 TEST_CASE_FIXTURE(fixture, "chunked prefill equals one-shot prefill") {
-  const auto whole = prefill_all(prompt, attention_form::absorbed);
-  for (int64_t chunk : {1, 2, 4, 5})
-    CHECK(rel_diff(prefill_all(prompt, attention_form::absorbed, chunk), whole) < 1e-5);
+  for (const attention_forms forms : {attention_forms{}, attention_forms::all(attention_form::absorbed)}) {
+    const auto whole = prefill_all(prompt, forms);
+    for (int64_t chunk : {1, 2, 4, 5})
+      CHECK(rel_diff(prefill_all(prompt, forms, chunk), whole) < 1e-5);
+  }
 }
 
 TEST_CASE_FIXTURE(fixture, "incremental greedy decode equals full recompute") {
@@ -71,14 +74,14 @@ TEST_CASE_FIXTURE(fixture, "incremental greedy decode equals full recompute") {
   std::vector<float> logits = runner.forward(std::span(&first, 1));
   for (int step = 0; step < 6; ++step) {
     // full recompute of the whole sequence, last row
-    const auto full = prefill_all(seq, attention_form::absorbed);
+    const auto full = prefill_all(seq, {});
     const std::vector<float> full_last(full.end() - V, full.end());
     CHECK(rel_diff(logits, full_last) < 1e-4);
     const int32_t next = argmax(logits.data(), V);
     CHECK(next == argmax(full_last.data(), V));
     seq.push_back(next);
     REQUIRE(kv.reserve(cache, static_cast<int64_t>(seq.size())));
-    const batch_entry e{.tokens = std::span(&seq.back(), 1), .kv = &kv};
+    const batch_entry e{.tokens = std::span(&seq.back(), 1), .kv = &kv, .decode = true};
     logits = runner.forward(std::span(&e, 1));
   }
   kv.release(cache);
@@ -100,7 +103,7 @@ TEST_CASE_FIXTURE(fixture, "a batch of sequences equals each sequence alone") {
   for (auto& kv : kvs)
     kv.release(cache);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto alone = prefill_all(prompts[i], attention_form::absorbed);
+    const auto alone = prefill_all(prompts[i], {});
     const std::vector<float> last(alone.end() - V, alone.end());
     const std::vector<float> row(batched.begin() + i * V, batched.begin() + (i + 1) * V);
     CHECK(rel_diff(row, last) < 1e-5);

@@ -32,7 +32,25 @@ TEST_CASE("model flops: the tiny preset's prefill, by hand") {
   const model_config v3_vocab = tools::make_model_config({.preset = "tiny"});
   CHECK(tools::prefill_flops(v3_vocab, 512) == 191539200.0);
 
+  // the tiny preset's naive key costs what its absorbed key does (16 + 8 + 16 = 2 * 16 + 8)
+  CHECK(tools::key_attention_flops(c, attention_form::naive) == 2.0 * 40 * 4 * 3);
+
   model_config no_lora = c;                              // q_proj 64 x 4*24 instead of q_a, q_b
   no_lora.q_lora_rank.reset();
   CHECK(tools::token_matmul_flops(no_lora) == 252928.0 + 3 * 2.0 * (64 * 96 - 2048 - 3072));
+}
+
+TEST_CASE("model flops: the small preset's naive prefill attention, by hand") {
+  // small: 8 layers, 16 heads, kv_lora 128, nope 64, rope 32, v 64. A key costs a query head
+  // 64 + 32 + 64 = 160 multiply-adds naive, 2 * 128 + 32 = 288 absorbed.
+  const model_config c = tools::make_model_config({.preset = "small", .vocab_size = 1000});
+  CHECK(tools::key_attention_flops(c, attention_form::naive) == 2.0 * 160 * 16 * 8);
+  CHECK(tools::key_attention_flops(c, attention_form::absorbed) == 2.0 * 288 * 16 * 8);
+  // 4 tokens: 10 (query, key) pairs a layer in 7 naive layers; the last layer the logit row's
+  // 4 keys in the decode form (absorbed by default), so only the 7 layers differ
+  CHECK(tools::prefill_flops(c, 4) - tools::prefill_flops(c, 4, attention_forms::all(attention_form::absorbed)) ==
+        doctest::Approx(10.0 * 7 * 2 * (160 - 288) * 16));
+  CHECK(tools::prefill_flops(c, 4, attention_forms::all(attention_form::naive)) -
+            tools::prefill_flops(c, 4, attention_forms::all(attention_form::absorbed)) ==
+        doctest::Approx(10.0 * 7 * 2 * (160 - 288) * 16 + 4.0 * 2 * (160 - 288) * 16));
 }

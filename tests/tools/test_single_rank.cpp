@@ -29,7 +29,7 @@ struct fixture {
       out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
       if (static_cast<int64_t>(out.size()) == n)
         break;
-      const batch_entry e{.tokens = std::span(&out.back(), 1), .kv = &kv};
+      const batch_entry e{.tokens = std::span(&out.back(), 1), .kv = &kv, .decode = true};
       logits = runner.forward(std::span(&e, 1));
     }
     kv.release(cache);
