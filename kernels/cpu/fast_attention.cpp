@@ -162,13 +162,44 @@ const absorbed_kv_b& cpu_fast_backend::absorbed(const mla_attention_params& p) {
   return *slot;
 }
 
-// Attention tasks: (sequence, block of up to `token_block` of its tokens, group of heads).
-struct attention_plan {
+namespace {
+
+// A call's tokens by sequence, cut into blocks of up to `block_tokens` of a sequence's tokens
+// (the query rows one task takes per head).
+struct token_blocks {
   struct block {
     int64_t seq, first, count, max_pos;     // tokens seq_tokens[seq][first .. first + count)
   };
   std::vector<std::vector<int64_t>> seq_tokens;
-  std::vector<block> blocks;                // longest keys first, for the dynamic schedule
+  std::vector<block> blocks;                // each sequence's in order
+};
+
+token_blocks block_tokens(const mla_attention_params& p, int64_t block_tokens) {
+  token_blocks b;
+  int64_t num_seqs = 0;
+  for (int64_t t = 0; t < p.num_tokens; ++t)
+    num_seqs = std::max<int64_t>(num_seqs, p.layout.seq_idx[t] + 1);
+  b.seq_tokens.resize(static_cast<size_t>(num_seqs));
+  for (int64_t t = 0; t < p.num_tokens; ++t)
+    b.seq_tokens[p.layout.seq_idx[t]].push_back(t);
+  for (int64_t sq = 0; sq < num_seqs; ++sq) {
+    const auto& toks = b.seq_tokens[sq];
+    for (size_t i = 0; i < toks.size(); i += static_cast<size_t>(block_tokens)) {
+      const int64_t count = std::min<int64_t>(block_tokens, static_cast<int64_t>(toks.size() - i));
+      int64_t max_pos = 0;
+      for (int64_t j = 0; j < count; ++j)
+        max_pos = std::max<int64_t>(max_pos, p.layout.positions[toks[i + j]]);
+      b.blocks.push_back({sq, static_cast<int64_t>(i), count, max_pos});
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+// Attention tasks: (sequence, block of up to `token_block` of its tokens, group of heads);
+// blocks sorted longest keys first, for the dynamic schedule.
+struct attention_plan : token_blocks {
   int64_t head_group = 0, head_groups = 0;
   bool fused = false;                       // every sequence fits one block: one pass per task
   // > 1: fewer (block, head group) tasks than threads and keys in at least two chunks per thread
@@ -185,29 +216,13 @@ struct attention_plan {
 namespace {
 
 attention_plan plan_attention(const mla_attention_params& p, int num_threads) {
-  attention_plan plan;
-  int64_t num_seqs = 0;
-  for (int64_t t = 0; t < p.num_tokens; ++t)
-    num_seqs = std::max<int64_t>(num_seqs, p.layout.seq_idx[t] + 1);
-  plan.seq_tokens.resize(static_cast<size_t>(num_seqs));
-  for (int64_t t = 0; t < p.num_tokens; ++t)
-    plan.seq_tokens[p.layout.seq_idx[t]].push_back(t);
   // <= 64 query rows per task; the token blocking never depends on the thread count.
-  const int64_t H = p.num_heads;
-  plan.head_group = std::min<int64_t>(H, 16);
-  const int64_t token_block = std::max<int64_t>(1, max_task_rows / plan.head_group);
-  plan.fused = true;
-  for (int64_t sq = 0; sq < num_seqs; ++sq) {
-    const auto& toks = plan.seq_tokens[sq];
-    plan.fused = plan.fused && static_cast<int64_t>(toks.size()) <= token_block;
-    for (size_t i = 0; i < toks.size(); i += static_cast<size_t>(token_block)) {
-      const int64_t count = std::min<int64_t>(token_block, static_cast<int64_t>(toks.size() - i));
-      int64_t max_pos = 0;
-      for (int64_t j = 0; j < count; ++j)
-        max_pos = std::max<int64_t>(max_pos, p.layout.positions[toks[i + j]]);
-      plan.blocks.push_back({sq, static_cast<int64_t>(i), count, max_pos});
-    }
-  }
+  const int64_t H = p.num_heads, head_group = std::min<int64_t>(H, 16);
+  const int64_t token_block = std::max<int64_t>(1, max_task_rows / head_group);
+  attention_plan plan{block_tokens(p, token_block)};
+  plan.head_group = head_group;
+  plan.fused = std::all_of(plan.seq_tokens.begin(), plan.seq_tokens.end(),
+                           [&](const auto& toks) { return static_cast<int64_t>(toks.size()) <= token_block; });
   std::stable_sort(plan.blocks.begin(), plan.blocks.end(),
                    [](const auto& a, const auto& b) { return a.max_pos > b.max_pos; });
   const auto num_blocks = static_cast<int64_t>(plan.blocks.size());
@@ -293,35 +308,17 @@ void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
   const int64_t T = p.num_tokens, H = p.num_heads, dn = p.nope_dim, dr = p.rope_dim, dq = dn + dr;
   const int64_t dv = p.v_dim, C = p.kv_lora_rank, width = H * (dn + dv);   // an expanded key's floats
   const int64_t chunk_keys = fast::attend_chunk_keys;
-  struct block {
-    int64_t seq, first, count, max_pos;     // tokens seq_tokens[seq][first .. first + count)
-  };
-  int64_t num_seqs = 0;
-  for (int64_t t = 0; t < T; ++t)
-    num_seqs = std::max<int64_t>(num_seqs, p.layout.seq_idx[t] + 1);
-  std::vector<std::vector<int64_t>> seq_tokens(static_cast<size_t>(num_seqs));
+  const auto [seq_tokens, blocks] = block_tokens(p, naive_block_tokens);
+  const auto num_seqs = static_cast<int64_t>(seq_tokens.size());
   std::vector<int64_t> seq_max(static_cast<size_t>(num_seqs), -1), key_row(static_cast<size_t>(num_seqs));
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t sq = p.layout.seq_idx[t];
-    seq_tokens[sq].push_back(t);
-    seq_max[sq] = std::max<int64_t>(seq_max[sq], p.layout.positions[t]);
-  }
-  std::vector<block> blocks;
+  for (const auto& b : blocks)
+    seq_max[b.seq] = std::max(seq_max[b.seq], b.max_pos);
   int64_t num_chunks = 0, chunk_rows = 0;   // the most keys one chunk expands
-  for (int64_t sq = 0; sq < num_seqs; ++sq) {
-    const auto& toks = seq_tokens[sq];
-    for (size_t i = 0; i < toks.size(); i += static_cast<size_t>(naive_block_tokens)) {
-      const int64_t count = std::min<int64_t>(naive_block_tokens, static_cast<int64_t>(toks.size() - i));
-      int64_t max_pos = 0;
-      for (int64_t j = 0; j < count; ++j)
-        max_pos = std::max<int64_t>(max_pos, p.layout.positions[toks[i + j]]);
-      blocks.push_back({sq, static_cast<int64_t>(i), count, max_pos});
-    }
+  for (int64_t sq = 0; sq < num_seqs; ++sq)
     if (seq_max[sq] >= 0) {
       num_chunks = std::max(num_chunks, seq_max[sq] / chunk_keys + 1);
       chunk_rows += std::min(chunk_keys, seq_max[sq] + 1);
     }
-  }
   // Buffers: each row's (t, h) running state and its dv values; one chunk's expanded keys and
   // the pointers to their latents.
   const int64_t rows = T * H, part_bytes = static_cast<int64_t>(sizeof(fast::attention_partial));
@@ -355,7 +352,7 @@ void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
       if (blocks[b].max_pos >= kb)
         live.push_back(static_cast<int64_t>(b));
     pool_.parallel_for(static_cast<int64_t>(live.size()) * H, [&](int64_t task, int thread) {
-      const block& b = blocks[live[task / H]];
+      const auto& b = blocks[live[task / H]];
       const int64_t h = task % H;
       const int64_t* toks = seq_tokens[b.seq].data() + b.first;
       fast::thread_scratch& s = scratch_[thread];
