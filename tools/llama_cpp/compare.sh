@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# moeserve beside llama.cpp on the same checkpoints, on this machine (issue 2's targets are set
+# against llama.cpp). Not part of the tests: the first run builds llama.cpp (~12 min on 2 cores).
+#
+#   tools/llama_cpp/compare.sh bench  [--rounds N] [--threads N]   prefill 512 and batch-1 decode
+#   tools/llama_cpp/compare.sh logits [--prompt TEXT]                one prompt's tokens and logits
+#   tools/llama_cpp/compare.sh vectors                               rewrite tests/reference/llama_cpp_vectors.json
+#
+# llama.cpp: the release that node-llama-cpp 3.21.1 ships on npm as a git bundle (the only way
+# its source reaches this machine), built once into build-llama.cpp/ with GGML_NATIVE.
+# Checkpoints go to GGUF through tools/llama_cpp/export_gguf.py (with that release's gguf-py).
+#
+# bench: BF16 checkpoint -> BF16 GGUF; FP8 checkpoint -> Q8_0 GGUF (llama-quantize from the exact
+# f32 expansion: llama.cpp's 8-bit format on the same weights). The two programs alternate,
+# round by round, because this VM's memory bandwidth drifts by tens of percent within the hour.
+# llama.cpp: `llama-bench -p 512 -n 128` (pp512, tg128 from an empty context); moeserve:
+# `bench-model --prompt-len 512 --batches 1 --decode-prompt-len 64` (64 steps after 64 tokens).
+#
+# logits: the default FP8 model, expanded to f32 GGUF; llama.cpp tokenizes the prompt with its
+# own BPE (add_bos) and computes the last token's logits (llama-debug --save-logits); moeserve
+# tokenizes the same text and computes its reference-path logits for the ids llama.cpp used.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+mode="${1:-bench}"; shift || true
+rounds=2; threads="$(nproc)"; prompt="The quick brown fox jumps over the lazy dog. 深度求索 2025: x = 3.14159;"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --prompt) prompt="$2"; shift 2 ;;
+    *) echo "compare.sh: unknown argument '$1' (bench|logits|vectors [--rounds N] [--threads N] [--prompt TEXT])" >&2; exit 2 ;;
+  esac
+done
+case "$mode" in bench|logits|vectors) ;; *) echo "compare.sh: mode must be bench, logits or vectors, got '$mode'" >&2; exit 2 ;; esac
+
+lc="$root/build-llama.cpp"
+py=/usr/bin/python3
+moe="$root/build/tools/moeserve"
+[ -x "$moe" ] || bash tools/setup.sh
+
+build_llama() {
+  [ -x "$lc/build/bin/llama-bench" ] && [ -x "$lc/build/bin/llama-quantize" ] && [ -x "$lc/build/bin/llama-debug" ] && return
+  mkdir -p "$lc"
+  if [ ! -d "$lc/src" ]; then
+    echo "compare.sh: fetching llama.cpp (npm pack node-llama-cpp@3.21.1, its llama/gitRelease.bundle)"
+    (cd "$lc" && npm pack --silent node-llama-cpp@3.21.1 >/dev/null \
+      && tar xzf node-llama-cpp-3.21.1.tgz package/llama/gitRelease.bundle \
+      && git clone -q package/llama/gitRelease.bundle src && rm -rf package node-llama-cpp-3.21.1.tgz)
+  fi
+  echo "compare.sh: building llama.cpp into $lc/build (once; ~12 min on 2 cores)"
+  cmake -S "$lc/src" -B "$lc/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$lc/build" -j"$(nproc)" --target llama-bench llama-quantize llama-debug >/dev/null
+}
+
+model_dir() {  # make-model flags -> models/NAME, made once
+  local name="$1"; shift
+  [ -f "models/$name/config.json" ] || "$moe" make-model --preset small --seed 0 "$@" --out "models/$name" >/dev/null
+  echo "models/$name"
+}
+
+gguf() {  # DIR TYPE(f32|bf16|q8_0) -> path of DIR's GGUF of that type, written once
+  local dir="$1" type="$2" out
+  out="$lc/gguf/$(basename "$1")-$2.gguf"
+  mkdir -p "$lc/gguf"
+  if [ ! -f "$out" ]; then
+    if [ "$type" = q8_0 ]; then
+      "$lc/build/bin/llama-quantize" "$(gguf "$dir" f32)" "$out" Q8_0 >/dev/null 2>&1
+    else
+      GGUF_PY="$lc/src/gguf-py" "$py" tools/llama_cpp/export_gguf.py --model "$dir" --out "$out" --type "$type" >&2
+    fi
+  fi
+  echo "$out"
+}
+
+field() {  # a moeserve bench-model line's number: PATTERN
+  grep -m1 "$1" | grep -oE '[0-9]+(\.[0-9]+)? tok/s' | head -1 | cut -d' ' -f1
+}
+
+run_bench() {
+  local bf16 fp8 gbf gq8 r row out
+  bf16="$(model_dir small-bf16-32k --vocab-size 32000)"
+  fp8="$(model_dir small-fp8-32k --vocab-size 32000 --fp8)"
+  gbf="$(gguf "$bf16" bf16)"; gq8="$(gguf "$fp8" q8_0)"
+  printf '%-5s %-44s %14s %14s\n' round "program, weights (small preset, vocab 32000)" "prefill tok/s" "decode b1"
+  for r in $(seq 1 "$rounds"); do
+    for row in "moe|$bf16|BF16" "llama|$gbf|BF16" "moe|$fp8|FP8, lm_head BF16 (as V3's release)" \
+               "moe|$fp8|FP8, --lm-head-fp8|--lm-head-fp8" "llama|$gq8|Q8_0 (all 8-bit, lm_head too)"; do
+      IFS='|' read -r prog path label flag <<<"$row"
+      if [ "$prog" = moe ]; then
+        out="$("$moe" bench-model --model "$path" --threads "$threads" --prompt-len 512 --prefill-runs 3 \
+                --batches 1 --decode-prompt-len 64 --decode-steps 64 ${flag:+"$flag"} 2>/dev/null)"
+        printf '%-5s %-44s %14s %14s\n' "$r" "moeserve, $label" "$(field '^prefill:' <<<"$out")" \
+          "$(field 'batch   1' <<<"$out")"
+      else
+        out="$("$lc/build/bin/llama-bench" -m "$path" -t "$threads" -p 512 -n 128 -r 3 -o csv 2>/dev/null)"
+        local rates=()  # pp512 and tg128, in llama-bench's csv order
+        read -r -a rates < <("$py" -c '
+import csv, sys
+print(" ".join("%.1f" % float(x["avg_ts"]) for x in csv.DictReader(sys.stdin)))' <<<"$out")
+        printf '%-5s %-44s %14s %14s\n' "$r" "llama.cpp, $label" "${rates[0]:-?}" "${rates[1]:-?}"
+      fi
+    done
+  done
+}
+
+run_logits() {
+  local dir g ids
+  dir="$(model_dir small-fp8 --fp8)"
+  g="$(gguf "$dir" f32)"
+  tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+  llama_logits "$g" "$prompt" "$tmp"
+  ids="$("$py" -c 'import numpy,sys,glob; print(",".join(map(str, numpy.fromfile(glob.glob(sys.argv[1]+"/*-tokens.bin")[0], dtype=numpy.int32))))' "$tmp")"
+  "$moe" tokenize --model "$dir" "$prompt" >"$tmp/ours.json"
+  "$moe" logits --model "$dir" --tokens "$ids" --out "$tmp/ours.npy" >/dev/null
+  "$py" - "$tmp" "$ids" <<'EOF'
+import glob, json, sys
+import numpy as np
+tmp, ids = sys.argv[1], [int(x) for x in sys.argv[2].split(",")]
+ours_ids = json.load(open(f"{tmp}/ours.json"))
+theirs = np.fromfile([p for p in glob.glob(f"{tmp}/llamacpp-*.bin") if not p.endswith("-tokens.bin")][0], dtype=np.float32)
+ours = np.load(f"{tmp}/ours.npy")[-1].astype(np.float64)
+theirs = theirs[-ours.size:].astype(np.float64)
+d = ours - theirs
+print(f"tokens: llama.cpp {len(ids)} ids (bos first: {ids[0] == 0}), moeserve {len(ours_ids)}; "
+      f"same ids after bos: {ids[1:] == ours_ids or ids == ours_ids}")
+print(f"last-token logits over {ours.size} ids: rms {np.sqrt((d**2).mean()):.3e} of an rms of "
+      f"{np.sqrt((ours**2).mean()):.3e}; max |diff| {abs(d).max():.3e}; argmax {ours.argmax()} / {theirs.argmax()}; "
+      f"top-10 overlap {len(set(np.argsort(-ours)[:10]) & set(np.argsort(-theirs)[:10]))}/10")
+EOF
+}
+
+llama_logits() {  # GGUF PROMPT DIR: llama.cpp's ids and last-token logits for PROMPT, into DIR
+  # f32 KV cache and no flash attention: llama.cpp's defaults (f16) round the latent cache
+  "$lc/build/bin/llama-debug" -m "$1" -t "$threads" -ctk f32 -ctv f32 -fa off -p "$2" --save-logits \
+    --logits-output-dir "$3" >"$3/debug.log" 2>&1 || { tail -20 "$3/debug.log"; exit 1; }
+}
+
+# The vectors of tests/scripts/test_logits_vs_llama_cpp.sh: tiny checkpoints (make-model is
+# deterministic per seed), llama.cpp's ids for a few prompts (its BPE on the vocabulary cut to
+# the model's 1024 ids) and its last-token logits; write_vectors.py gathers them.
+run_vectors() {
+  tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+  local runs=() variant dir g i
+  local prompts=("Hello" "The quick brown fox jumps over the lazy dog, again and again: 1, 2, 3."
+    "$(printf 'def f(x):\n    return x * 2  # %s\n' one two three four five six seven eight)")
+  for variant in bf16 fp8; do
+    dir="$tmp/tiny-$variant"
+    local flags=(--preset tiny --seed 7 --vocab-size 1024)
+    [ "$variant" = fp8 ] && flags+=(--fp8 --shards 2)
+    "$moe" make-model "${flags[@]}" --out "$dir" >/dev/null
+    g="$tmp/tiny-$variant.gguf"
+    GGUF_PY="$lc/src/gguf-py" "$py" tools/llama_cpp/export_gguf.py --model "$dir" --out "$g" --type f32 >/dev/null
+    for i in "${!prompts[@]}"; do
+      mkdir -p "$tmp/$variant-$i"
+      printf '%s' "${prompts[$i]}" >"$tmp/$variant-$i/prompt.txt"
+      printf '%s\n' "${flags[@]}" >"$tmp/$variant-$i/make_model.txt"
+      llama_logits "$g" "${prompts[$i]}" "$tmp/$variant-$i"
+      runs+=("$dir" "$tmp/$variant-$i")
+    done
+  done
+  "$py" tools/llama_cpp/write_vectors.py "llama.cpp $(git -C "$lc/src" log -1 --format=%h)" "${runs[@]}" \
+    >tests/reference/llama_cpp_vectors.json
+  echo "compare.sh: wrote tests/reference/llama_cpp_vectors.json ($(( ${#runs[@]} / 2 )) cases)"
+}
+
+build_llama
+"run_$mode"
+
