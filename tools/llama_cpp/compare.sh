@@ -51,7 +51,15 @@ build_llama() {
   echo "compare.sh: building llama.cpp into $lc/build (once; ~12 min on 2 cores)"
   cmake -S "$lc/src" -B "$lc/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$lc/build" -j"$(nproc)" --target llama-bench llama-quantize llama-debug >/dev/null
+  cmake --build "$lc/build" -j"$(nproc)" --target llama-bench llama-quantize llama-debug llama >/dev/null
+}
+
+build_greedy() {  # tools/llama_cpp/greedy.cpp against the llama.cpp just built
+  [ "$lc/build/greedy" -nt tools/llama_cpp/greedy.cpp ] && return
+  local b="$lc/build"
+  g++ -std=c++17 -O2 tools/llama_cpp/greedy.cpp -I "$lc/src/include" -I "$lc/src/ggml/include" \
+    "$b/src/libllama.a" "$b/ggml/src/libggml.a" "$b/ggml/src/libggml-cpu.a" "$b/ggml/src/libggml-base.a" \
+    -fopenmp -lpthread -ldl -o "$b/greedy"
 }
 
 model_dir() {  # make-model flags -> models/NAME, made once
@@ -139,8 +147,10 @@ llama_logits() {  # GGUF PROMPT DIR: llama.cpp's ids and last-token logits for P
 
 # The vectors of tests/scripts/test_logits_vs_llama_cpp.sh: tiny checkpoints (make-model is
 # deterministic per seed), llama.cpp's ids for a few prompts (its BPE on the vocabulary cut to
-# the model's 1024 ids) and its last-token logits; write_vectors.py gathers them.
+# the model's 1024 ids), its last-token logits, and 24 greedy steps through its KV cache
+# (greedy.cpp: each id and its logprob); write_vectors.py gathers them.
 run_vectors() {
+  build_greedy
   tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
   local runs=() variant dir g i
   local prompts=("Hello" "The quick brown fox jumps over the lazy dog, again and again: 1, 2, 3."
@@ -157,6 +167,9 @@ run_vectors() {
       printf '%s' "${prompts[$i]}" >"$tmp/$variant-$i/prompt.txt"
       printf '%s\n' "${flags[@]}" >"$tmp/$variant-$i/make_model.txt"
       llama_logits "$g" "${prompts[$i]}" "$tmp/$variant-$i"
+      "$lc/build/greedy" "$g" "$("$py" -c 'import numpy, sys
+print(",".join(map(str, numpy.fromfile(sys.argv[1], dtype=numpy.int32))))' "$tmp/$variant-$i"/*-tokens.bin)" 24 \
+        >"$tmp/$variant-$i/greedy.json"
       runs+=("$dir" "$tmp/$variant-$i")
     done
   done
