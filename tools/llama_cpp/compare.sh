@@ -46,12 +46,16 @@ build_llama() {
     echo "compare.sh: fetching llama.cpp (npm pack node-llama-cpp@3.21.1, its llama/gitRelease.bundle)"
     (cd "$lc" && npm pack --silent node-llama-cpp@3.21.1 >/dev/null \
       && tar xzf node-llama-cpp-3.21.1.tgz package/llama/gitRelease.bundle \
-      && git clone -q package/llama/gitRelease.bundle src && rm -rf package node-llama-cpp-3.21.1.tgz)
+      && git -c advice.detachedHead=false clone -q package/llama/gitRelease.bundle src \
+      && rm -rf package node-llama-cpp-3.21.1.tgz)
   fi
   echo "compare.sh: building llama.cpp into $lc/build (once; ~12 min on 2 cores)"
-  cmake -S "$lc/src" -B "$lc/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$lc/build" -j"$(nproc)" --target llama-bench llama-quantize llama-debug llama >/dev/null
+  if ! { cmake -S "$lc/src" -B "$lc/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+           -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF \
+         && cmake --build "$lc/build" -j"$(nproc)" --target llama-bench llama-quantize llama-debug llama; } \
+       >"$lc/build.log" 2>&1; then
+    tail -30 "$lc/build.log"; echo "compare.sh: the llama.cpp build failed (all of it: $lc/build.log)" >&2; exit 1
+  fi
 }
 
 build_greedy() {  # tools/llama_cpp/greedy.cpp against the llama.cpp just built
