@@ -52,7 +52,10 @@ void panel_dot(const uint8_t* panel, int64_t panel_bytes, const uint32_t* const*
         v = _mm512_setzero_ps();
     for (int64_t kp = b0; kp < std::min(num_kp, b0 + kb.pairs); kp += 2) {
       for (int p = 0; p < NP; ++p) {
-        const char* f = reinterpret_cast<const char*>(panel + p * panel_bytes + kp * 128) + prefetch_bytes;
+        // each panel's stream runs on into the same panel of the next pass (NP panels on)
+        const int64_t ahead = kp * 128 + prefetch_bytes;
+        const char* f = reinterpret_cast<const char*>(
+            panel + (ahead < panel_bytes ? p * panel_bytes + ahead : (p + NP) * panel_bytes + ahead - panel_bytes));
         if (prefetch_to != nullptr && f < prefetch_to)
           for (int i = 0; i < 4; ++i)
             _mm_prefetch(f + 64 * i, _MM_HINT_T0);
@@ -101,8 +104,12 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
   const int64_t first = r0 / fp8_panel_rows, last = (r0 + nr - 1) / fp8_panel_rows;
   const char* begin = reinterpret_cast<const char*>(base + first * panel_bytes);
   const char* end = reinterpret_cast<const char*>(base + (last + 1) * panel_bytes);
-  for (const char* p = begin; p < std::min(end, begin + prefetch_bytes); p += 64)
-    _mm_prefetch(p, _MM_HINT_T0);
+  // the head of each stream: the first panel, and the second when one activation row reads two
+  for (int64_t q = 0; q < (x.num_rows == 1 ? 2 : 1); ++q) {
+    const char* head = begin + q * panel_bytes;
+    for (const char* p = head; p < std::min(end, head + prefetch_bytes); p += 64)
+      _mm_prefetch(p, _MM_HINT_T0);
+  }
   // the activations rounded once for the call, as column pairs; the block sums under the MXCSR
   // the GEMM's tiles add theirs under
   const auto* const* a = reinterpret_cast<const uint32_t* const*>(bf16_rows(x, w, s));
