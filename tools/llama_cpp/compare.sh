@@ -3,6 +3,7 @@
 # against llama.cpp). Not part of the tests: the first run builds llama.cpp (~12 min on 2 cores).
 #
 #   tools/llama_cpp/compare.sh bench  [--rounds N] [--threads N]   prefill 512 and batch-1 decode
+#   tools/llama_cpp/compare.sh batched [--rounds N] [--threads N]  decode at batch 1, 8 and 32
 #   tools/llama_cpp/compare.sh logits [--prompt TEXT]                one prompt's tokens and logits
 #   tools/llama_cpp/compare.sh vectors                               rewrite tests/reference/llama_cpp_vectors.json
 #
@@ -15,6 +16,10 @@
 # round by round, because this VM's memory bandwidth drifts by tens of percent within the hour.
 # llama.cpp: `llama-bench -p 512 -n 128` (pp512, tg128 from an empty context); moeserve:
 # `bench-model --prompt-len 512 --batches 1 --decode-prompt-len 64` (64 steps after 64 tokens).
+#
+# batched: decode tok/s with 1, 8 and 32 sequences of 64 prompt tokens; llama.cpp:
+# `llama-batched-bench -npp 64 -ntg 64 -npl 1,8,32` (S_TG: 64 steps of every sequence, its
+# prompts apart); moeserve: `bench-model --batches 1,8,32 --decode-prompt-len 64` (median step).
 #
 # logits: the default FP8 model, expanded to f32 GGUF; llama.cpp tokenizes the prompt with its
 # own BPE (add_bos) and computes the last token's logits (llama-debug --save-logits); moeserve
@@ -29,10 +34,11 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --prompt) prompt="$2"; shift 2 ;;
-    *) echo "compare.sh: unknown argument '$1' (bench|logits|vectors [--rounds N] [--threads N] [--prompt TEXT])" >&2; exit 2 ;;
+    *) echo "compare.sh: unknown argument '$1' (bench|batched|logits|vectors [--rounds N] [--threads N] [--prompt TEXT])" >&2; exit 2 ;;
   esac
 done
-case "$mode" in bench|logits|vectors) ;; *) echo "compare.sh: mode must be bench, logits or vectors, got '$mode'" >&2; exit 2 ;; esac
+case "$mode" in bench|batched|logits|vectors) ;;
+  *) echo "compare.sh: mode must be bench, batched, logits or vectors, got '$mode'" >&2; exit 2 ;; esac
 
 lc="$root/build-llama.cpp"
 py=/usr/bin/python3
@@ -40,7 +46,9 @@ moe="$root/build/tools/moeserve"
 [ -x "$moe" ] || bash tools/setup.sh
 
 build_llama() {
-  [ -x "$lc/build/bin/llama-bench" ] && [ -x "$lc/build/bin/llama-quantize" ] && [ -x "$lc/build/bin/llama-debug" ] && return
+  local t
+  for t in llama-bench llama-batched-bench llama-quantize llama-debug; do [ -x "$lc/build/bin/$t" ] || break; done
+  [ -x "$lc/build/bin/$t" ] && return
   mkdir -p "$lc"
   if [ ! -d "$lc/src" ]; then
     echo "compare.sh: fetching llama.cpp (npm pack node-llama-cpp@3.21.1, its llama/gitRelease.bundle)"
@@ -52,7 +60,8 @@ build_llama() {
   echo "compare.sh: building llama.cpp into $lc/build (once; ~12 min on 2 cores)"
   if ! { cmake -S "$lc/src" -B "$lc/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
            -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF \
-         && cmake --build "$lc/build" -j"$(nproc)" --target llama-bench llama-quantize llama-debug llama; } \
+         && cmake --build "$lc/build" -j"$(nproc)" --target llama-bench llama-batched-bench llama-quantize llama-debug \
+              llama; } \
        >"$lc/build.log" 2>&1; then
     tail -30 "$lc/build.log"; echo "compare.sh: the llama.cpp build failed (all of it: $lc/build.log)" >&2; exit 1
   fi
@@ -113,6 +122,34 @@ import csv, sys
 print(" ".join("%.1f" % float(x["avg_ts"]) for x in csv.DictReader(sys.stdin)))' <<<"$out")
         printf '%-5s %-44s %14s %14s\n' "$r" "llama.cpp, $label" "${rates[0]:-?}" "${rates[1]:-?}"
       fi
+    done
+  done
+}
+
+run_batched() {
+  local bf16 fp8 gbf gq8 r row out
+  bf16="$(model_dir small-bf16-32k --vocab-size 32000)"
+  fp8="$(model_dir small-fp8-32k --vocab-size 32000 --fp8)"
+  gbf="$(gguf "$bf16" bf16)"; gq8="$(gguf "$fp8" q8_0)"
+  printf '%-5s %-44s %10s %10s %10s\n' round "program, weights (small preset, vocab 32000)" "b1 tok/s" b8 b32
+  for r in $(seq 1 "$rounds"); do
+    for row in "moe|$bf16|BF16" "llama|$gbf|BF16" "moe|$fp8|FP8, --lm-head-fp8|--lm-head-fp8" \
+               "llama|$gq8|Q8_0 (all 8-bit, lm_head too)"; do
+      IFS='|' read -r prog path label flag <<<"$row"
+      local rates=()
+      if [ "$prog" = moe ]; then
+        out="$("$moe" bench-model --model "$path" --threads "$threads" --prompt-len 16 --prefill-runs 1 \
+                --batches 1,8,32 --decode-prompt-len 64 --decode-steps 64 ${flag:+"$flag"} 2>/dev/null)"
+        read -r -a rates <<<"$(grep -E '^decode: +batch' <<<"$out" | grep -oE '[0-9.]+ tok/s' | cut -d' ' -f1 | tr '\n' ' ')"
+        label="moeserve, $label"
+      else
+        out="$("$lc/build/bin/llama-batched-bench" -m "$path" -t "$threads" -c 4096 -b 2048 -ub 512 \
+                -npp 64 -ntg 64 -npl 1,8,32 2>/dev/null)"
+        # the table's rows: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | ...
+        read -r -a rates <<<"$(awk -F'|' '$4 ~ /^ *[0-9]+ *$/ { printf "%.1f ", $9 }' <<<"$out")"
+        label="llama.cpp, $label"
+      fi
+      printf '%-5s %-44s %10s %10s %10s\n' "$r" "$label" "${rates[0]:-?}" "${rates[1]:-?}" "${rates[2]:-?}"
     done
   done
 }
