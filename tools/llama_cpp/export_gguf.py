@@ -157,7 +157,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--type", choices=["f32", "bf16"], default="bf16")
     args = ap.parse_args()
-    c = json.load(open(os.path.join(args.model, "config.json")))
+    try:
+        c = json.load(open(os.path.join(args.model, "config.json")))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"export_gguf: {args.model}/config.json: {e}")
     if c.get("model_type") != "deepseek_v3":
         raise SystemExit(f"export_gguf: {args.model}/config.json: model_type {c.get('model_type')!r}, expected 'deepseek_v3'")
     ck = Checkpoint(args.model)
