@@ -58,24 +58,24 @@ class Checkpoint:
         if dtype == "BF16":
             return (a.astype(np.uint32) << 16).view(np.float32)
         if dtype == "F8_E4M3":
-            w = e4m3_to_f32(a)
+            w = E4M3[a]
             s = self.f32(key.replace(".weight", ".weight_scale_inv"))
             r, c = w.shape
             return w * np.repeat(np.repeat(s, 128, 0), 128, 1)[:r, :c]
         return a.astype(np.float32)
 
 
-def e4m3_to_f32(a):
-    """OCP e4m3 (bias 7, subnormals, 0x7f / 0xff NaN) to f32, exactly."""
-    b = a.astype(np.int32)
-    sign = np.where(b & 0x80, -1.0, 1.0).astype(np.float32)
-    exp = (b >> 3) & 0xF
-    man = (b & 7).astype(np.float32)
-    normal = np.ldexp(1.0 + man / 8.0, exp - 7)
-    sub = np.ldexp(man / 8.0, -6)
-    out = sign * np.where(exp == 0, sub, normal).astype(np.float32)
-    out[(b & 0x7F) == 0x7F] = np.nan
-    return out
+def _e4m3_table():
+    """The 256 OCP e4m3 codes (bias 7, subnormals, 0x7f / 0xff NaN) as f32, exactly."""
+    b = np.arange(256)
+    exp, man = (b >> 3) & 0xF, (b & 7) / 8.0
+    value = np.where(exp == 0, np.ldexp(man, -6), np.ldexp(1.0 + man, exp - 7))
+    value = np.where(b & 0x80, -value, value).astype(np.float32)
+    value[(b & 0x7F) == 0x7F] = np.nan
+    return value
+
+
+E4M3 = _e4m3_table()
 
 
 def write_vocab(w, model_dir, vocab_size):
