@@ -99,11 +99,17 @@ field() {  # a moeserve bench-model line's number: PATTERN
   grep -m1 "$1" | grep -oE '[0-9]+(\.[0-9]+)? tok/s' | head -1 | cut -d' ' -f1
 }
 
-run_bench() {
-  local bf16 fp8 gbf gq8 r row out
+# The speed comparisons' checkpoints (small preset, vocab 32000) and their GGUF files: sets
+# bf16, fp8 (checkpoint directories), gbf (BF16 GGUF) and gq8 (Q8_0 GGUF of the FP8 weights).
+comparison_models() {
   bf16="$(model_dir small-bf16-32k --vocab-size 32000)"
   fp8="$(model_dir small-fp8-32k --vocab-size 32000 --fp8)"
   gbf="$(gguf "$bf16" bf16)"; gq8="$(gguf "$fp8" q8_0)"
+}
+
+run_bench() {
+  local bf16 fp8 gbf gq8 r row out
+  comparison_models
   printf '%-5s %-44s %14s %14s\n' round "program, weights (small preset, vocab 32000)" "prefill tok/s" "decode b1"
   for r in $(seq 1 "$rounds"); do
     for row in "moe|$bf16|BF16" "llama|$gbf|BF16" "moe|$fp8|FP8, lm_head BF16 (as V3's release)" \
@@ -128,9 +134,7 @@ print(" ".join("%.1f" % float(x["avg_ts"]) for x in csv.DictReader(sys.stdin)))'
 
 run_batched() {
   local bf16 fp8 gbf gq8 r row out
-  bf16="$(model_dir small-bf16-32k --vocab-size 32000)"
-  fp8="$(model_dir small-fp8-32k --vocab-size 32000 --fp8)"
-  gbf="$(gguf "$bf16" bf16)"; gq8="$(gguf "$fp8" q8_0)"
+  comparison_models
   printf '%-5s %-44s %10s %10s %10s\n' round "program, weights (small preset, vocab 32000)" "b1 tok/s" b8 b32
   for r in $(seq 1 "$rounds"); do
     for row in "moe|$bf16|BF16" "llama|$gbf|BF16" "moe|$fp8|FP8, --lm-head-fp8|--lm-head-fp8" \
@@ -160,7 +164,7 @@ run_logits() {
   g="$(gguf "$dir" f32)"
   tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
   llama_logits "$g" "$prompt" "$tmp"
-  ids="$("$py" -c 'import numpy,sys,glob; print(",".join(map(str, numpy.fromfile(glob.glob(sys.argv[1]+"/*-tokens.bin")[0], dtype=numpy.int32))))' "$tmp")"
+  ids="$(llama_ids "$tmp")"
   "$moe" tokenize --model "$dir" "$prompt" >"$tmp/ours.json"
   "$moe" logits --model "$dir" --tokens "$ids" --out "$tmp/ours.npy" >/dev/null
   "$py" - "$tmp" "$ids" <<'EOF'
@@ -180,14 +184,19 @@ print(f"last-token logits over {ours.size} ids: rms {np.sqrt((d**2).mean()):.3e}
 EOF
 }
 
+llama_ids() {  # DIR: the token ids llama_logits saved there, comma-separated
+  "$py" -c 'import glob, numpy, sys
+print(",".join(map(str, numpy.fromfile(glob.glob(sys.argv[1] + "/*-tokens.bin")[0], dtype=numpy.int32))))' "$1"
+}
+
 llama_logits() {  # GGUF PROMPT DIR: llama.cpp's ids and last-token logits for PROMPT, into DIR
   # f32 KV cache and no flash attention: llama.cpp's defaults (f16) round the latent cache
   "$lc/build/bin/llama-debug" -m "$1" -t "$threads" -ctk f32 -ctv f32 -fa off -p "$2" --save-logits \
     --logits-output-dir "$3" >"$3/debug.log" 2>&1 || { tail -20 "$3/debug.log"; exit 1; }
 }
 
-# The vectors of tests/scripts/test_logits_vs_llama_cpp.sh: tiny checkpoints (make-model is
-# deterministic per seed), llama.cpp's ids for a few prompts (its BPE on the vocabulary cut to
+# The vectors of tests/scripts/test_logits_vs_llama_cpp.sh: tiny and small checkpoints (make-model
+# is deterministic per seed), llama.cpp's ids for a few prompts (its BPE on the vocabulary cut to
 # the model's 1024 ids), its last-token logits, and 24 greedy steps through its KV cache
 # (greedy.cpp: each id and its logprob); write_vectors.py gathers them.
 run_vectors() {
@@ -212,9 +221,7 @@ run_vectors() {
       printf '%s' "${prompts[$i]}" >"$tmp/$variant-$i/prompt.txt"
       printf '%s\n' "${flags[@]}" >"$tmp/$variant-$i/make_model.txt"
       llama_logits "$g" "${prompts[$i]}" "$tmp/$variant-$i"
-      "$lc/build/greedy" "$g" "$("$py" -c 'import numpy, sys
-print(",".join(map(str, numpy.fromfile(sys.argv[1], dtype=numpy.int32))))' "$tmp/$variant-$i"/*-tokens.bin)" 24 \
-        >"$tmp/$variant-$i/greedy.json"
+      "$lc/build/greedy" "$g" "$(llama_ids "$tmp/$variant-$i")" 24 >"$tmp/$variant-$i/greedy.json"
       runs+=("$dir" "$tmp/$variant-$i")
     done
   done
