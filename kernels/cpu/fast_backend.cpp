@@ -46,14 +46,17 @@ void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w
 
 std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads) {
   // Chunks of >= 64 KiB (long streams, few restarts; measured: 256 x 1024 BF16 26 -> 37 GB/s
-  // against 16-row chunks), one or two per thread: as many on every thread (the old ~2 per
-  // thread of >= 64 KiB left 256 x 1024 FP8 as 80 + 80 + 80 + 16 rows: 160 rows on one thread).
-  // In whole 64-row panels where a weight is BF16 or FP8: the panel kernel and the GEMM compute
-  // a panel's 64 rows at once, so a cut inside one would have both tasks read it (q_a + kv_a of
-  // the small preset: 144-row chunks read 2 of q_a's 6 panels twice), and a BF16 panel packed
-  // ahead is only read as a whole. Granules are dealt out evenly rather than rounded up per
-  // task: q_a + kv_a's 9 panels as 192-row tasks made 3 tasks for 2 threads (one thread 352 rows
-  // to the other's 192), as 3 + 2 + 2 + 2 panels at most 320 against 224.
+  // against 16-row chunks), as many as threads: a stream's rate grows with its length (a plain
+  // read of random 64 KiB / 256 KiB / 1 MiB spans on the AMD VM's two threads: 29-32 / 37-42 /
+  // 46 GB/s, one long stream 49-59), and the claiming pool already lets the caller take a late
+  // worker's task. Two chunks per thread, as until session 24, decoded 6 % slower at batch 1
+  // (FP8-32000: 267-318 -> 284-347 tok/s, BF16-32000 206-216 -> 219-232, six and three rounds
+  // alternated) and 1.5-4 % slower at batch 8 and 32. In whole 64-row panels where a weight is
+  // BF16 or FP8: the panel kernel and the GEMM compute a panel's 64 rows at once, so a cut
+  // inside one would have both tasks read it (q_a + kv_a of the small preset: 144-row chunks
+  // read 2 of q_a's 6 panels twice), and a BF16 panel packed ahead is only read as a whole.
+  // Granules are dealt out evenly rather than rounded up per task: 256 x 1024 FP8 in ~2 chunks
+  // per thread of >= 64 KiB was once 80 + 80 + 80 + 16 rows, 160 rows on one thread.
   int64_t bytes = 0, granule = 16;
   for (const linear_weight* x : w) {
     bytes += x->num_bytes();
@@ -65,10 +68,7 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
     granules += (x->out_features + granule - 1) / granule;
   if (granules == 0)
     return {};
-  int64_t chunks = std::clamp<int64_t>(bytes >> 16, 1, 2 * threads);
-  if (chunks > threads)
-    chunks -= chunks % threads;
-  chunks = std::min(chunks, granules);
+  const int64_t chunks = std::min(std::clamp<int64_t>(bytes >> 16, 1, threads), granules);
   auto share = [&](int64_t task) { return granules / chunks + (task < granules % chunks ? 1 : 0); };
   std::vector<gemv_piece> pieces;
   int64_t task = 0, left = share(0);       // granules the current task still takes

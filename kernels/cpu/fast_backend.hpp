@@ -55,7 +55,7 @@ struct gemv_piece {
 };
 /// The weights' rows cut into tasks of whole granules (64 rows, a panel, when any weight is BF16
 /// or FP8, else 16; a weight's last granule may be short), each weight's granules in turn: as many
-/// tasks as threads or twice as many, each >= 64 KiB where the bytes allow, every task holding
+/// tasks as threads, each >= 64 KiB where the bytes allow, every task holding
 /// the same number of granules or one more (the larger first). A task that crosses from one
 /// weight into the next holds a piece of each. Pieces come in task order.
 [[nodiscard]] std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads);

@@ -201,11 +201,11 @@ TEST_CASE("fast: FP8 panels need block rows in whole panels, else the reference 
 
 TEST_CASE("fast: plan_gemv cuts weights in FP8 panels at whole panels") {
   // q_a [384, 1024] in panels beside kv_a [160, 1024] BF16 (the small preset's pair): 544 rows,
-  // 4 tasks on 2 threads; 16-row cuts would give 144-row chunks, inside q_a's panels 2 and 4
+  // 4 tasks of 136 rows on 4 threads if cut at 16 rows, inside q_a's panels 2 and 4
   auto q_a = test::to_fp8_panels(*test::random_weight(dtype::f8_e4m3, 384, 1024, 1u));
   auto kv_a = test::random_weight(dtype::bf16, 160, 1024, 2u);
   const linear_weight* ws[] = {&q_a->w, &kv_a->w};
-  const std::vector<gemv_piece> pieces = plan_gemv(ws, 2);
+  const std::vector<gemv_piece> pieces = plan_gemv(ws, 4);
   const int64_t rows[] = {384, 160};
   for (const gemv_piece& p : pieces) {                      // each weight cut at its own panels
     CAPTURE(p.weight);
