@@ -18,7 +18,7 @@ ref="$(cd "$(dirname "${BASH_SOURCE[0]}")/../reference" && pwd)/deepseek_v3_refe
 tokens="0,5,17,300,42,7,999,3,64,128,256,511"
 
 if ! "$py" -c 'import numpy' 2>/dev/null; then
-  echo "SKIP: $py has no numpy (apt-get install python3-numpy)"
+  echo "skipped: $py has no numpy (apt-get install python3-numpy)"
   exit 0
 fi
 
