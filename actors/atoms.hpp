@@ -6,14 +6,15 @@
 
 namespace moe {
 
-using submit_atom = caf::atom_constant<caf::atom("submit")>;    // a request enters a stage
-using done_atom = caf::atom_constant<caf::atom("done")>;        // a request left a stage
-using stats_atom = caf::atom_constant<caf::atom("stats")>;      // counters, please
-using step_atom = caf::atom_constant<caf::atom("step")>;        // a rank's stream finished a step
-using token_atom = caf::atom_constant<caf::atom("token")>;      // new output tokens for a session
-using start_atom = caf::atom_constant<caf::atom("start")>;      // a request's prefill began
-using cancel_atom = caf::atom_constant<caf::atom("cancel")>;    // drop a request, free its KV
-using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;  // a peer began a step (its dispatch is here)
+using submit_atom = caf::atom_constant<caf::atom("submit")>;  // a request enters a stage
+using done_atom = caf::atom_constant<caf::atom("done")>;      // a request left a stage
+using stats_atom = caf::atom_constant<caf::atom("stats")>;    // counters, please
+using step_atom = caf::atom_constant<caf::atom("step")>;      // a rank's stream finished a step
+using token_atom = caf::atom_constant<caf::atom("token")>;    // new output tokens for a session
+using start_atom = caf::atom_constant<caf::atom("start")>;    // a request's prefill began
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;  // drop a request, free its KV
+using dispatch_atom =
+  caf::atom_constant<caf::atom("dispatch")>;                    // a peer began a step (its dispatch is here)
 using stage_atom = caf::atom_constant<caf::atom("stage")>;      // a stream finished a step's last stage
 using peers_atom = caf::atom_constant<caf::atom("peers")>;      // a rank's expert-parallel group
 using pick_atom = caf::atom_constant<caf::atom("pick")>;        // a balancer, choose a rank

@@ -32,7 +32,7 @@ struct decode_balancer_state {
   std::vector<decode_rank_actor> ranks;
   std::vector<decode_load> loads;
   std::map<uint64_t, booking> booked;
-  std::deque<waiting_pick> waiting;         // FIFO: no request overtakes an earlier one
+  std::deque<waiting_pick> waiting;  // FIFO: no request overtakes an earlier one
   static inline const char* name = "decode_balancer";
 };
 
@@ -53,12 +53,14 @@ std::optional<int64_t> try_book(decode_balancer_state& st, uint64_t id, int64_t 
 
 }  // namespace
 
-decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self, std::vector<decode_rank_actor> ranks,
+decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
+                                                     std::vector<decode_rank_actor> ranks,
                                                      decode_balancer_config cfg) {
   self->state.cfg = cfg;
-  self->state.loads.assign(ranks.size(),
-                           decode_load{.num_used_blocks = 0, .num_blocks = cfg.num_blocks, .num_running = 0,
-                                       .max_running = cfg.max_running});
+  self->state.loads.assign(ranks.size(), decode_load{.num_used_blocks = 0,
+                                                     .num_blocks = cfg.num_blocks,
+                                                     .num_running = 0,
+                                                     .max_running = cfg.max_running});
   self->state.ranks = std::move(ranks);
   return {
     [=](pick_atom, uint64_t id, int64_t num_prompt_tokens, int64_t num_tokens) -> caf::result<int64_t> {
@@ -66,7 +68,7 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self, std:
       const int64_t num_blocks = (num_tokens + st.cfg.block_size - 1) / st.cfg.block_size;
       if (num_blocks > st.cfg.num_blocks)
         return caf::make_error(serve_errc::invalid, "a request of " + std::to_string(num_tokens) +
-                                                                " tokens exceeds a decode rank's KV pool");
+                                                      " tokens exceeds a decode rank's KV pool");
       if (st.waiting.empty())
         if (auto rank = try_book(st, id, num_prompt_tokens, num_blocks))
           return *rank;

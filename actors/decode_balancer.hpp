@@ -14,18 +14,18 @@
 namespace moe {
 
 using decode_balancer_actor = caf::typed_actor<
-    // Picks the rank for request `id` (a prompt of num_prompt_tokens, up to num_tokens in all):
-    // replies its index once the rank has room, and has the rank pre-allocate the prompt's KV.
-    caf::replies_to<pick_atom, uint64_t, int64_t, int64_t>::with<int64_t>,
-    // Request `id` ended: its booking is freed (waiting picks retry).
-    caf::reacts_to<done_atom, uint64_t>,
-    // Requests booked per rank.
-    caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
+  // Picks the rank for request `id` (a prompt of num_prompt_tokens, up to num_tokens in all):
+  // replies its index once the rank has room, and has the rank pre-allocate the prompt's KV.
+  caf::replies_to<pick_atom, uint64_t, int64_t, int64_t>::with<int64_t>,
+  // Request `id` ended: its booking is freed (waiting picks retry).
+  caf::reacts_to<done_atom, uint64_t>,
+  // Requests booked per rank.
+  caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
 
 struct decode_balancer_config {
-  int64_t num_blocks = 0;                   // per rank
+  int64_t num_blocks = 0;  // per rank
   int64_t block_size = 64;
-  int64_t max_running = 0;                  // per rank; 0: unlimited
+  int64_t max_running = 0;  // per rank; 0: unlimited
 };
 
 [[nodiscard]] decode_balancer_actor spawn_decode_balancer(caf::actor_system& sys,

@@ -26,8 +26,8 @@ namespace moe {
 
 struct decode_step_result {
   std::vector<uint64_t> request_ids;
-  std::vector<int32_t> tokens;              // next token of each request, same order
-  std::vector<std::vector<token_logprobs>> logprobs;   // same order; empty unless it asked
+  std::vector<int32_t> tokens;                        // next token of each request, same order
+  std::vector<std::vector<token_logprobs>> logprobs;  // same order; empty unless it asked
   std::string error;
 };
 
@@ -36,8 +36,8 @@ namespace {
 struct running_request {
   kv_handoff job;
   sequence_kv kv;
-  int32_t last_token = 0;                   // sampled, not yet fed through the model
-  int64_t num_generated = 1;                // the first token came from prefill
+  int32_t last_token = 0;     // sampled, not yet fed through the model
+  int64_t num_generated = 1;  // the first token came from prefill
 };
 
 struct decode_rank_state {
@@ -45,18 +45,18 @@ struct decode_rank_state {
   std::unique_ptr<cpu_stream> stream;
   std::unique_ptr<ep_rank_core> core;
   std::map<uint64_t, running_request> running;
-  std::vector<kv_handoff> joining;          // arrived during a step
-  std::set<uint64_t> cancelled;             // asked during a step
-  std::map<uint64_t, sequence_kv> reserved; // pre-allocated for hand-offs not yet arrived
+  std::vector<kv_handoff> joining;           // arrived during a step
+  std::set<uint64_t> cancelled;              // asked during a step
+  std::map<uint64_t, sequence_kv> reserved;  // pre-allocated for hand-offs not yet arrived
   // Requests cancelled (client gone, cancel RPC) before their hand-off arrived: the hand-off
   // comes from the prefill rank, the cancel from the session, in either order. The most recent
   // ones, oldest first; a hand-off that never comes (cancelled in prefill) ages out.
   std::set<uint64_t> ended_early;
   std::deque<uint64_t> ended_order;
-  std::vector<std::vector<running_request*>> step_rows;   // per micro-batch, in logits order
+  std::vector<std::vector<running_request*>> step_rows;  // per micro-batch, in logits order
   static inline const char* name = "decode_rank";
 
-  ~decode_rank_state() {                      // stop waiting for peers, drain the stream before the model goes
+  ~decode_rank_state() {  // stop waiting for peers, drain the stream before the model goes
     if (core)
       core->stop();
     stream.reset();
@@ -91,18 +91,20 @@ void admit_and_cancel(decode_pointer self) {
   std::vector<kv_handoff> still_waiting;
   for (kv_handoff& job : st.joining) {
     if (st.cancelled.erase(job.request_id)) {
-      caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {}, finish_reason::abort, {}});
+      caf::anon_send(job.session, token_atom::value,
+                     token_chunk{job.request_id, {}, finish_reason::abort, {}});
       continue;
     }
     running_request r{.job = std::move(job), .kv = {}, .last_token = 0, .num_generated = 1};
     if (auto it = st.reserved.find(r.job.request_id); it != st.reserved.end()) {
-      r.kv = std::move(it->second);                         // the balancer had it pre-allocated
+      r.kv = std::move(it->second);  // the balancer had it pre-allocated
       st.reserved.erase(it);
     }
     if (!r.kv.reserve(m.cache, r.job.pages.num_tokens + 1)) {
-      if (st.running.empty())                               // can never fit here
-        caf::anon_send(r.job.session, token_atom::value,
-                       token_chunk{r.job.request_id, {}, finish_reason::error, "the decode rank's KV pool is too small"});
+      if (st.running.empty())  // can never fit here
+        caf::anon_send(
+          r.job.session, token_atom::value,
+          token_chunk{r.job.request_id, {}, finish_reason::error, "the decode rank's KV pool is too small"});
       else
         still_waiting.push_back(std::move(r.job));
       continue;
@@ -111,14 +113,16 @@ void admit_and_cancel(decode_pointer self) {
       check_import(m.cache, r.kv, r.job.pages);
     } catch (const std::invalid_argument& e) {
       r.kv.release(m.cache);
-      caf::anon_send(r.job.session, token_atom::value, token_chunk{r.job.request_id, {}, finish_reason::error, e.what()});
+      caf::anon_send(r.job.session, token_atom::value,
+                     token_chunk{r.job.request_id, {}, finish_reason::error, e.what()});
       continue;
     }
     // the copy runs on the stream, before this step's first stage; the bookkeeping stays here
     r.kv.num_cached = r.job.pages.num_tokens;
-    st.stream->enqueue([cache = &m.cache, table = r.kv.block_table,
-                        pages = std::make_shared<const kv_pages>(std::move(r.job.pages))] { write_kv(*cache, table, *pages); },
-                       [](const std::string&) {});     // write_kv cannot fail
+    st.stream->enqueue(
+      [cache = &m.cache, table = r.kv.block_table,
+       pages = std::make_shared<const kv_pages>(std::move(r.job.pages))] { write_kv(*cache, table, *pages); },
+      [](const std::string&) {});  // write_kv cannot fail
     r.job.pages = {};
     r.last_token = r.job.first_token;
     const uint64_t id = r.job.request_id;
@@ -142,7 +146,7 @@ ep_rank_core::micro_batches plan_step(decode_pointer self) {
     if (!r.kv.reserve(st.model->cache, r.kv.num_cached + 1))
       out_of_kv.push_back(id);
   for (uint64_t id : out_of_kv)
-    finish(self, id, {}, finish_reason::length);           // KV pool exhausted: cannot go on
+    finish(self, id, {}, finish_reason::length);  // KV pool exhausted: cannot go on
   const int64_t num_mb = st.core->group().num_micro_batches;
   ep_rank_core::micro_batches mbs(static_cast<size_t>(num_mb));
   const step_cost& cost = st.model->decode_cost;
@@ -164,26 +168,26 @@ void sample_step(decode_pointer self, step_pipeline& pipeline, const std::string
   result->error = error;
   const int64_t vocab = st.model->weights->config.vocab_size;
   st.core->enqueue_sampling(
-      [rows = st.step_rows, &pipeline, result, vocab] {
-        for (size_t mb = 0; mb < rows.size(); ++mb)
-          for (size_t i = 0; i < rows[mb].size(); ++i) {
-            running_request* r = rows[mb][i];
-            result->request_ids.push_back(r->job.request_id);
-            if (!result->error.empty())
-              continue;
-            const std::span<const float> logits =
-                std::span(pipeline.logits(static_cast<int64_t>(mb)))
-                    .subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
-            picked_token next = pick_token(*r->job.pick, logits, r->job.spec.sampling.logprobs);
-            result->tokens.push_back(next.token_id);
-            result->logprobs.push_back(std::move(next.logprobs));
-          }
-      },
-      [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {
-        if (result->error.empty())
-          result->error = sample_error;
-        caf::anon_send(self, step_atom::value, result);
-      });
+    [rows = st.step_rows, &pipeline, result, vocab] {
+      for (size_t mb = 0; mb < rows.size(); ++mb)
+        for (size_t i = 0; i < rows[mb].size(); ++i) {
+          running_request* r = rows[mb][i];
+          result->request_ids.push_back(r->job.request_id);
+          if (!result->error.empty())
+            continue;
+          const std::span<const float> logits = std::span(pipeline.logits(static_cast<int64_t>(mb)))
+                                                  .subspan(i * static_cast<size_t>(vocab),
+                                                           static_cast<size_t>(vocab));
+          picked_token next = pick_token(*r->job.pick, logits, r->job.spec.sampling.logprobs);
+          result->tokens.push_back(next.token_id);
+          result->logprobs.push_back(std::move(next.logprobs));
+        }
+    },
+    [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {
+      if (result->error.empty())
+        result->error = sample_error;
+      caf::anon_send(self, step_atom::value, result);
+    });
 }
 
 void on_step_result(decode_pointer self, decode_step_result& result) {
@@ -218,8 +222,8 @@ void on_step_result(decode_pointer self, decode_step_result& result) {
 bool has_work(const decode_rank_state& st) { return !st.running.empty() || !st.joining.empty(); }
 
 bool is_here(const decode_rank_state& st, uint64_t id) {
-  return st.running.count(id) > 0 ||
-         std::any_of(st.joining.begin(), st.joining.end(), [id](const kv_handoff& j) { return j.request_id == id; });
+  return st.running.count(id) > 0 || std::any_of(st.joining.begin(), st.joining.end(),
+                                                 [id](const kv_handoff& j) { return j.request_id == id; });
 }
 
 // `id` was cancelled before its hand-off came: drop the hand-off when it does.
@@ -234,7 +238,8 @@ void ended_before_handoff(decode_rank_state& st, uint64_t id) {
   }
 }
 
-decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_ptr<const model_weights> weights,
+decode_rank_actor::behavior_type decode_rank(decode_pointer self,
+                                             std::shared_ptr<const model_weights> weights,
                                              rank_model_config cfg, ep_group group, cluster_links links) {
   auto& st = self->state;
   st.model = std::make_unique<rank_model>(std::move(weights), cfg);
@@ -242,26 +247,26 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
   if (!group.placements)
     group.placements = default_placements(*st.model->weights, group.num_ranks, 0);
   st.core = std::make_unique<ep_rank_core>(
-      *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "decode",
-      [self] { return plan_step(self); },
-      [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
+    *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "decode",
+    [self] { return plan_step(self); },
+    [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
   return ep_member_behavior<decode_rank_actor::behavior_type>(
-      self,
+    self,
     [=](submit_atom, kv_handoff& job) {
       if (self->state.ended_early.erase(job.request_id) > 0)
-        return;                                             // its session is gone: nothing to run
+        return;  // its session is gone: nothing to run
       self->state.joining.push_back(std::move(job));
       self->state.core->maybe_start(true);
     },
     [=](reserve_atom, uint64_t id, int64_t num_tokens) {
       auto& st = self->state;
       sequence_kv kv;
-      if (kv.reserve(st.model->cache, num_tokens))           // else the hand-off reserves on arrival
+      if (kv.reserve(st.model->cache, num_tokens))  // else the hand-off reserves on arrival
         st.reserved.emplace(id, std::move(kv));
     },
     [=](done_atom, uint64_t id) {
       auto& st = self->state;
-      drop_reservation(st, id);                             // never handed off (error, cancel)
+      drop_reservation(st, id);  // never handed off (error, cancel)
       if (is_here(st, id)) {
         st.cancelled.insert(id);
         if (!st.core->step_in_flight()) {
@@ -276,7 +281,7 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
       if (!is_here(st, id))
         ended_before_handoff(st, id);
       st.cancelled.insert(id);
-      if (!st.core->step_in_flight()) {                     // apply it now
+      if (!st.core->step_in_flight()) {  // apply it now
         admit_and_cancel(self);
         st.core->maybe_start(has_work(st));
       }
@@ -287,8 +292,9 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self, std::shared_pt
     },
     [=](stats_atom) {
       const auto& st = self->state;
-      return rank_stats{static_cast<int64_t>(st.running.size() + st.joining.size()), st.model->cache.num_blocks(),
-                        st.model->cache.num_free_blocks(), st.core->num_steps()};
+      return rank_stats{static_cast<int64_t>(st.running.size() + st.joining.size()),
+                        st.model->cache.num_blocks(), st.model->cache.num_free_blocks(),
+                        st.core->num_steps()};
     });
 }
 

@@ -15,21 +15,21 @@
 
 namespace moe {
 
-struct decode_step_result;                  // what a step's sampling produced (internal)
+struct decode_step_result;  // what a step's sampling produced (internal)
 
 using decode_rank_actor = ep_member_actor::extend<
-    // Accepts a request whose latent KV cache was produced by a prefill rank.
-    caf::reacts_to<submit_atom, kv_handoff>,
-    // Ends a request with finish_reason::abort and frees its KV blocks (at the step boundary).
-    caf::reacts_to<cancel_atom, uint64_t>,
-    // Pre-allocates KV for request `id`'s hand-off (prompt + first token), chosen by the balancer.
-    caf::reacts_to<reserve_atom, uint64_t, int64_t>,
-    // Request `id` ended at its session: drops whatever this rank still holds of it.
-    caf::reacts_to<done_atom, uint64_t>,
-    // Its stream sampled a step's tokens (internal).
-    caf::reacts_to<step_atom, std::shared_ptr<decode_step_result>>,
-    // Running requests and KV occupancy.
-    caf::replies_to<stats_atom>::with<rank_stats>>;
+  // Accepts a request whose latent KV cache was produced by a prefill rank.
+  caf::reacts_to<submit_atom, kv_handoff>,
+  // Ends a request with finish_reason::abort and frees its KV blocks (at the step boundary).
+  caf::reacts_to<cancel_atom, uint64_t>,
+  // Pre-allocates KV for request `id`'s hand-off (prompt + first token), chosen by the balancer.
+  caf::reacts_to<reserve_atom, uint64_t, int64_t>,
+  // Request `id` ended at its session: drops whatever this rank still holds of it.
+  caf::reacts_to<done_atom, uint64_t>,
+  // Its stream sampled a step's tokens (internal).
+  caf::reacts_to<step_atom, std::shared_ptr<decode_step_result>>,
+  // Running requests and KV occupancy.
+  caf::replies_to<stats_atom>::with<rank_stats>>;
 
 /// `group` defaults to a group of one; `links` to instant messages and no trace.
 [[nodiscard]] decode_rank_actor spawn_decode_rank(caf::actor_system& sys,

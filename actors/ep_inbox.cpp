@@ -41,7 +41,9 @@ void ep_inbox::begin_step(int64_t step) {
 
 bool ep_inbox::has_step(int64_t step) const {
   std::lock_guard lock(mutex_);
-  const auto it = dispatches_.lower_bound(ep_key{.step = step, .layer_idx = std::numeric_limits<int64_t>::min(), .micro_batch = std::numeric_limits<int64_t>::min()});
+  const auto it = dispatches_.lower_bound(ep_key{.step = step,
+                                                 .layer_idx = std::numeric_limits<int64_t>::min(),
+                                                 .micro_batch = std::numeric_limits<int64_t>::min()});
   return it != dispatches_.end() && it->first.step == step;
 }
 
@@ -81,14 +83,16 @@ void ep_inbox::wait(const stage_input& in) {
 
 template <class Payload>
 std::vector<std::shared_ptr<const Payload>> ep_inbox::take_from(std::map<ep_key, slot<Payload>>& slots,
-                                                                 const ep_key& key, int64_t count, const char* what) {
+                                                                const ep_key& key, int64_t count,
+                                                                const char* what) {
   std::lock_guard lock(mutex_);
   const auto it = slots.find(key);
   const int64_t here = it == slots.end() ? 0 : static_cast<int64_t>(it->second.payloads.size());
   if (here != count)
     throw std::logic_error(std::string("ep_inbox: ") + std::to_string(here) + " " + what + " for step " +
-                           std::to_string(key.step) + " layer " + std::to_string(key.layer_idx) + " micro-batch " +
-                           std::to_string(key.micro_batch) + ", expected " + std::to_string(count));
+                           std::to_string(key.step) + " layer " + std::to_string(key.layer_idx) +
+                           " micro-batch " + std::to_string(key.micro_batch) + ", expected " +
+                           std::to_string(count));
   std::vector<std::shared_ptr<const Payload>> out = std::move(it->second.payloads);
   slots.erase(it);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->src_rank < b->src_rank; });

@@ -31,7 +31,7 @@ struct stage_input {
 };
 
 class ep_inbox {
-public:
+ public:
   using clock = std::chrono::steady_clock;
 
   /// Stores a payload that arrives at `at`. Returns true when its step has not begun on this
@@ -52,24 +52,27 @@ public:
   void wait(const stage_input& in);
   /// Takes `count` dispatches / combines of `key`, in source-rank order. Throws std::logic_error
   /// unless exactly that many are here.
-  [[nodiscard]] std::vector<std::shared_ptr<const ep_dispatch>> take_dispatches(const ep_key& key, int64_t count);
-  [[nodiscard]] std::vector<std::shared_ptr<const ep_combine>> take_combines(const ep_key& key, int64_t count);
+  [[nodiscard]] std::vector<std::shared_ptr<const ep_dispatch>> take_dispatches(const ep_key& key,
+                                                                                int64_t count);
+  [[nodiscard]] std::vector<std::shared_ptr<const ep_combine>> take_combines(const ep_key& key,
+                                                                             int64_t count);
 
   /// The rank is stopping: wakes every waiter (they throw), drops what is here and what comes.
   void cancel();
   [[nodiscard]] bool cancelled() const;
 
-private:
+ private:
   template <class Payload>
   struct slot {
     std::vector<std::shared_ptr<const Payload>> payloads;
-    clock::time_point arrives = clock::time_point::min();   // the latest payload's arrival
+    clock::time_point arrives = clock::time_point::min();  // the latest payload's arrival
   };
   template <class Payload>
-  bool put_into(std::map<ep_key, slot<Payload>>& slots, std::shared_ptr<const Payload> p, clock::time_point at);
+  bool put_into(std::map<ep_key, slot<Payload>>& slots, std::shared_ptr<const Payload> p,
+                clock::time_point at);
   template <class Payload>
-  std::vector<std::shared_ptr<const Payload>> take_from(std::map<ep_key, slot<Payload>>& slots, const ep_key& key,
-                                                        int64_t count, const char* what);
+  std::vector<std::shared_ptr<const Payload>> take_from(std::map<ep_key, slot<Payload>>& slots,
+                                                        const ep_key& key, int64_t count, const char* what);
   [[nodiscard]] int64_t count_of(const stage_input& in, clock::time_point* arrives) const;
 
   /// How long before a payload's arrival wait() stops sleeping and spins.
@@ -79,8 +82,8 @@ private:
   std::condition_variable arrived_;
   std::map<ep_key, slot<ep_dispatch>> dispatches_;
   std::map<ep_key, slot<ep_combine>> combines_;
-  int64_t next_step_ = 0;                   // steps below it have begun
-  std::atomic<bool> cancelled_{false};      // set under mutex_; read also by the spin outside it
+  int64_t next_step_ = 0;               // steps below it have begun
+  std::atomic<bool> cancelled_{false};  // set under mutex_; read also by the spin outside it
 };
 
 }  // namespace moe

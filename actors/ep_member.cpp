@@ -4,7 +4,8 @@
 namespace moe {
 
 std::shared_ptr<const std::vector<layer_placement>> default_placements(const model_weights& weights,
-                                                                      int64_t num_ranks, int64_t num_redundant) {
+                                                                       int64_t num_ranks,
+                                                                       int64_t num_redundant) {
   auto p = std::make_shared<std::vector<layer_placement>>(weights.layers.size());
   for (size_t l = 0; l < weights.layers.size(); ++l)
     if (weights.layers[l].is_moe)

@@ -12,13 +12,13 @@
 namespace moe {
 
 using ep_member_actor = caf::typed_actor<
-    // Joins an expert-parallel group: the peers in group-rank order and their global rank ids.
-    caf::reacts_to<peers_atom, ep_membership>,
-    // A peer began step N: its dispatch for the experts this rank holds is in the rank's inbox
-    // (payloads themselves go from stream to inbox, not through actors).
-    caf::reacts_to<dispatch_atom, int64_t>,
-    // The rank's stream finished a step's LOGITS stage: step, micro-batch, stage_kind, error (internal).
-    caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>>;
+  // Joins an expert-parallel group: the peers in group-rank order and their global rank ids.
+  caf::reacts_to<peers_atom, ep_membership>,
+  // A peer began step N: its dispatch for the experts this rank holds is in the rank's inbox
+  // (payloads themselves go from stream to inbox, not through actors).
+  caf::reacts_to<dispatch_atom, int64_t>,
+  // The rank's stream finished a step's LOGITS stage: step, micro-batch, stage_kind, error (internal).
+  caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>>;
 
 /// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
 /// ep_rank_core), followed by the rank's own handlers.
@@ -37,7 +37,7 @@ template <class Behavior, class Self, class... Handlers>
 /// Placements for every layer with `num_redundant` extra slots on MoE layers, the default before
 /// any expert load is known (default_layer_placement on each MoE layer, empty on dense ones).
 [[nodiscard]] std::shared_ptr<const std::vector<layer_placement>> default_placements(
-    const model_weights& weights, int64_t num_ranks, int64_t num_redundant);
+  const model_weights& weights, int64_t num_ranks, int64_t num_redundant);
 
 }  // namespace moe
 

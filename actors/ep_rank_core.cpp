@@ -8,10 +8,10 @@ namespace moe {
 
 ep_rank_core::ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group, caf::actor self,
                            cluster_links links, std::string role, plan_fn plan, done_fn done)
-    : model_(model), stream_(stream), group_(std::move(group)), self_(std::move(self)), links_(std::move(links)),
-      role_(std::move(role)), plan_(std::move(plan)), done_(std::move(done)),
+    : model_(model), stream_(stream), group_(std::move(group)), self_(std::move(self)),
+      links_(std::move(links)), role_(std::move(role)), plan_(std::move(plan)), done_(std::move(done)),
       rope_(make_rope_tables(model.weights->config)) {
-  if (group_.num_ranks == 1) {              // a group of one needs no introduction
+  if (group_.num_ranks == 1) {  // a group of one needs no introduction
     inbox_ = std::make_shared<ep_inbox>();
     members_ = {.peers = {self_}, .inboxes = {inbox_}, .global_ranks = {0}};
   }
@@ -20,8 +20,8 @@ ep_rank_core::ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group
 void ep_rank_core::set_membership(ep_membership m) {
   if (static_cast<int64_t>(m.peers.size()) != group_.num_ranks || m.global_ranks.size() != m.peers.size() ||
       m.inboxes.size() != m.peers.size())
-    throw std::logic_error("ep_rank_core: a group of " + std::to_string(m.peers.size()) + " ranks for a rank of " +
-                           std::to_string(group_.num_ranks));
+    throw std::logic_error("ep_rank_core: a group of " + std::to_string(m.peers.size()) +
+                           " ranks for a rank of " + std::to_string(group_.num_ranks));
   members_ = std::move(m);
   inbox_ = members_.inboxes[group_.rank];
 }
@@ -32,16 +32,19 @@ void ep_rank_core::stop() {
 }
 
 void ep_rank_core::maybe_start(bool has_work) {
-  if (pipeline_ || !inbox_)                 // a step in flight, or the group not yet introduced
+  if (pipeline_ || !inbox_)  // a step in flight, or the group not yet introduced
     return;
   if (has_work || inbox_->has_step(next_step_))
     start_step();
 }
 
 void ep_rank_core::start_step() {
-  const step_model m{.weights = model_.weights.get(), .device = model_.device.get(), .cache = &model_.cache,
-                     .rope = &rope_, .attention = rank_model::forms};
-  inbox_->begin_step(next_step_);           // peers' payloads for it need not wake the owner now
+  const step_model m{.weights = model_.weights.get(),
+                     .device = model_.device.get(),
+                     .cache = &model_.cache,
+                     .rope = &rope_,
+                     .attention = rank_model::forms};
+  inbox_->begin_step(next_step_);  // peers' payloads for it need not wake the owner now
   pipeline_ = std::make_unique<step_pipeline>(next_step_++, group_, m, plan_(), *this);
   pipeline_->start();
 }
@@ -50,12 +53,14 @@ void ep_rank_core::finish_step() { pipeline_.reset(); }
 
 void ep_rank_core::on_peer_step(int64_t step) {
   if (step >= next_step_)
-    maybe_start(false);                     // a peer began a step: take part, even with nothing
+    maybe_start(false);  // a peer began a step: take part, even with nothing
 }
 
-void ep_rank_core::on_stage_done(int64_t step, int64_t /*micro_batch*/, int32_t stage, const std::string& error) {
+void ep_rank_core::on_stage_done(int64_t step, int64_t /*micro_batch*/, int32_t stage,
+                                 const std::string& error) {
   if (!pipeline_ || step != pipeline_->step() || static_cast<stage_kind>(stage) != stage_kind::logits)
-    throw std::logic_error(role_ + " rank: a stage completion for step " + std::to_string(step) + " outside it");
+    throw std::logic_error(role_ + " rank: a stage completion for step " + std::to_string(step) +
+                           " outside it");
   pipeline_->on_logits_done();
   done_(*pipeline_, error.empty() ? pipeline_->error() : error);
 }
@@ -68,7 +73,11 @@ std::function<void()> ep_rank_core::traced(std::string name, std::function<void(
   return [work = std::move(work), trace, grank, name = std::move(name), role = role_] {
     const auto begin = std::chrono::steady_clock::now();
     work();
-    trace->add({.rank = grank, .lane = trace_lane::compute, .name = name, .category = role, .begin = begin,
+    trace->add({.rank = grank,
+                .lane = trace_lane::compute,
+                .name = name,
+                .category = role,
+                .begin = begin,
                 .end = std::chrono::steady_clock::now()});
   };
 }
@@ -78,21 +87,22 @@ void ep_rank_core::enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_
   const int64_t step = next_step_ - 1;
   if (links_.trace && links_.trace->enabled())  // names only for a trace: ~80 stages a step
     work = traced(std::string(to_string(stage)) + " mb" + std::to_string(micro_batch) + " L" +
-                      std::to_string(layer_idx),
+                    std::to_string(layer_idx),
                   std::move(work));
-  if (input)                                // the wait for peers' payloads is no part of the stage's span
+  if (input)  // the wait for peers' payloads is no part of the stage's span
     work = [work = std::move(work), input = *input, inbox = inbox_] {
-      inbox->wait(input);                   // throws once the rank stops
+      inbox->wait(input);  // throws once the rank stops
       work();
     };
-  if (stage != stage_kind::logits)          // the pipeline keeps its stages' errors; only the end is news
+  if (stage != stage_kind::logits)  // the pipeline keeps its stages' errors; only the end is news
     return stream_.enqueue(std::move(work), nullptr);
   stream_.enqueue(std::move(work), [self = self_, step, micro_batch, stage](const std::string& error) {
     caf::anon_send(self, stage_atom::value, step, micro_batch, static_cast<int32_t>(stage), error);
   });
 }
 
-void ep_rank_core::enqueue_sampling(std::function<void()> work, std::function<void(const std::string&)> on_done) {
+void ep_rank_core::enqueue_sampling(std::function<void()> work,
+                                    std::function<void(const std::string&)> on_done) {
   stream_.enqueue(traced("SAMPLE", std::move(work)), std::move(on_done));
 }
 
@@ -106,10 +116,13 @@ void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload
     const int64_t src_g = members_.global_ranks[group_.rank], dst_g = members_.global_ranks[dest_rank];
     at = links_.links->deliver_at(src_g, dst_g, num_bytes, now);
     if (links_.trace && links_.trace->enabled())
-      links_.trace->add({.rank = src_g, .lane = trace_lane::comm,
+      links_.trace->add({.rank = src_g,
+                         .lane = trace_lane::comm,
                          .name = std::string(what) + " mb" + std::to_string(key.micro_batch) + " L" +
                                  std::to_string(key.layer_idx) + " to " + std::to_string(dst_g),
-                         .category = role_, .begin = now, .end = at});
+                         .category = role_,
+                         .begin = now,
+                         .end = at});
   }
   if (!members_.inboxes.at(dest_rank)->put(std::move(p), at))
     return;

@@ -29,20 +29,20 @@ namespace moe {
 
 /// How a rank reaches the rest of the cluster, shared by all ranks of one run.
 struct cluster_links {
-  std::shared_ptr<link_model> links;        // null: messages go at once
-  std::shared_ptr<trace_recorder> trace;    // null: no trace
+  std::shared_ptr<link_model> links;      // null: messages go at once
+  std::shared_ptr<trace_recorder> trace;  // null: no trace
 };
 
 /// A rank's group: its peers in rank order (itself included), their inboxes and global rank ids
 /// (the link model's and the trace's numbering).
 struct ep_membership {
   std::vector<caf::actor> peers;
-  std::vector<std::shared_ptr<ep_inbox>> inboxes;   // per group rank
-  std::vector<int64_t> global_ranks;                // per group rank
+  std::vector<std::shared_ptr<ep_inbox>> inboxes;  // per group rank
+  std::vector<int64_t> global_ranks;               // per group rank
 };
 
 class ep_rank_core final : public pipeline_io {
-public:
+ public:
   using micro_batches = std::vector<std::vector<batch_entry>>;
   /// Builds the next step's micro-batches (group.num_micro_batches of them, maybe all empty).
   using plan_fn = std::function<micro_batches()>;
@@ -81,7 +81,7 @@ public:
   void send_combine(int64_t dest_rank, std::shared_ptr<const ep_combine> c) override;
   ep_inbox& inbox() override { return *inbox_; }
 
-private:
+ private:
   template <class Payload>
   void send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload> p, size_t num_bytes, const char* what);
   void start_step();
@@ -97,11 +97,10 @@ private:
   plan_fn plan_;
   done_fn done_;
   ep_membership members_;
-  std::shared_ptr<ep_inbox> inbox_;         // members_.inboxes[group_.rank] (its own in a group of one)
+  std::shared_ptr<ep_inbox> inbox_;  // members_.inboxes[group_.rank] (its own in a group of one)
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
-  int64_t next_step_ = 0;                   // the step to begin next (== steps begun)
+  int64_t next_step_ = 0;  // the step to begin next (== steps begun)
 };
 
 }  // namespace moe
-

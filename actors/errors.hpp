@@ -13,10 +13,10 @@ namespace moe {
 
 enum class serve_errc : uint8_t {
   none = 0,
-  overloaded,       // a bounded queue is full: retry later
-  invalid,          // the request fails validation
-  cancelled,        // the client cancelled
-  unavailable,      // no rank can take the request now
+  overloaded,   // a bounded queue is full: retry later
+  invalid,      // the request fails validation
+  cancelled,    // the client cancelled
+  unavailable,  // no rank can take the request now
 };
 
 [[nodiscard]] std::string to_string(serve_errc x);

@@ -26,19 +26,19 @@ struct request_spec {
 
 /// The request queue's counters.
 struct queue_stats {
-  int64_t num_queued = 0;                   // admitted, waiting for a running slot
-  int64_t num_running = 0;                  // handed downstream, not done yet
-  int64_t num_admitted = 0;                 // since start
-  int64_t num_rejected = 0;                 // answered "overloaded"
+  int64_t num_queued = 0;    // admitted, waiting for a running slot
+  int64_t num_running = 0;   // handed downstream, not done yet
+  int64_t num_admitted = 0;  // since start
+  int64_t num_rejected = 0;  // answered "overloaded"
 };
 
 /// A request handed to a prefill rank, with where its KV goes and where its tokens go.
 struct prefill_job {
   uint64_t request_id = 0;
   request_spec spec;
-  caf::actor decode_rank;                   // receives the kv_handoff
-  caf::actor session;                       // receives token_chunks
-  caf::actor balancer;                      // gets (done_atom, request_id) when prefill is over (may be null)
+  caf::actor decode_rank;  // receives the kv_handoff
+  caf::actor session;      // receives token_chunks
+  caf::actor balancer;     // gets (done_atom, request_id) when prefill is over (may be null)
 };
 
 /// A prefilled request handed to a decode rank: its latent KV, its first output token and its
@@ -46,7 +46,7 @@ struct prefill_job {
 struct kv_handoff {
   uint64_t request_id = 0;
   request_spec spec;
-  kv_pages pages;                           // [layers, prompt tokens, kv_dim]
+  kv_pages pages;  // [layers, prompt tokens, kv_dim]
   int32_t first_token = 0;
   std::shared_ptr<sampler> pick;
   caf::actor session;
@@ -57,8 +57,8 @@ struct token_chunk {
   uint64_t request_id = 0;
   std::vector<int32_t> token_ids;
   finish_reason reason = finish_reason::none;
-  std::string error;                        // with finish_reason::error
-  std::vector<token_logprobs> logprobs;     // one per token id when the request asked, else empty
+  std::string error;                     // with finish_reason::error
+  std::vector<token_logprobs> logprobs;  // one per token id when the request asked, else empty
 };
 
 /// What a session streams to its client: seq counts from 0 without gaps.
@@ -67,7 +67,7 @@ struct stream_chunk {
   uint64_t seq = 0;
   std::vector<int32_t> token_ids;
   std::string text_delta;
-  std::vector<token_logprobs> logprobs;     // one per token id when the request asked, else empty
+  std::vector<token_logprobs> logprobs;  // one per token id when the request asked, else empty
 };
 
 /// A session's final answer.
@@ -77,7 +77,7 @@ struct session_result {
   std::string text;
   finish_reason reason = finish_reason::none;
   std::string error;
-  std::vector<token_logprobs> logprobs;     // one per output id when the request asked, else empty
+  std::vector<token_logprobs> logprobs;  // one per output id when the request asked, else empty
   /// When its first prompt chunk entered a prefill step; unset if it never did (cancelled
   /// while waiting, refused).
   std::optional<std::chrono::steady_clock::time_point> prefill_start;
@@ -93,14 +93,12 @@ struct rank_stats {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
-  return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks,
-           x.num_steps);
+  return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, queue_stats& x) {
-  return f(caf::meta::type_name("queue_stats"), x.num_queued, x.num_running, x.num_admitted,
-           x.num_rejected);
+  return f(caf::meta::type_name("queue_stats"), x.num_queued, x.num_running, x.num_admitted, x.num_rejected);
 }
 
 }  // namespace moe

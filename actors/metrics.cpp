@@ -13,7 +13,8 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-usage_totals total(const std::deque<std::pair<clock::time_point, request_record>>& records, clock::time_point since) {
+usage_totals total(const std::deque<std::pair<clock::time_point, request_record>>& records,
+                   clock::time_point since) {
   usage_totals t;
   int64_t num_speeds = 0;
   for (const auto& [at, r] : records) {
@@ -41,17 +42,20 @@ usage_totals total(const std::deque<std::pair<clock::time_point, request_record>
 struct metrics_state {
   double window_s = 60.0;
   clock::time_point start = clock::now();
-  usage_totals before_window;               // records that left the window, folded
+  usage_totals before_window;  // records that left the window, folded
   std::deque<std::pair<clock::time_point, request_record>> recent;
   static inline const char* name = "metrics";
 };
 
 void add(usage_totals& into, const usage_totals& x) {
   const auto mean = [](double a, int64_t na, double b, int64_t nb) {
-    return na + nb ? (a * static_cast<double>(na) + b * static_cast<double>(nb)) / static_cast<double>(na + nb) : 0.0;
+    return na + nb
+             ? (a * static_cast<double>(na) + b * static_cast<double>(nb)) / static_cast<double>(na + nb)
+             : 0.0;
   };
   into.mean_ttft_s = mean(into.mean_ttft_s, into.num_requests, x.mean_ttft_s, x.num_requests);
-  into.mean_output_tok_per_s = mean(into.mean_output_tok_per_s, into.num_requests, x.mean_output_tok_per_s, x.num_requests);
+  into.mean_output_tok_per_s = mean(into.mean_output_tok_per_s, into.num_requests, x.mean_output_tok_per_s,
+                                    x.num_requests);
   into.num_requests += x.num_requests;
   into.num_errors += x.num_errors;
   into.num_aborted += x.num_aborted;
@@ -69,7 +73,8 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       auto& st = self->state;
       const auto now = clock::now();
       st.recent.emplace_back(now, r);
-      const auto cutoff = now - std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(st.window_s));
+      const auto cutoff =
+        now - std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(st.window_s));
       std::deque<std::pair<clock::time_point, request_record>> old;
       while (!st.recent.empty() && st.recent.front().first < cutoff) {
         old.push_back(st.recent.front());
@@ -84,7 +89,8 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       metrics_snapshot s;
       s.window_s = st.window_s;
       s.uptime_s = std::chrono::duration<double>(now - st.start).count();
-      const auto cutoff = now - std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(st.window_s));
+      const auto cutoff =
+        now - std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(st.window_s));
       s.window = total(st.recent, cutoff);
       s.since_start = st.before_window;
       add(s.since_start, total(st.recent, clock::time_point::min()));

@@ -18,11 +18,11 @@ namespace {
 struct prefill_balancer_state {
   prefill_balancer_graph graph;
   std::vector<prefill_load> loads;
-  std::map<uint64_t, std::pair<int64_t, int64_t>> in_flight;   // id -> (rank, prompt tokens)
-  std::map<uint64_t, caf::actor> sessions;  // live sessions (monitored)
+  std::map<uint64_t, std::pair<int64_t, int64_t>> in_flight;  // id -> (rank, prompt tokens)
+  std::map<uint64_t, caf::actor> sessions;                    // live sessions (monitored)
   std::map<caf::actor_addr, uint64_t> session_ids;
-  std::map<uint64_t, caf::actor> picking;   // waiting for the decode balancer: id -> client
-  std::set<uint64_t> cancelled_while_picking;   // answered already; drop when the pick comes
+  std::map<uint64_t, caf::actor> picking;      // waiting for the decode balancer: id -> client
+  std::set<uint64_t> cancelled_while_picking;  // answered already; drop when the pick comes
   static inline const char* name = "prefill_balancer";
 };
 
@@ -75,32 +75,37 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
     [=](submit_atom, uint64_t id, request_spec& spec, caf::actor& client) {
       const auto& st = self->state;
       const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
-      const int64_t wanted = n + spec.sampling.max_tokens;   // the worst case, booked until the end
+      const int64_t wanted = n + spec.sampling.max_tokens;  // the worst case, booked until the end
       self->state.picking[id] = client;
-      self->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id, n,
-                    std::min(wanted, st.graph.max_context))
-          .then(
-              [=](int64_t decode_idx) mutable {
-                auto& st = self->state;
-                st.picking.erase(id);
-                if (st.cancelled_while_picking.erase(id)) {        // give the booking back
-                  caf::anon_send(st.graph.decode_balancer, done_atom::value, id);
-                  caf::anon_send(st.graph.decode_ranks[decode_idx], done_atom::value, id);   // its pre-allocation
-                  return;
-                }
-                start_request(self, id, std::move(spec), client, decode_idx);
-              },
-              [=](caf::error& err) mutable {
-                self->state.picking.erase(id);
-                if (self->state.cancelled_while_picking.erase(id))
-                  return;
-                // no decode rank can ever hold it: answer through a session, as every request ends
-                const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(
-                    self->system(), {.request_id = id, .spec = spec, .tok = self->state.graph.tok, .client = client,
-                                     .decode_rank = {}, .on_done = {self->state.graph.queue}}));
-                caf::anon_send(session, token_atom::value,
-                               token_chunk{id, {}, finish_reason::error, self->system().render(err)});
-              });
+      self
+        ->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id, n,
+                  std::min(wanted, st.graph.max_context))
+        .then(
+          [=](int64_t decode_idx) mutable {
+            auto& st = self->state;
+            st.picking.erase(id);
+            if (st.cancelled_while_picking.erase(id)) {  // give the booking back
+              caf::anon_send(st.graph.decode_balancer, done_atom::value, id);
+              caf::anon_send(st.graph.decode_ranks[decode_idx], done_atom::value, id);  // its pre-allocation
+              return;
+            }
+            start_request(self, id, std::move(spec), client, decode_idx);
+          },
+          [=](caf::error& err) mutable {
+            self->state.picking.erase(id);
+            if (self->state.cancelled_while_picking.erase(id))
+              return;
+            // no decode rank can ever hold it: answer through a session, as every request ends
+            const caf::actor session = caf::actor_cast<caf::actor>(
+              spawn_session(self->system(), {.request_id = id,
+                                             .spec = spec,
+                                             .tok = self->state.graph.tok,
+                                             .client = client,
+                                             .decode_rank = {},
+                                             .on_done = {self->state.graph.queue}}));
+            caf::anon_send(session, token_atom::value,
+                           token_chunk{id, {}, finish_reason::error, self->system().render(err)});
+          });
     },
     [=](peers_atom, caf::actor& queue) { self->state.graph.queue = std::move(queue); },
     [=](done_atom, uint64_t id) {
@@ -117,7 +122,8 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       auto& st = self->state;
       if (auto it = st.sessions.find(id); it != st.sessions.end())
         caf::anon_send(it->second, cancel_atom::value);
-      else if (auto p = st.picking.find(id); p != st.picking.end() && st.cancelled_while_picking.insert(id).second) {
+      else if (auto p = st.picking.find(id);
+               p != st.picking.end() && st.cancelled_while_picking.insert(id).second) {
         caf::anon_send(p->second, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
         caf::anon_send(st.graph.queue, done_atom::value, id);
       }

@@ -19,27 +19,28 @@
 namespace moe {
 
 using prefill_balancer_actor = caf::typed_actor<
-    // An admitted request and its client (from the request queue).
-    caf::reacts_to<submit_atom, uint64_t, request_spec, caf::actor>,
-    // The request queue, told (done_atom, id) as requests end (set once, before any submit).
-    caf::reacts_to<peers_atom, caf::actor>,
-    // A prefill rank is done with request `id` (either way).
-    caf::reacts_to<done_atom, uint64_t>,
-    // The client cancelled request `id` (via the queue): its session ends it.
-    caf::reacts_to<cancel_atom, uint64_t>,
-    // Prompts in flight per prefill rank.
-    caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
+  // An admitted request and its client (from the request queue).
+  caf::reacts_to<submit_atom, uint64_t, request_spec, caf::actor>,
+  // The request queue, told (done_atom, id) as requests end (set once, before any submit).
+  caf::reacts_to<peers_atom, caf::actor>,
+  // A prefill rank is done with request `id` (either way).
+  caf::reacts_to<done_atom, uint64_t>,
+  // The client cancelled request `id` (via the queue): its session ends it.
+  caf::reacts_to<cancel_atom, uint64_t>,
+  // Prompts in flight per prefill rank.
+  caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
 
 struct prefill_balancer_graph {
   std::vector<prefill_rank_actor> prefill_ranks;
   std::vector<decode_rank_actor> decode_ranks;
   decode_balancer_actor decode_balancer;
-  caf::actor queue;                         // told (done_atom, id) when each request ends
+  caf::actor queue;  // told (done_atom, id) when each request ends
   std::shared_ptr<const tokenizer> tok;
-  caf::actor metrics;                       // sessions report finished requests here (may be null)
-  int64_t max_context = 0;                  // KV a request may need: min(prompt + max_tokens, this)
+  caf::actor metrics;       // sessions report finished requests here (may be null)
+  int64_t max_context = 0;  // KV a request may need: min(prompt + max_tokens, this)
 };
 
-[[nodiscard]] prefill_balancer_actor spawn_prefill_balancer(caf::actor_system& sys, prefill_balancer_graph graph);
+[[nodiscard]] prefill_balancer_actor spawn_prefill_balancer(caf::actor_system& sys,
+                                                            prefill_balancer_graph graph);
 
 }  // namespace moe

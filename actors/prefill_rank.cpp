@@ -25,9 +25,9 @@ namespace {
 
 struct prefill_task {
   prefill_job job;
-  sequence_kv kv;                           // the whole prompt, reserved before its first segment
-  int64_t num_planned = 0;                  // prompt tokens given to steps so far
-  bool cancelled = false;                   // dropped when the step holding it ends
+  sequence_kv kv;           // the whole prompt, reserved before its first segment
+  int64_t num_planned = 0;  // prompt tokens given to steps so far
+  bool cancelled = false;   // dropped when the step holding it ends
 };
 
 }  // namespace
@@ -36,12 +36,12 @@ struct prefill_step_result {
   struct outcome {
     prefill_task* task = nullptr;
     int32_t first_token = 0;
-    std::vector<token_logprobs> logprobs;   // the first token's, when the request asked
+    std::vector<token_logprobs> logprobs;  // the first token's, when the request asked
     finish_reason reason = finish_reason::none;
     kv_pages pages;
     std::shared_ptr<sampler> pick;
   };
-  std::vector<outcome> finished;            // prompts whose last segment was in the step
+  std::vector<outcome> finished;  // prompts whose last segment was in the step
   std::string error;
 };
 
@@ -51,12 +51,12 @@ struct prefill_rank_state {
   std::unique_ptr<rank_model> model;
   std::unique_ptr<cpu_stream> stream;
   std::unique_ptr<ep_rank_core> core;
-  std::list<prefill_task> tasks;            // FIFO; stable addresses
-  std::vector<prefill_task*> step_tasks;    // in the step in flight
-  std::vector<std::vector<prefill_task*>> step_rows;   // per micro-batch: whose logits row, in order
+  std::list<prefill_task> tasks;                      // FIFO; stable addresses
+  std::vector<prefill_task*> step_tasks;              // in the step in flight
+  std::vector<std::vector<prefill_task*>> step_rows;  // per micro-batch: whose logits row, in order
   static inline const char* name = "prefill_rank";
 
-  ~prefill_rank_state() {                      // stop waiting for peers, drain the stream before the model goes
+  ~prefill_rank_state() {  // stop waiting for peers, drain the stream before the model goes
     if (core)
       core->stop();
     stream.reset();
@@ -72,7 +72,8 @@ void prefill_over(const prefill_job& job) {
 }
 
 void fail(prefill_pointer self, prefill_task& t, const std::string& error) {
-  caf::anon_send(t.job.session, token_atom::value, token_chunk{t.job.request_id, {}, finish_reason::error, error});
+  caf::anon_send(t.job.session, token_atom::value,
+                 token_chunk{t.job.request_id, {}, finish_reason::error, error});
   t.kv.release(self->state.model->cache);
   prefill_over(t.job);
 }
@@ -94,17 +95,18 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
       break;
     if (t.kv.block_table.empty() && !t.kv.reserve(m.cache, n)) {
       if (st.step_tasks.empty() && m.cache.num_free_blocks() == m.cache.num_blocks()) {
-        fail(self, t, "the prefill rank's KV pool is too small for a prompt of " + std::to_string(n) + " tokens");
+        fail(self, t,
+             "the prefill rank's KV pool is too small for a prompt of " + std::to_string(n) + " tokens");
         never_fit.insert(&t);
         continue;
       }
-      break;                                                // wait for KV in FIFO order
+      break;  // wait for KV in FIFO order
     }
     const int64_t num = std::min({m.config.chunk_size, n - t.num_planned, budget});
-    if (t.num_planned == 0)                                 // its queueing ends here
+    if (t.num_planned == 0)  // its queueing ends here
       caf::anon_send(t.job.session, start_atom::value, std::chrono::steady_clock::now());
-    segments.push_back({.request_idx = static_cast<int64_t>(st.step_tasks.size()), .start = t.num_planned,
-                        .num_tokens = num});
+    segments.push_back(
+      {.request_idx = static_cast<int64_t>(st.step_tasks.size()), .start = t.num_planned, .num_tokens = num});
     st.step_tasks.push_back(&t);
     t.num_planned += num;
     budget -= num;
@@ -126,7 +128,9 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
       prefill_task* t = st.step_tasks[s.request_idx];
       const std::span<const int32_t> prompt = t->job.spec.prompt_ids;
       const bool last = s.start + s.num_tokens == static_cast<int64_t>(prompt.size());
-      mbs[mb].push_back({.tokens = prompt.subspan(s.start, s.num_tokens), .kv = &t->kv, .no_logits = !last,
+      mbs[mb].push_back({.tokens = prompt.subspan(s.start, s.num_tokens),
+                         .kv = &t->kv,
+                         .no_logits = !last,
                          .start = s.start});
       if (last)
         st.step_rows[mb].push_back(t);
@@ -141,35 +145,39 @@ void sample_step(prefill_pointer self, step_pipeline& pipeline, const std::strin
   result->error = error;
   rank_model* m = st.model.get();
   st.core->enqueue_sampling(
-      [rows = st.step_rows, &pipeline, result, m] {
-        if (!result->error.empty())
-          return;
-        const int64_t vocab = m->weights->config.vocab_size;
-        for (size_t mb = 0; mb < rows.size(); ++mb)
-          for (size_t i = 0; i < rows[mb].size(); ++i) {
-            prefill_task* t = rows[mb][i];
-            const auto& prompt = t->job.spec.prompt_ids;
-            const int64_t n = static_cast<int64_t>(prompt.size());
-            const std::span<const float> logits =
-                std::span(pipeline.logits(static_cast<int64_t>(mb)))
-                    .subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
-            auto pick = std::make_shared<sampler>(t->job.spec.sampling, prompt);
-            picked_token next = pick_token(*pick, logits, t->job.spec.sampling.logprobs);
-            const int32_t first = next.token_id;
-            prefill_step_result::outcome o{.task = t, .first_token = first, .logprobs = std::move(next.logprobs),
-                                           .reason = token_finish(t->job.spec.sampling, m->weights->config.eos_token_id,
-                                                                  first, 1, n + 1, m->max_context()),
-                                           .pages = {}, .pick = std::move(pick)};
-            if (o.reason == finish_reason::none)            // decoding goes on elsewhere
-              o.pages = export_kv(m->cache, t->kv, n);
-            result->finished.push_back(std::move(o));
-          }
-      },
-      [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {
-        if (result->error.empty())
-          result->error = sample_error;
-        caf::anon_send(self, step_atom::value, result);
-      });
+    [rows = st.step_rows, &pipeline, result, m] {
+      if (!result->error.empty())
+        return;
+      const int64_t vocab = m->weights->config.vocab_size;
+      for (size_t mb = 0; mb < rows.size(); ++mb)
+        for (size_t i = 0; i < rows[mb].size(); ++i) {
+          prefill_task* t = rows[mb][i];
+          const auto& prompt = t->job.spec.prompt_ids;
+          const int64_t n = static_cast<int64_t>(prompt.size());
+          const std::span<const float> logits = std::span(pipeline.logits(static_cast<int64_t>(mb)))
+                                                  .subspan(i * static_cast<size_t>(vocab),
+                                                           static_cast<size_t>(vocab));
+          auto pick = std::make_shared<sampler>(t->job.spec.sampling, prompt);
+          picked_token next = pick_token(*pick, logits, t->job.spec.sampling.logprobs);
+          const int32_t first = next.token_id;
+          prefill_step_result::outcome o{.task = t,
+                                         .first_token = first,
+                                         .logprobs = std::move(next.logprobs),
+                                         .reason = token_finish(t->job.spec.sampling,
+                                                                m->weights->config.eos_token_id, first, 1,
+                                                                n + 1, m->max_context()),
+                                         .pages = {},
+                                         .pick = std::move(pick)};
+          if (o.reason == finish_reason::none)  // decoding goes on elsewhere
+            o.pages = export_kv(m->cache, t->kv, n);
+          result->finished.push_back(std::move(o));
+        }
+    },
+    [self = caf::actor_cast<caf::actor>(self), result](const std::string& sample_error) {
+      if (result->error.empty())
+        result->error = sample_error;
+      caf::anon_send(self, step_atom::value, result);
+    });
 }
 
 void on_step_result(prefill_pointer self, prefill_step_result& result) {
@@ -209,7 +217,8 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
   erase_tasks(st, gone);
 }
 
-prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared_ptr<const model_weights> weights,
+prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
+                                               std::shared_ptr<const model_weights> weights,
                                                rank_model_config cfg, ep_group group, cluster_links links) {
   auto& st = self->state;
   st.model = std::make_unique<rank_model>(std::move(weights), cfg);
@@ -217,11 +226,11 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
   if (!group.placements)
     group.placements = default_placements(*st.model->weights, group.num_ranks, 0);
   st.core = std::make_unique<ep_rank_core>(
-      *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "prefill",
-      [self] { return plan_step(self); },
-      [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
+    *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "prefill",
+    [self] { return plan_step(self); },
+    [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
   return ep_member_behavior<prefill_rank_actor::behavior_type>(
-      self,
+    self,
     [=](submit_atom, prefill_job& job) {
       auto& st = self->state;
       const int64_t n = static_cast<int64_t>(job.spec.prompt_ids.size());
@@ -232,9 +241,11 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
                 std::to_string(st.model->max_context() - 1);
       for (const int32_t id : job.spec.prompt_ids)
         if (error.empty() && (id < 0 || id >= vocab))
-          error = "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+          error = "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(vocab) + ")";
       if (!error.empty()) {
-        caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {}, finish_reason::error, error});
+        caf::anon_send(job.session, token_atom::value,
+                       token_chunk{job.request_id, {}, finish_reason::error, error});
         prefill_over(job);
         return;
       }
@@ -247,7 +258,7 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self, std::shared
         if (it->job.request_id != id)
           continue;
         if (std::find(st.step_tasks.begin(), st.step_tasks.end(), &*it) != st.step_tasks.end()) {
-          it->cancelled = true;                             // the step in flight still uses its KV
+          it->cancelled = true;  // the step in flight still uses its KV
         } else {
           it->kv.release(st.model->cache);
           prefill_over(it->job);

@@ -15,17 +15,17 @@
 
 namespace moe {
 
-struct prefill_step_result;                 // what a step's sampling produced (internal)
+struct prefill_step_result;  // what a step's sampling produced (internal)
 
 using prefill_rank_actor = ep_member_actor::extend<
-    // Prefills a request; its KV goes to job.decode_rank, its first token to job.session.
-    caf::reacts_to<submit_atom, prefill_job>,
-    // Drops request `id` and frees its KV (at once, or when the step holding it ends).
-    caf::reacts_to<cancel_atom, uint64_t>,
-    // Its stream sampled the first tokens of the prompts a step finished (internal).
-    caf::reacts_to<step_atom, std::shared_ptr<prefill_step_result>>,
-    // Prompts queued or in progress, and KV occupancy.
-    caf::replies_to<stats_atom>::with<rank_stats>>;
+  // Prefills a request; its KV goes to job.decode_rank, its first token to job.session.
+  caf::reacts_to<submit_atom, prefill_job>,
+  // Drops request `id` and frees its KV (at once, or when the step holding it ends).
+  caf::reacts_to<cancel_atom, uint64_t>,
+  // Its stream sampled the first tokens of the prompts a step finished (internal).
+  caf::reacts_to<step_atom, std::shared_ptr<prefill_step_result>>,
+  // Prompts queued or in progress, and KV occupancy.
+  caf::replies_to<stats_atom>::with<rank_stats>>;
 
 /// `group` defaults to a group of one; `links` to instant messages and no trace.
 [[nodiscard]] prefill_rank_actor spawn_prefill_rank(caf::actor_system& sys,

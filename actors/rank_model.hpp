@@ -13,13 +13,13 @@
 namespace moe {
 
 struct rank_model_config {
-  bool reference = false;                   // CPU reference backend instead of the fast path
+  bool reference = false;  // CPU reference backend instead of the fast path
   int num_threads = 0;
   int64_t num_kv_blocks = 256;
   int64_t block_size = 64;
   int64_t max_context = 8192;
-  int64_t chunk_size = 512;                 // prefill tokens per sequence per step
-  int64_t max_prefill_tokens = 4096;        // prefill tokens per step (all sequences)
+  int64_t chunk_size = 512;           // prefill tokens per sequence per step
+  int64_t max_prefill_tokens = 4096;  // prefill tokens per step (all sequences)
 };
 
 struct rank_model {
@@ -33,8 +33,8 @@ struct rank_model {
 
   /// Longest sequence (prompt + output) this rank accepts.
   [[nodiscard]] int64_t max_context() const noexcept {
-    return std::min({config.max_context, weights->config.max_position_embeddings,
-                     cache.num_blocks() * cache.block_size()});
+    return std::min(
+      {config.max_context, weights->config.max_position_embeddings, cache.num_blocks() * cache.block_size()});
   }
 
   std::shared_ptr<const model_weights> weights;
@@ -43,7 +43,7 @@ struct rank_model {
   kv_cache cache;
   model_runner runner;
   static constexpr attention_forms forms{};  // the runner's and the step pipeline's: the defaults
-  step_cost prefill_cost, decode_cost;      // a token's cost in each form, for balancing micro-batches
+  step_cost prefill_cost, decode_cost;       // a token's cost in each form, for balancing micro-batches
 };
 
 }  // namespace moe

@@ -63,15 +63,15 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
       return id;
     },
     [=](done_atom, uint64_t id) {
-      if (self->state.running.erase(id) > 0)                 // a stray or repeated done is ignored
+      if (self->state.running.erase(id) > 0)  // a stray or repeated done is ignored
         start_waiting(self);
     },
     [=](cancel_atom, uint64_t id) {
       auto& st = self->state;
-      auto it = std::find_if(st.waiting.begin(), st.waiting.end(), [id](const auto& w) { return w.id == id; });
+      auto it = std::find_if(st.waiting.begin(), st.waiting.end(),
+                             [id](const auto& w) { return w.id == id; });
       if (it != st.waiting.end()) {
-        caf::anon_send(it->client, done_atom::value,
-                       session_result{id, {}, {}, finish_reason::abort, {}});
+        caf::anon_send(it->client, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
         st.waiting.erase(it);
       } else if (st.running.count(id) > 0) {
         caf::anon_send(st.downstream, cancel_atom::value, id);

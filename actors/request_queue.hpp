@@ -12,15 +12,15 @@
 namespace moe {
 
 using request_queue_actor = caf::typed_actor<
-    // Admits a request: replies with its id, or serve_errc::overloaded when the queue is full.
-    caf::replies_to<submit_atom, request_spec>::with<uint64_t>,
-    // A request handed downstream has finished (any way): frees its running slot.
-    caf::reacts_to<done_atom, uint64_t>,
-    // Cancels request `id`: a waiting one is answered at once (done_atom, session_result with
-    // finish_reason::abort) to its client; a running one's cancel goes downstream.
-    caf::reacts_to<cancel_atom, uint64_t>,
-    // Current counters.
-    caf::replies_to<stats_atom>::with<queue_stats>>;
+  // Admits a request: replies with its id, or serve_errc::overloaded when the queue is full.
+  caf::replies_to<submit_atom, request_spec>::with<uint64_t>,
+  // A request handed downstream has finished (any way): frees its running slot.
+  caf::reacts_to<done_atom, uint64_t>,
+  // Cancels request `id`: a waiting one is answered at once (done_atom, session_result with
+  // finish_reason::abort) to its client; a running one's cancel goes downstream.
+  caf::reacts_to<cancel_atom, uint64_t>,
+  // Current counters.
+  caf::replies_to<stats_atom>::with<queue_stats>>;
 
 struct request_queue_config {
   int64_t max_queued = 256;
@@ -30,7 +30,7 @@ struct request_queue_config {
 /// Spawns the queue; admitted requests go to `downstream` as (submit_atom, id, request_spec,
 /// client) in admission order (client: who submitted it), and (done_atom, id) on this queue
 /// frees the running slot when each ends.
-[[nodiscard]] request_queue_actor spawn_request_queue(caf::actor_system& sys,
-                                                      request_queue_config cfg, caf::actor downstream);
+[[nodiscard]] request_queue_actor spawn_request_queue(caf::actor_system& sys, request_queue_config cfg,
+                                                      caf::actor downstream);
 
 }  // namespace moe

@@ -39,7 +39,7 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   st.result.reason = reason;
   st.result.error = std::move(error);
   st.result.text = st.text->text();
-  for (const caf::actor& a : st.cfg.on_done)   // first: a client that hears the end sees them updated
+  for (const caf::actor& a : st.cfg.on_done)  // first: a client that hears the end sees them updated
     caf::anon_send(a, done_atom::value, st.cfg.request_id);
   if (st.cfg.metrics) {
     const auto seconds = [&](std::chrono::steady_clock::time_point t) {
@@ -51,7 +51,8 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
                                   .num_cached_tokens = 0,
                                   .num_output_tokens = static_cast<int64_t>(st.result.output_ids.size()),
                                   .ttft_s = any ? seconds(st.first_token) : 0.0,
-                                  .total_s = seconds(std::chrono::steady_clock::now()), .reason = reason});
+                                  .total_s = seconds(std::chrono::steady_clock::now()),
+                                  .reason = reason});
   }
   caf::anon_send(st.cfg.client, done_atom::value, std::move(st.result));
   self->quit();
@@ -78,12 +79,12 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
         if (i < chunk.logprobs.size())
           st.result.logprobs.push_back(chunk.logprobs[i]);
         if (chunk.reason == finish_reason::stop && id == chunk.token_ids.back())
-          break;                                             // a stop token's text is not output
+          break;  // a stop token's text is not output
         delta += st.text->push(id);
         if (st.text->stopped())
           break;
       }
-      if (st.text->stopped()) {                              // a stop string: the rank may go on
+      if (st.text->stopped()) {  // a stop string: the rank may go on
         if (chunk.reason == finish_reason::none && st.cfg.decode_rank)
           caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.cfg.request_id);
         send_chunk(self, chunk, std::move(delta));
@@ -101,8 +102,8 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
         caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.cfg.request_id);
       if (st.cfg.decode_rank)
         caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.cfg.request_id);
-      token_chunk none;                     // the text held back for stop strings, streamed as
-      send_chunk(self, none, st.text->finish());   // a last chunk: the chunks add up to the text
+      token_chunk none;                           // the text held back for stop strings, streamed as
+      send_chunk(self, none, st.text->finish());  // a last chunk: the chunks add up to the text
       answer(self, finish_reason::abort, {});
     },
   };

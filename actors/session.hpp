@@ -14,23 +14,23 @@
 namespace moe {
 
 using session_actor = caf::typed_actor<
-    // The prefill rank put the request's first prompt chunk into a step at this time (the end
-    // of its queueing; session_result::prefill_start).
-    caf::reacts_to<start_atom, std::chrono::steady_clock::time_point>,
-    // Output tokens from a rank; the chunk with a finish reason is the last.
-    caf::reacts_to<token_atom, token_chunk>,
-    // The client cancelled: answer finish_reason::abort now, tell the ranks to free its KV.
-    caf::reacts_to<cancel_atom>>;
+  // The prefill rank put the request's first prompt chunk into a step at this time (the end
+  // of its queueing; session_result::prefill_start).
+  caf::reacts_to<start_atom, std::chrono::steady_clock::time_point>,
+  // Output tokens from a rank; the chunk with a finish reason is the last.
+  caf::reacts_to<token_atom, token_chunk>,
+  // The client cancelled: answer finish_reason::abort now, tell the ranks to free its KV.
+  caf::reacts_to<cancel_atom>>;
 
 struct session_config {
   uint64_t request_id = 0;
   request_spec spec;
   std::shared_ptr<const tokenizer> tok;
-  caf::actor client;                        // gets (token_atom, stream_chunk)..., then (done_atom, session_result)
-  caf::actor decode_rank;                   // told to cancel when a stop string ends the text early
-  caf::actor prefill_rank;                  // told to cancel when the client cancels (may be null)
-  std::vector<caf::actor> on_done;          // each gets (done_atom, request_id) at the end
-  caf::actor metrics;                       // gets (done_atom, request_record) at the end (may be null)
+  caf::actor client;                // gets (token_atom, stream_chunk)..., then (done_atom, session_result)
+  caf::actor decode_rank;           // told to cancel when a stop string ends the text early
+  caf::actor prefill_rank;          // told to cancel when the client cancels (may be null)
+  std::vector<caf::actor> on_done;  // each gets (done_atom, request_id) at the end
+  caf::actor metrics;               // gets (done_atom, request_record) at the end (may be null)
 };
 
 /// The session quits after its final answer.

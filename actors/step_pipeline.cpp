@@ -17,8 +17,8 @@ namespace {
 std::shared_ptr<ep_combine> zero_answer(const ep_dispatch& d, int64_t rank, int64_t hidden) {
   const int64_t rows = d.sum == combine_sum::per_pair ? d.num_pairs() : d.rows.num_rows;
   const std::vector<float> zeros(static_cast<size_t>(rows * hidden), 0.0f);
-  return std::make_shared<ep_combine>(
-      ep_combine{.key = d.key, .src_rank = rank, .outputs = encode_rows(zeros.data(), rows, hidden, d.combine_type)});
+  return std::make_shared<ep_combine>(ep_combine{
+    .key = d.key, .src_rank = rank, .outputs = encode_rows(zeros.data(), rows, hidden, d.combine_type)});
 }
 
 }  // namespace
@@ -39,8 +39,8 @@ step_pipeline::step_pipeline(int64_t step, const ep_group& group, const step_mod
                              std::vector<std::vector<batch_entry>> micro_batches, pipeline_io& io)
     : step_(step), group_(group), model_(model), io_(io) {
   if (static_cast<int64_t>(micro_batches.size()) != group.num_micro_batches)
-    throw std::logic_error("step_pipeline: " + std::to_string(micro_batches.size()) + " micro-batches, the group runs " +
-                           std::to_string(group.num_micro_batches));
+    throw std::logic_error("step_pipeline: " + std::to_string(micro_batches.size()) +
+                           " micro-batches, the group runs " + std::to_string(group.num_micro_batches));
   mbs_.resize(micro_batches.size());
   for (size_t m = 0; m < mbs_.size(); ++m) {
     mbs_[m].entries = std::move(micro_batches[m]);
@@ -49,7 +49,9 @@ step_pipeline::step_pipeline(int64_t step, const ep_group& group, const step_mod
   }
 }
 
-bool step_pipeline::is_moe(int64_t layer_idx) const noexcept { return model_.weights->layers[layer_idx].is_moe; }
+bool step_pipeline::is_moe(int64_t layer_idx) const noexcept {
+  return model_.weights->layers[layer_idx].is_moe;
+}
 
 // The program, for micro-batches 0..M-1 (decode and prefill alike):
 //   each micro-batch's leading dense layers and its first MoE layer's ATTN-0, ATTN-1 (dispatch leaves);
@@ -99,8 +101,8 @@ void step_pipeline::start() {
   });
 }
 
-void step_pipeline::to_stream(int64_t mb, stage_kind stage, int64_t layer_idx, std::optional<stage_input> input,
-                              std::function<void()> work) {
+void step_pipeline::to_stream(int64_t mb, stage_kind stage, int64_t layer_idx,
+                              std::optional<stage_input> input, std::function<void()> work) {
   io_.enqueue(mb, stage, layer_idx, input, [this, work = std::move(work)] {
     std::string error;
     if (io_.inbox().cancelled()) {
@@ -127,7 +129,8 @@ void step_pipeline::begin_layers(int64_t mb) {
     to_stream(mb, stage_kind::attn_0, l, std::nullopt, [fwd, l] { fwd->attn_0(l); });
     if (is_moe(l))
       return enqueue_attn_1_moe(mb, l);
-    to_stream(mb, stage_kind::attn_1, l, std::nullopt, [fwd, l, forms = model_.attention] { fwd->attn_1(l, forms); });
+    to_stream(mb, stage_kind::attn_1, l, std::nullopt,
+              [fwd, l, forms = model_.attention] { fwd->attn_1(l, forms); });
     to_stream(mb, stage_kind::shared, l, std::nullopt, [fwd, l] {  // a dense layer: its MLP, the residual add
       fwd->shared(l);
       fwd->combine(l);
@@ -147,7 +150,7 @@ void step_pipeline::enqueue_attn_1_moe(int64_t mb, int64_t l) {
       outgoing = make_dispatches((*group_.placements)[l], key_of(mb, l), group_.rank, fwd->moe_input(),
                                  fwd->topk_ids(), fwd->topk_weights(), fwd->num_tokens(), cfg.hidden_size,
                                  cfg.num_experts_per_tok, group_.ep, m.plan);
-    } catch (...) {                         // take part with no tokens, so no peer waits
+    } catch (...) {  // take part with no tokens, so no peer waits
       failed = std::current_exception();
       m.plan = {};
       outgoing = make_dispatches((*group_.placements)[l], key_of(mb, l), group_.rank, {}, {}, {}, 0,
@@ -169,28 +172,29 @@ void step_pipeline::enqueue_mlp(int64_t mb, int64_t l) {
   to_stream(mb, stage_kind::mlp, l, in, [this, in, l] {
     const int64_t D = model_.weights->config.hidden_size;
     // one batch order, whatever the arrival order: by source rank
-    const std::vector<std::shared_ptr<const ep_dispatch>> received = io_.inbox().take_dispatches(in.key, in.count);
+    const std::vector<std::shared_ptr<const ep_dispatch>> received = io_.inbox().take_dispatches(in.key,
+                                                                                                 in.count);
     const auto answer = [&](size_t i, std::shared_ptr<const ep_combine> c) {
       if (received[i]->src_rank != group_.rank)
-        io_.send_combine(received[i]->src_rank, std::move(c));   // on the wire from the stream, as dispatches
+        io_.send_combine(received[i]->src_rank, std::move(c));  // on the wire from the stream, as dispatches
       else
         io_.inbox().put(std::move(c), ep_inbox::clock::now());
     };
     std::vector<bool> answered(received.size(), false);
     try {
-      for (const std::vector<size_t>& group :
-           answer_groups(received, group_.rank, (*group_.placements)[l].slots_per_rank, group_.answer_split_min_rows)) {
+      for (const std::vector<size_t>& group : answer_groups(
+             received, group_.rank, (*group_.placements)[l].slots_per_rank, group_.answer_split_min_rows)) {
         std::vector<std::shared_ptr<const ep_dispatch>> part;
         for (const size_t i : group)
           part.push_back(received[i]);
         std::vector<std::shared_ptr<ep_combine>> answers = run_dispatched_experts(
-            *model_.device, model_.weights->layers[l].moe, (*group_.placements)[l], group_.rank, part, D);
+          *model_.device, model_.weights->layers[l].moe, (*group_.placements)[l], group_.rank, part, D);
         for (size_t j = 0; j < group.size(); ++j) {
           answered[group[j]] = true;
           answer(group[j], std::move(answers[j]));
         }
       }
-    } catch (...) {                         // answer zeros to the rest, so no peer waits
+    } catch (...) {  // answer zeros to the rest, so no peer waits
       for (size_t i = 0; i < received.size(); ++i)
         if (!answered[i])
           answer(i, zero_answer(*received[i], group_.rank, D));
@@ -203,10 +207,12 @@ void step_pipeline::enqueue_combine(int64_t mb, int64_t l) {
   const stage_input in{.kind = ep_payload::combine, .key = key_of(mb, l), .count = group_.num_ranks};
   to_stream(mb, stage_kind::combine, l, in, [this, in, mb, l] {
     micro_batch& m = mbs_[mb];
-    const std::vector<std::shared_ptr<const ep_combine>> answers = io_.inbox().take_combines(in.key, in.count);
-    for (size_t r = 0; r < answers.size(); ++r)             // one answer from every rank, by rank
+    const std::vector<std::shared_ptr<const ep_combine>> answers = io_.inbox().take_combines(in.key,
+                                                                                             in.count);
+    for (size_t r = 0; r < answers.size(); ++r)  // one answer from every rank, by rank
       if (answers[r]->src_rank != static_cast<int64_t>(r))
-        throw std::logic_error("step_pipeline: two answers from rank " + std::to_string(answers[r]->src_rank));
+        throw std::logic_error("step_pipeline: two answers from rank " +
+                               std::to_string(answers[r]->src_rank));
     combine_outputs(m.plan, answers, m.fwd->routed_output().data(), model_.weights->config.hidden_size);
     m.fwd->combine(l);
   });

@@ -31,13 +31,13 @@ enum class stage_kind : uint8_t { attn_0, attn_1, shared, mlp, combine, logits }
 
 /// How the pipeline reaches the rank's stream and its peers.
 class pipeline_io {
-public:
+ public:
   virtual ~pipeline_io() = default;
   /// Runs `work` (which never throws) on the stream after everything enqueued before, once
   /// `input`, when given, is in inbox(). After the LOGITS stage has run, the owner calls
   /// step_pipeline::on_logits_done().
-  virtual void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::optional<stage_input> input,
-                       std::function<void()> work) = 0;
+  virtual void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx,
+                       std::optional<stage_input> input, std::function<void()> work) = 0;
   /// Puts a payload into a peer's inbox (never this rank's: the pipeline fills its own).
   /// Called from inside enqueued work, on the stream, as soon as the payload exists: thread-safe.
   virtual void send_dispatch(int64_t dest_rank, std::shared_ptr<const ep_dispatch> d) = 0;
@@ -52,8 +52,8 @@ struct ep_group {
   int64_t num_ranks = 1;
   /// Per layer (empty placement for dense layers). Shared so a new plan can replace it between steps.
   std::shared_ptr<const std::vector<layer_placement>> placements;
-  ep_precision ep;                          // the topology picks FP8 dispatch + BF16 combine
-  int64_t num_micro_batches = 2;            // the same on every rank of the group
+  ep_precision ep;                // the topology picks FP8 dispatch + BF16 combine
+  int64_t num_micro_batches = 2;  // the same on every rank of the group
   /// MLP: answer peers one by one, before this rank's own tokens, from this many rows per expert
   /// slot (answer_groups; 0: always).
   int64_t answer_split_min_rows = moe::answer_split_min_rows;
@@ -65,11 +65,11 @@ struct step_model {
   backend* device = nullptr;
   kv_cache* cache = nullptr;
   const rope_tables* rope = nullptr;
-  attention_forms attention;                // naive prefill, absorbed decode (forward.hpp)
+  attention_forms attention;  // naive prefill, absorbed decode (forward.hpp)
 };
 
 class step_pipeline {
-public:
+ public:
   /// `micro_batches` (exactly group.num_micro_batches of them, possibly empty) hold batch entries
   /// whose KV is reserved; the entries' sequences must not change until the step is done.
   step_pipeline(int64_t step, const ep_group& group, const step_model& model,
@@ -86,14 +86,16 @@ public:
   /// (empty dispatches, zero answers), so no peer waits for it, and the step runs to its end.
   [[nodiscard]] const std::string& error() const noexcept { return error_; }
   /// After done(): each micro-batch's logits [rows, vocab] (forward_step::logits order).
-  [[nodiscard]] const std::vector<float>& logits(int64_t micro_batch) const { return mbs_[micro_batch].logits; }
+  [[nodiscard]] const std::vector<float>& logits(int64_t micro_batch) const {
+    return mbs_[micro_batch].logits;
+  }
 
-private:
+ private:
   struct micro_batch {
     std::vector<batch_entry> entries;
     std::unique_ptr<forward_step> fwd;
-    int64_t next_layer = 0;                 // the first layer not yet enqueued
-    dispatch_plan plan;                     // this layer's exchange (written by ATTN-1, read by COMBINE)
+    int64_t next_layer = 0;  // the first layer not yet enqueued
+    dispatch_plan plan;      // this layer's exchange (written by ATTN-1, read by COMBINE)
     std::vector<float> logits;
   };
 
@@ -117,7 +119,7 @@ private:
   step_model model_;
   pipeline_io& io_;
   std::vector<micro_batch> mbs_;
-  std::string error_;                       // written on the stream, read after done()
+  std::string error_;  // written on the stream, read after done()
   bool finished_ = false;
 };
 

@@ -37,7 +37,7 @@ void cpu_stream::run() {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty())
-        return;                                              // stopping and drained
+        return;  // stopping and drained
       next = std::move(queue_.front());
       queue_.pop_front();
     }

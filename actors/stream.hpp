@@ -16,7 +16,7 @@
 namespace moe {
 
 class cpu_stream {
-public:
+ public:
   /// Starts the stream's thread; `name` labels it for debuggers and traces.
   explicit cpu_stream(std::string name);
   /// Finishes the work already enqueued, then joins the thread.
@@ -32,7 +32,7 @@ public:
   [[nodiscard]] int64_t num_pending() const;
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
-private:
+ private:
   struct item {
     std::function<void()> work;
     std::function<void(const std::string&)> on_done;

@@ -16,7 +16,8 @@ ep_precision ep_precision_of(const topology_config& topology) {
   combine_sum sum = combine_sum::per_pair;
   if (!parse_combine_sum(topology.combine, sum))
     throw input_error("combine: expected exact or reduced, got " + topology.combine);
-  return {.dispatch = dispatch, .combine = dispatch == payload_dtype::fp32 ? payload_dtype::fp32 : payload_dtype::bf16,
+  return {.dispatch = dispatch,
+          .combine = dispatch == payload_dtype::fp32 ? payload_dtype::fp32 : payload_dtype::bf16,
           .sum = sum};
 }
 
@@ -27,8 +28,11 @@ namespace {
 // The experts' split over the ranks was checked by validate_for_model.
 ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks) {
   const int64_t E = w.config.n_routed_experts, R = topo.redundant_experts;
-  return {.rank = 0, .num_ranks = num_ranks, .placements = E > 0 ? default_placements(w, num_ranks, R) : nullptr,
-          .ep = ep_precision_of(topo), .num_micro_batches = topo.two_batch_overlap ? 2 : 1};
+  return {.rank = 0,
+          .num_ranks = num_ranks,
+          .placements = E > 0 ? default_placements(w, num_ranks, R) : nullptr,
+          .ep = ep_precision_of(topo),
+          .num_micro_batches = topo.two_batch_overlap ? 2 : 1};
 }
 
 // Tells each rank of a group who its peers are and where their inboxes are.
@@ -46,7 +50,7 @@ void introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
 
 caf::behavior supervisor(caf::event_based_actor* self, std::vector<caf::actor> parts) {
   for (const caf::actor& part : parts)
-    self->link_to(part);                    // an exit here stops them all
+    self->link_to(part);  // an exit here stops them all
   return {[](stats_atom) {}};
 }
 
@@ -62,18 +66,22 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                     topo.page_size, w.config.kv_cache_dim(), "--kv-blocks (kv_cache.blocks)");
   ep_group prefill_group = make_group(w, topo, topo.prefill_ranks);
   ep_group decode_group = make_group(w, topo, topo.decode_ranks);
-  const rank_model_config rank_cfg{.reference = cfg.reference, .num_threads = static_cast<int>(topo.threads_per_rank),
-                                   .num_kv_blocks = topo.kv_blocks, .block_size = topo.page_size,
-                                   .max_context = topo.max_context, .chunk_size = topo.chunked_prefill_size,
+  const rank_model_config rank_cfg{.reference = cfg.reference,
+                                   .num_threads = static_cast<int>(topo.threads_per_rank),
+                                   .num_kv_blocks = topo.kv_blocks,
+                                   .block_size = topo.page_size,
+                                   .max_context = topo.max_context,
+                                   .chunk_size = topo.chunked_prefill_size,
                                    .max_prefill_tokens = topo.max_prefill_tokens};
   cluster c;
   if (cfg.trace)
     c.trace = std::make_shared<trace_recorder>(true);
   if (topo.link_model)
-    c.links = std::make_shared<link_model>(
-        link_model_config{.ranks_per_node = topo.ranks_per_node, .intra_node = topo.intra_node,
-                          .inter_node = topo.inter_node, .even_steps_only = cfg.link_even_steps_only},
-        topo.prefill_ranks + topo.decode_ranks);
+    c.links = std::make_shared<link_model>(link_model_config{.ranks_per_node = topo.ranks_per_node,
+                                                             .intra_node = topo.intra_node,
+                                                             .inter_node = topo.inter_node,
+                                                             .even_steps_only = cfg.link_even_steps_only},
+                                           topo.prefill_ranks + topo.decode_ranks);
   const cluster_links links{.links = c.links, .trace = c.trace};
   for (int64_t r = 0; r < topo.prefill_ranks; ++r) {
     prefill_group.rank = r;
@@ -91,18 +99,21 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   introduce(c.decode_ranks, topo.prefill_ranks);
   const int64_t max_context = served_context(topo, w.config.max_position_embeddings);
   c.decode_balancer = spawn_decode_balancer(
-      sys, c.decode_ranks,
-      {.num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests});
+    sys, c.decode_ranks,
+    {.num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests});
   c.metrics = spawn_metrics(sys);
   // the queue hands requests to the prefill balancer, which learns the queue right after
-  c.prefill_balancer = spawn_prefill_balancer(
-      sys, {.prefill_ranks = c.prefill_ranks, .decode_ranks = c.decode_ranks, .decode_balancer = c.decode_balancer,
-            .queue = {}, .tok = std::move(tok), .metrics = caf::actor_cast<caf::actor>(c.metrics),
-            .max_context = max_context});
-  c.queue = spawn_request_queue(
-      sys, {.max_queued = topo.max_queued_requests,
-            .max_running = topo.max_running_requests * topo.decode_ranks},
-      caf::actor_cast<caf::actor>(c.prefill_balancer));
+  c.prefill_balancer = spawn_prefill_balancer(sys, {.prefill_ranks = c.prefill_ranks,
+                                                    .decode_ranks = c.decode_ranks,
+                                                    .decode_balancer = c.decode_balancer,
+                                                    .queue = {},
+                                                    .tok = std::move(tok),
+                                                    .metrics = caf::actor_cast<caf::actor>(c.metrics),
+                                                    .max_context = max_context});
+  c.queue = spawn_request_queue(sys,
+                                {.max_queued = topo.max_queued_requests,
+                                 .max_running = topo.max_running_requests * topo.decode_ranks},
+                                caf::actor_cast<caf::actor>(c.prefill_balancer));
   caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
   std::vector<caf::actor> parts = {caf::actor_cast<caf::actor>(c.queue),
                                    caf::actor_cast<caf::actor>(c.prefill_balancer),

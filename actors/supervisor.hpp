@@ -18,21 +18,21 @@ namespace moe {
 
 struct cluster_config {
   topology_config topology;
-  bool reference = false;                   // CPU reference backend on every rank (bit-exact runs)
-  bool trace = false;                       // record a Chrome trace
-  bool link_even_steps_only = false;        // link_model_config::even_steps_only (benchmarks)
+  bool reference = false;             // CPU reference backend on every rank (bit-exact runs)
+  bool trace = false;                 // record a Chrome trace
+  bool link_even_steps_only = false;  // link_model_config::even_steps_only (benchmarks)
 };
 
 /// Handles of one running cluster.
 struct cluster {
-  request_queue_actor queue;                // clients submit here: (submit_atom, request_spec) -> id
+  request_queue_actor queue;  // clients submit here: (submit_atom, request_spec) -> id
   prefill_balancer_actor prefill_balancer;
   decode_balancer_actor decode_balancer;
-  metrics_actor metrics;                    // finished requests' statistics
-  std::vector<prefill_rank_actor> prefill_ranks;   // global ranks 0 .. P-1
-  std::vector<decode_rank_actor> decode_ranks;     // global ranks P .. P+D-1
-  std::shared_ptr<trace_recorder> trace;    // null unless cluster_config::trace
-  std::shared_ptr<link_model> links;        // null unless the topology turns the link model on
+  metrics_actor metrics;                          // finished requests' statistics
+  std::vector<prefill_rank_actor> prefill_ranks;  // global ranks 0 .. P-1
+  std::vector<decode_rank_actor> decode_ranks;    // global ranks P .. P+D-1
+  std::shared_ptr<trace_recorder> trace;          // null unless cluster_config::trace
+  std::shared_ptr<link_model> links;              // null unless the topology turns the link model on
   caf::actor supervisor;
 
   /// Stops every actor of the cluster.

@@ -111,9 +111,13 @@ std::string trace_recorder::to_json() const {
   }
   const time_point origin = sorted.empty() ? time_point{} : sorted.front().begin;
   for (const trace_span& s : sorted)
-    events.push_back({{"name", s.name}, {"cat", s.category}, {"ph", "X"},
-                      {"ts", micros(s.begin - origin)}, {"dur", micros(s.end - s.begin)},
-                      {"pid", s.rank}, {"tid", s.lane == trace_lane::compute ? 0 : 1}});
+    events.push_back({{"name", s.name},
+                      {"cat", s.category},
+                      {"ph", "X"},
+                      {"ts", micros(s.begin - origin)},
+                      {"dur", micros(s.end - s.begin)},
+                      {"pid", s.rank},
+                      {"tid", s.lane == trace_lane::compute ? 0 : 1}});
   return nlohmann::json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}.dump();
 }
 
@@ -129,7 +133,9 @@ lane_summary summarize(const std::vector<trace_span>& spans, int64_t rank, time_
     return {};
   const std::vector<interval> compute = lane_union(spans, rank, trace_lane::compute, from, to);
   const std::vector<interval> comm = lane_union(spans, rank, trace_lane::comm, from, to);
-  return {.wall_s = seconds(to - from), .compute_s = total_s(compute), .comm_s = total_s(comm),
+  return {.wall_s = seconds(to - from),
+          .compute_s = total_s(compute),
+          .comm_s = total_s(comm),
           .overlap_s = intersection_s(compute, comm)};
 }
 

@@ -22,14 +22,14 @@ struct trace_span {
   int64_t rank = 0;
   trace_lane lane = trace_lane::compute;
   std::string name;
-  std::string category;                       // "decode", "prefill"
+  std::string category;  // "decode", "prefill"
   std::chrono::steady_clock::time_point begin, end;
 };
 
 /// Collects spans from any thread; writes them as Trace Event Format JSON (chrome://tracing,
 /// Perfetto): pid = rank, tid = lane (0 compute, 1 comm), ts/dur in µs from the earliest span.
 class trace_recorder {
-public:
+ public:
   explicit trace_recorder(bool enabled = true);
 
   /// When false every add() is a no-op; callers may skip building spans.
@@ -43,7 +43,7 @@ public:
   void write_json(const std::filesystem::path& file) const;
   [[nodiscard]] std::string to_json() const;
 
-private:
+ private:
   const bool enabled_;
   mutable std::mutex mutex_;
   std::vector<trace_span> spans_;
@@ -52,10 +52,10 @@ private:
 
 /// Busy time of lanes within a window, in seconds.
 struct lane_summary {
-  double wall_s = 0;          // to - from
-  double compute_s = 0;       // union of compute spans (overlaps counted once)
-  double comm_s = 0;          // union of comm spans
-  double overlap_s = 0;       // time both lanes are busy (intersection of the two unions)
+  double wall_s = 0;     // to - from
+  double compute_s = 0;  // union of compute spans (overlaps counted once)
+  double comm_s = 0;     // union of comm spans
+  double overlap_s = 0;  // time both lanes are busy (intersection of the two unions)
 };
 
 /// One rank's lanes over [from, to); spans partially outside the window are clipped.

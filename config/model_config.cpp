@@ -14,8 +14,8 @@ namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void field_error(std::string_view origin, std::string_view field,
-                              std::string_view expected, const json& got) {
+[[noreturn]] void field_error(std::string_view origin, std::string_view field, std::string_view expected,
+                              const json& got) {
   std::ostringstream msg;
   msg << origin << ": field \"" << field << "\": expected " << expected << ", got " << got.dump();
   throw input_error(msg.str());
@@ -56,7 +56,7 @@ struct field_reader {
         field_error(origin, qualified(key), std::string(expected) + " of at most 2^24", *v);
       return n;
     }
-    if (v->is_number_float()) {                     // 4096.0 is an integer; 0.5 is not
+    if (v->is_number_float()) {  // 4096.0 is an integer; 0.5 is not
       const double d = v->get<double>();
       if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) <= static_cast<double>(bound))
         return static_cast<int64_t>(d);
@@ -113,8 +113,7 @@ struct field_reader {
   }
 };
 
-rope_scaling_config parse_rope_scaling(const json& obj, std::string_view origin,
-                                       const std::string& key) {
+rope_scaling_config parse_rope_scaling(const json& obj, std::string_view origin, const std::string& key) {
   const field_reader r{obj, origin, key + "."};
   rope_scaling_config rs;
   if (!r.has("type") && !r.has("rope_type")) {
@@ -122,8 +121,8 @@ rope_scaling_config parse_rope_scaling(const json& obj, std::string_view origin,
     // KeyError here); only transformers 5's rope_parameters may hold rope_theta alone.
     for (const auto& [name, value] : obj.items())
       if (name != "rope_theta" && !value.is_null())
-        invalid(origin, key + ".type", "missing beside \"" + name +
-                                           "\" (expected \"yarn\", or no " + key + " for plain RoPE)");
+        invalid(origin, key + ".type",
+                "missing beside \"" + name + "\" (expected \"yarn\", or no " + key + " for plain RoPE)");
   }
   rs.type = r.has("type") ? r.string_or("type", "") : r.string_or("rope_type", "default");
   rs.factor = r.number_or("factor", 1.0);
@@ -141,8 +140,7 @@ quantization_config parse_quantization(const json& obj, std::string_view origin)
   q.quant_method = r.string_or("quant_method", "");
   q.fmt = r.string_or("fmt", "e4m3");
   if (const json* b = r.find("weight_block_size")) {
-    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
-        !(*b)[1].is_number_integer())
+    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer())
       field_error(origin, "quantization_config.weight_block_size", "[rows, cols] of integers", *b);
     q.block_rows = (*b)[0].get<int64_t>();
     q.block_cols = (*b)[1].get<int64_t>();
@@ -179,7 +177,7 @@ model_config read_fields(const json& root, std::string_view origin) {
   c.topk_method = r.string_or("topk_method", c.topk_method);
   c.hidden_act = r.string_or("hidden_act", c.hidden_act);
   c.rms_norm_eps = r.number_or("rms_norm_eps", c.rms_norm_eps);
-  c.max_position_embeddings = r.int_or("max_position_embeddings", 4096);   // HF DeepseekV3Config's default
+  c.max_position_embeddings = r.int_or("max_position_embeddings", 4096);  // HF DeepseekV3Config's default
   c.rope_interleave = r.bool_or("rope_interleave", true);
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
   c.bos_token_id = r.token_id_or("bos_token_id", c.bos_token_id);
@@ -206,9 +204,7 @@ model_config read_fields(const json& root, std::string_view origin) {
   return c;
 }
 
-std::string dims_text(int64_t a, int64_t b) {
-  return std::to_string(a) + " and " + std::to_string(b);
-}
+std::string dims_text(int64_t a, int64_t b) { return std::to_string(a) + " and " + std::to_string(b); }
 
 void require_positive(std::string_view origin, std::string_view field, int64_t value) {
   if (value <= 0)
@@ -219,7 +215,7 @@ void validate_moe(const model_config& c, std::string_view origin) {
   if (c.n_routed_experts < 0)
     field_error(origin, "n_routed_experts", "a non-negative integer", c.n_routed_experts);
   if (c.n_routed_experts == 0)
-    return;                                          // no MoE layers: router fields unused
+    return;  // no MoE layers: router fields unused
   require_positive(origin, "moe_intermediate_size", c.moe_intermediate_size);
   require_positive(origin, "num_experts_per_tok", c.num_experts_per_tok);
   require_positive(origin, "n_group", c.n_group);
@@ -228,18 +224,19 @@ void validate_moe(const model_config& c, std::string_view origin) {
   if (c.n_shared_experts < 0)
     field_error(origin, "n_shared_experts", "a non-negative integer", c.n_shared_experts);
   if (c.n_routed_experts % c.n_group != 0)
-    invalid(origin, "n_routed_experts", "must be divisible by n_group (got " +
-                                            dims_text(c.n_routed_experts, c.n_group) + ")");
+    invalid(origin, "n_routed_experts",
+            "must be divisible by n_group (got " + dims_text(c.n_routed_experts, c.n_group) + ")");
   if (c.topk_group > c.n_group)
     invalid(origin, "topk_group", "must be <= n_group (got " + dims_text(c.topk_group, c.n_group) + ")");
   const int64_t per_group = c.n_routed_experts / c.n_group;
   if (c.n_group > 1 && per_group < 2)
-    invalid(origin, "n_group", "needs at least 2 experts per group (the group score sums the top 2); got " +
-                                   std::to_string(per_group));
+    invalid(origin, "n_group",
+            "needs at least 2 experts per group (the group score sums the top 2); got " +
+              std::to_string(per_group));
   if (c.num_experts_per_tok > c.topk_group * per_group)
     invalid(origin, "num_experts_per_tok",
             "must be <= the experts in topk_group groups (" + std::to_string(c.topk_group * per_group) +
-                "), got " + std::to_string(c.num_experts_per_tok));
+              "), got " + std::to_string(c.num_experts_per_tok));
   if (!(c.routed_scaling_factor > 0.0))
     field_error(origin, "routed_scaling_factor", "a positive number", c.routed_scaling_factor);
   if (c.scoring_func != "sigmoid")
@@ -282,12 +279,12 @@ void validate(const model_config& c, std::string_view origin) {
     field_error(origin, "qk_rope_head_dim", "an even integer (RoPE rotates pairs)", c.qk_rope_head_dim);
   require_positive(origin, "v_head_dim", c.v_head_dim);
   if (c.first_k_dense_replace < 0 || c.first_k_dense_replace > c.num_hidden_layers)
-    invalid(origin, "first_k_dense_replace", "must be in [0, num_hidden_layers=" +
-                                                 std::to_string(c.num_hidden_layers) + "], got " +
-                                                 std::to_string(c.first_k_dense_replace));
+    invalid(origin, "first_k_dense_replace",
+            "must be in [0, num_hidden_layers=" + std::to_string(c.num_hidden_layers) + "], got " +
+              std::to_string(c.first_k_dense_replace));
   validate_moe(c, origin);
   for (int64_t layer_idx = 0; layer_idx < c.num_hidden_layers; ++layer_idx)
-    if (!c.is_moe_layer(layer_idx)) {                // some layer is dense: it needs a width
+    if (!c.is_moe_layer(layer_idx)) {  // some layer is dense: it needs a width
       require_positive(origin, "intermediate_size", c.intermediate_size);
       break;
     }
@@ -295,7 +292,7 @@ void validate(const model_config& c, std::string_view origin) {
     field_error(origin, "hidden_act", "\"silu\"", c.hidden_act);
   if (!(c.rms_norm_eps > 0.0))
     field_error(origin, "rms_norm_eps", "a positive number", c.rms_norm_eps);
-  if (c.max_position_embeddings < 2)            // a prompt token and a generated one
+  if (c.max_position_embeddings < 2)  // a prompt token and a generated one
     field_error(origin, "max_position_embeddings", "an integer of at least 2", c.max_position_embeddings);
   if (c.num_nextn_predict_layers < 0)
     field_error(origin, "num_nextn_predict_layers", "a non-negative integer", c.num_nextn_predict_layers);
@@ -318,7 +315,7 @@ model_config parse_model_config(std::string_view json_text, std::string_view ori
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {         // parse_error, and out_of_range for 1e400
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e400
     throw input_error(std::string(origin) + ": malformed JSON: " + e.what());
   }
   if (!root.is_object())

@@ -15,41 +15,41 @@ namespace moe {
 /// Raised for bad input at a boundary (config, checkpoint, tokenizer, CLI). The message names the
 /// file and the field or tensor and says what was expected.
 class input_error : public std::runtime_error {
-public:
+ public:
   using std::runtime_error::runtime_error;
 };
 
 /// `rope_scaling` (or `rope_parameters`) block; only "yarn" changes anything.
 struct rope_scaling_config {
-  std::string type;                               // "yarn"
+  std::string type;  // "yarn"
   double factor = 1.0;
   int64_t original_max_position_embeddings = 0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  double mscale = 1.0;                            // missing -> 1
-  double mscale_all_dim = 0.0;                    // missing -> 0
+  double mscale = 1.0;          // missing -> 1
+  double mscale_all_dim = 0.0;  // missing -> 0
 };
 
 /// `quantization_config` of FP8 checkpoints.
 struct quantization_config {
-  std::string quant_method;                       // "fp8"
-  std::string fmt;                                // "e4m3"
-  int64_t block_rows = 128;                       // weight_block_size[0]
-  int64_t block_cols = 128;                       // weight_block_size[1]
+  std::string quant_method;  // "fp8"
+  std::string fmt;           // "e4m3"
+  int64_t block_rows = 128;  // weight_block_size[0]
+  int64_t block_cols = 128;  // weight_block_size[1]
 };
 
 /// DeepSeek-V3 hyper-parameters under their HF names.
 struct model_config {
-  std::string model_type;                         // "deepseek_v3"
+  std::string model_type;  // "deepseek_v3"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
-  int64_t intermediate_size = 0;                  // dense-layer FFN width
-  int64_t moe_intermediate_size = 0;              // per routed expert
+  int64_t intermediate_size = 0;      // dense-layer FFN width
+  int64_t moe_intermediate_size = 0;  // per routed expert
   int64_t num_hidden_layers = 0;
   int64_t first_k_dense_replace = 0;
   int64_t moe_layer_freq = 1;
   int64_t num_attention_heads = 0;
-  std::optional<int64_t> q_lora_rank;             // null -> single q_proj
+  std::optional<int64_t> q_lora_rank;  // null -> single q_proj
   int64_t kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
@@ -77,8 +77,7 @@ struct model_config {
   std::optional<quantization_config> quantization;
 
   [[nodiscard]] bool is_moe_layer(int64_t layer_idx) const noexcept {
-    return n_routed_experts > 0 && layer_idx >= first_k_dense_replace &&
-           layer_idx % moe_layer_freq == 0;
+    return n_routed_experts > 0 && layer_idx >= first_k_dense_replace && layer_idx % moe_layer_freq == 0;
   }
   [[nodiscard]] int64_t qk_head_dim() const noexcept { return qk_nope_head_dim + qk_rope_head_dim; }
   /// Latent KV values cached per token per layer: kv_lora_rank + qk_rope_head_dim.

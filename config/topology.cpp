@@ -27,28 +27,28 @@ using field_ref = std::variant<int64_t*, double*, bool*, std::string*>;
 // Every TOML key, as "section.key", and the field of `c` it sets.
 std::array<std::pair<std::string_view, field_ref>, 22> fields_of(topology_config& c) {
   return {{
-      {"prefill.ranks", &c.prefill_ranks},
-      {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
-      {"prefill.max_prefill_tokens", &c.max_prefill_tokens},
-      {"decode.ranks", &c.decode_ranks},
-      {"decode.max_running_requests", &c.max_running_requests},
-      {"scheduler.max_queued_requests", &c.max_queued_requests},
-      {"scheduler.max_context", &c.max_context},
-      {"kv_cache.blocks", &c.kv_blocks},
-      {"kv_cache.page_size", &c.page_size},
-      {"cluster.ranks_per_node", &c.ranks_per_node},
-      {"cluster.threads_per_rank", &c.threads_per_rank},
-      {"expert_parallel.redundant_experts", &c.redundant_experts},
-      {"expert_parallel.two_batch_overlap", &c.two_batch_overlap},
-      {"expert_parallel.dispatch_dtype", &c.dispatch_dtype},
-      {"expert_parallel.combine", &c.combine},
-      {"link_model.enabled", &c.link_model},
-      {"link_model.intra_node_latency_us", &c.intra_node.latency_us},
-      {"link_model.intra_node_bandwidth_gb_s", &c.intra_node.bandwidth_gb_s},
-      {"link_model.inter_node_latency_us", &c.inter_node.latency_us},
-      {"link_model.inter_node_bandwidth_gb_s", &c.inter_node.bandwidth_gb_s},
-      {"server.host", &c.host},
-      {"server.port", &c.port},
+    {"prefill.ranks", &c.prefill_ranks},
+    {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
+    {"prefill.max_prefill_tokens", &c.max_prefill_tokens},
+    {"decode.ranks", &c.decode_ranks},
+    {"decode.max_running_requests", &c.max_running_requests},
+    {"scheduler.max_queued_requests", &c.max_queued_requests},
+    {"scheduler.max_context", &c.max_context},
+    {"kv_cache.blocks", &c.kv_blocks},
+    {"kv_cache.page_size", &c.page_size},
+    {"cluster.ranks_per_node", &c.ranks_per_node},
+    {"cluster.threads_per_rank", &c.threads_per_rank},
+    {"expert_parallel.redundant_experts", &c.redundant_experts},
+    {"expert_parallel.two_batch_overlap", &c.two_batch_overlap},
+    {"expert_parallel.dispatch_dtype", &c.dispatch_dtype},
+    {"expert_parallel.combine", &c.combine},
+    {"link_model.enabled", &c.link_model},
+    {"link_model.intra_node_latency_us", &c.intra_node.latency_us},
+    {"link_model.intra_node_bandwidth_gb_s", &c.intra_node.bandwidth_gb_s},
+    {"link_model.inter_node_latency_us", &c.inter_node.latency_us},
+    {"link_model.inter_node_bandwidth_gb_s", &c.inter_node.bandwidth_gb_s},
+    {"server.host", &c.host},
+    {"server.port", &c.port},
   }};
 }
 
@@ -56,8 +56,8 @@ std::array<std::pair<std::string_view, field_ref>, 22> fields_of(topology_config
 [[noreturn]] void key_error(std::string_view origin, const toml::node& node, std::string_view name,
                             std::string_view what) {
   std::ostringstream msg;
-  msg << origin << ':' << node.source().begin.line << ':' << node.source().begin.column
-      << ": key \"" << name << "\": " << what;
+  msg << origin << ':' << node.source().begin.line << ':' << node.source().begin.column << ": key \"" << name
+      << "\": " << what;
   throw input_error(msg.str());
 }
 
@@ -70,30 +70,29 @@ std::array<std::pair<std::string_view, field_ref>, 22> fields_of(topology_config
 }
 
 // Stores `node` into `field` when the TOML type fits (an integer also fits a double).
-void assign(field_ref field, const toml::node& node, std::string_view origin,
-            std::string_view name) {
+void assign(field_ref field, const toml::node& node, std::string_view origin, std::string_view name) {
   std::visit(
-      [&](auto* out) {
-        using value_type = std::remove_pointer_t<decltype(out)>;
-        if constexpr (std::is_same_v<value_type, int64_t>) {
-          if (!node.is_integer())
-            type_error(origin, node, name, "an integer");
-          *out = node.as_integer()->get();
-        } else if constexpr (std::is_same_v<value_type, double>) {
-          if (!node.is_number())
-            type_error(origin, node, name, "a number");
-          *out = node.value<double>().value();
-        } else if constexpr (std::is_same_v<value_type, bool>) {
-          if (!node.is_boolean())
-            type_error(origin, node, name, "true or false");
-          *out = node.as_boolean()->get();
-        } else {
-          if (!node.is_string())
-            type_error(origin, node, name, "a string");
-          *out = node.as_string()->get();
-        }
-      },
-      field);
+    [&](auto* out) {
+      using value_type = std::remove_pointer_t<decltype(out)>;
+      if constexpr (std::is_same_v<value_type, int64_t>) {
+        if (!node.is_integer())
+          type_error(origin, node, name, "an integer");
+        *out = node.as_integer()->get();
+      } else if constexpr (std::is_same_v<value_type, double>) {
+        if (!node.is_number())
+          type_error(origin, node, name, "a number");
+        *out = node.value<double>().value();
+      } else if constexpr (std::is_same_v<value_type, bool>) {
+        if (!node.is_boolean())
+          type_error(origin, node, name, "true or false");
+        *out = node.as_boolean()->get();
+      } else {
+        if (!node.is_string())
+          type_error(origin, node, name, "a string");
+        *out = node.as_string()->get();
+      }
+    },
+    field);
 }
 
 void read_section(topology_config& cfg, std::string_view section, const toml::table& table,
@@ -138,11 +137,11 @@ void in_range(int64_t value, int64_t min, int64_t max, std::string_view key, std
 }
 
 constexpr int64_t max_ranks = 1024;
-constexpr int64_t max_count = int64_t{1} << 24;      // tokens, requests, expert slots
+constexpr int64_t max_count = int64_t{1} << 24;  // tokens, requests, expert slots
 constexpr int64_t max_page_size = 4096;
-constexpr int64_t max_kv_blocks = INT32_MAX;          // block ids are int32
-constexpr double max_latency_us = 1e7;                // 10 s a message
-constexpr double min_bandwidth_gb_s = 1e-3;           // 1 MB/s
+constexpr int64_t max_kv_blocks = INT32_MAX;  // block ids are int32
+constexpr double max_latency_us = 1e7;        // 10 s a message
+constexpr double min_bandwidth_gb_s = 1e-3;   // 1 MB/s
 
 void check_link(const link_spec& link, std::string_view side) {
   const std::string prefix = "link_model." + std::string(side) + "_node_";
@@ -199,8 +198,8 @@ void validate(const topology_config& c) {
   // A chunk larger than the batch budget could never be scheduled whole.
   if (c.max_prefill_tokens < c.chunked_prefill_size)
     invalid("prefill.max_prefill_tokens", "--max-prefill-tokens",
-            "must be >= prefill.chunked_prefill_size (" + std::to_string(c.chunked_prefill_size) +
-                "), got " + std::to_string(c.max_prefill_tokens));
+            "must be >= prefill.chunked_prefill_size (" + std::to_string(c.chunked_prefill_size) + "), got " +
+              std::to_string(c.max_prefill_tokens));
   in_range(c.max_running_requests, 1, max_count, "decode.max_running_requests", "--max-running-requests");
   in_range(c.max_queued_requests, 1, max_count, "scheduler.max_queued_requests", "--max-queued-requests");
   in_range(c.max_context, 2, max_count, "scheduler.max_context", "--max-context");
@@ -209,7 +208,7 @@ void validate(const topology_config& c) {
   if (c.kv_blocks * c.page_size < 2)
     invalid("kv_cache.blocks", "--kv-blocks",
             "times kv_cache.page_size must hold >= 2 tokens, got " +
-                std::to_string(c.kv_blocks * c.page_size));
+              std::to_string(c.kv_blocks * c.page_size));
   if (c.dispatch_dtype != "fp8" && c.dispatch_dtype != "bf16" && c.dispatch_dtype != "fp32")
     invalid("expert_parallel.dispatch_dtype", "--dispatch-dtype",
             "must be fp8, bf16 or fp32, got \"" + c.dispatch_dtype + "\"");
@@ -232,8 +231,10 @@ void validate_for_model(const topology_config& c, const model_config& m) {
     if (slots % ranks != 0)
       invalid(key, flag,
               "must divide the model's " + std::to_string(m.n_routed_experts) + " routed experts + " +
-                  std::to_string(c.redundant_experts) + " redundant slots (expert_parallel.redundant_experts, "
-                  "--redundant-experts) = " + std::to_string(slots) + ", got " + std::to_string(ranks));
+                std::to_string(c.redundant_experts) +
+                " redundant slots (expert_parallel.redundant_experts, "
+                "--redundant-experts) = " +
+                std::to_string(slots) + ", got " + std::to_string(ranks));
 }
 
 int64_t served_context(const topology_config& c, int64_t model_context) noexcept {

@@ -15,7 +15,6 @@
 
 namespace moe {
 
-
 /// Link-model defaults from DeepEP's published H800 figures (../shared/reference/deepseek-system.md §4.2).
 /// Intra-node: NVLink, EP8 normal-kernel dispatch bottleneck bandwidth (153 GB/s) and EP8
 /// low-latency dispatch (77 µs, NVLink allowed in LL kernels since 2025-05-23).
@@ -28,20 +27,20 @@ inline constexpr link_spec default_inter_node_link{.latency_us = 118.0, .bandwid
 struct topology_config {
   int64_t prefill_ranks = 2;
   int64_t decode_ranks = 2;
-  int64_t ranks_per_node = 8;            // ranks per node (link model: intra vs inter node)
-  int64_t redundant_experts = 0;         // extra physical expert slots per EP group (EPLB replicas)
+  int64_t ranks_per_node = 8;     // ranks per node (link model: intra vs inter node)
+  int64_t redundant_experts = 0;  // extra physical expert slots per EP group (EPLB replicas)
   bool two_batch_overlap = true;
-  int64_t chunked_prefill_size = 512;    // prefill tokens per sequence per step
-  int64_t max_prefill_tokens = 4096;     // token budget of one prefill batch
-  int64_t max_running_requests = 64;     // per decode rank
-  int64_t max_queued_requests = 256;     // request queue bound ("overloaded" beyond)
-  int64_t kv_blocks = 256;               // per rank
-  int64_t page_size = 64;                // tokens per KV block (SGLang: --page-size)
-  int64_t max_context = 8192;            // prompt + generated tokens of one request
-  std::string dispatch_dtype = "fp8";    // fp8|bf16|fp32; see combine_dtype()
-  std::string combine = "exact";         // exact (per pair, topology-invariant) | reduced (DeepEP: per rank)
+  int64_t chunked_prefill_size = 512;  // prefill tokens per sequence per step
+  int64_t max_prefill_tokens = 4096;   // token budget of one prefill batch
+  int64_t max_running_requests = 64;   // per decode rank
+  int64_t max_queued_requests = 256;   // request queue bound ("overloaded" beyond)
+  int64_t kv_blocks = 256;             // per rank
+  int64_t page_size = 64;              // tokens per KV block (SGLang: --page-size)
+  int64_t max_context = 8192;          // prompt + generated tokens of one request
+  std::string dispatch_dtype = "fp8";  // fp8|bf16|fp32; see combine_dtype()
+  std::string combine = "exact";       // exact (per pair, topology-invariant) | reduced (DeepEP: per rank)
   int64_t threads_per_rank = 1;
-  bool link_model = false;               // off by default (tests); benchmarks turn it on
+  bool link_model = false;  // off by default (tests); benchmarks turn it on
   link_spec intra_node = default_intra_node_link;
   link_spec inter_node = default_inter_node_link;
   std::string host = "127.0.0.1";

@@ -17,7 +17,16 @@
 namespace moe {
 
 enum class op_kind : uint8_t {
-  embedding, rms_norm, linear, rope, store_kv, mla_attention, silu_mul, add, moe_gate, moe_experts
+  embedding,
+  rms_norm,
+  linear,
+  rope,
+  store_kv,
+  mla_attention,
+  silu_mul,
+  add,
+  moe_gate,
+  moe_experts
 };
 
 /// out[t] = table[ids[t]] as fp32.                     table: [V, D] -> out: [num_tokens, D]
@@ -31,11 +40,11 @@ struct embedding_params {
 /// y = x / sqrt(mean(x^2) + eps) * weight, per row.    x, out: rows of `dim` values, `stride` apart
 struct rms_norm_params {
   const float* x = nullptr;
-  const float* weight = nullptr;            // [dim]
-  float* out = nullptr;                     // may equal x
+  const float* weight = nullptr;  // [dim]
+  float* out = nullptr;           // may equal x
   int64_t num_tokens = 0;
   int64_t dim = 0;
-  int64_t stride = 0;                       // elements between rows (0 -> dim)
+  int64_t stride = 0;  // elements between rows (0 -> dim)
   float eps = 1e-6f;
 };
 
@@ -53,7 +62,7 @@ struct linear_params {
 struct linear_group_params {
   const float* x = nullptr;
   std::span<const linear_weight* const> w;
-  std::span<float* const> out;              // one per weight
+  std::span<float* const> out;  // one per weight
   int64_t num_tokens = 0;
 };
 
@@ -67,35 +76,35 @@ struct rope_params {
   int64_t token_stride = 0;
   int64_t head_stride = 0;
   int64_t rope_dim = 0;
-  const int32_t* positions = nullptr;       // [num_tokens]
-  const float* inv_freq = nullptr;          // [rope_dim / 2]
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;     // [rope_dim / 2]
   float attention_factor = 1.0f;
 };
 
 /// Where one layer's latent KV lives: blocks of `block_size` tokens x `kv_dim` values
 /// ([c_kv (kv_lora_rank) | k_rope (rope_dim)]), addressed through per-sequence block tables.
 struct kv_layer_view {
-  float* base = nullptr;                    // [num_blocks, block_size, kv_dim] for this layer
+  float* base = nullptr;  // [num_blocks, block_size, kv_dim] for this layer
   int64_t block_size = 0;
   int64_t kv_dim = 0;
 
   [[nodiscard]] float* slot(const int32_t* block_table, int64_t pos) const noexcept {
-    return base + (static_cast<int64_t>(block_table[pos / block_size]) * block_size +
-                   pos % block_size) * kv_dim;
+    return base +
+           (static_cast<int64_t>(block_table[pos / block_size]) * block_size + pos % block_size) * kv_dim;
   }
 };
 
 /// Which sequence and position each token of a flattened batch belongs to.
 struct token_layout {
-  const int32_t* seq_idx = nullptr;         // [num_tokens]
-  const int32_t* positions = nullptr;       // [num_tokens] absolute positions
-  const int32_t* const* block_tables = nullptr;   // [num_seqs] -> block ids
+  const int32_t* seq_idx = nullptr;              // [num_tokens]
+  const int32_t* positions = nullptr;            // [num_tokens] absolute positions
+  const int32_t* const* block_tables = nullptr;  // [num_seqs] -> block ids
 };
 
 /// Writes rows kv [num_tokens, kv_dim] (latent normalised, k_rope rotated) into the cache.
 struct store_kv_params {
   const float* kv = nullptr;
-  int64_t kv_stride = 0;                    // elements between rows of kv
+  int64_t kv_stride = 0;  // elements between rows of kv
   int64_t num_tokens = 0;
   kv_layer_view cache;
   token_layout layout;
@@ -122,10 +131,10 @@ struct mla_attention_params {
   int64_t rope_dim = 0;
   int64_t v_dim = 0;
   int64_t kv_lora_rank = 0;
-  const linear_weight* kv_b_proj = nullptr; // [num_heads * (nope_dim + v_dim), kv_lora_rank]
+  const linear_weight* kv_b_proj = nullptr;  // [num_heads * (nope_dim + v_dim), kv_lora_rank]
   float softmax_scale = 1.0f;
   attention_form form = attention_form::absorbed;
-  const attention_form* seq_form = nullptr; // [num_seqs] each sequence's form; null: `form` for all
+  const attention_form* seq_form = nullptr;  // [num_seqs] each sequence's form; null: `form` for all
   kv_layer_view cache;
   token_layout layout;
 };
@@ -153,7 +162,7 @@ struct add_params {
 /// logits: [num_tokens, num_experts] -> topk_ids, topk_weights: [num_tokens, top_k]
 struct moe_gate_params {
   const float* logits = nullptr;
-  const float* bias = nullptr;              // [num_experts] e_score_correction_bias (may be null)
+  const float* bias = nullptr;  // [num_experts] e_score_correction_bias (may be null)
   int32_t* topk_ids = nullptr;
   float* topk_weights = nullptr;
   int64_t num_tokens = 0;
@@ -179,15 +188,15 @@ struct moe_experts_params {
   const std::vector<mlp_weights>* experts = nullptr;
   int64_t expert_begin = 0;
   int64_t expert_end = 0;
-  bool round_outputs_bf16 = false;          // round each w[t,k] * y to BF16 before the sum, as a
-                                            // BF16 combine payload does
+  bool round_outputs_bf16 = false;  // round each w[t,k] * y to BF16 before the sum, as a
+                                    // BF16 combine payload does
 };
 
 /// One device. Each op is one virtual; callers hold a backend& chosen once at start-up.
 class backend {
-public:
+ public:
   virtual ~backend() = default;
-  [[nodiscard]] virtual std::string_view name() const noexcept = 0;   // "cpu-ref", "cpu", "cuda:0"
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;  // "cpu-ref", "cpu", "cuda:0"
   [[nodiscard]] virtual bool supports(op_kind op) const noexcept = 0;
   virtual void embedding(const embedding_params& p) = 0;
   virtual void rms_norm(const rms_norm_params& p) = 0;
@@ -207,7 +216,7 @@ public:
   virtual void moe_gate(const moe_gate_params& p) = 0;
   virtual void moe_experts(const moe_experts_params& p) = 0;
 
-protected:
+ protected:
   static void check_linear_group(const linear_group_params& p) {
     if (p.w.size() != p.out.size())
       throw std::invalid_argument("linear_group: " + std::to_string(p.w.size()) + " weights but " +

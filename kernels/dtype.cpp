@@ -29,11 +29,11 @@ float f16_to_f32(uint16_t h) noexcept {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const int exp = (h >> 10) & 0x1f;
   const uint32_t man = h & 0x3ffu;
-  if (exp == 0) {                                            // zero or subnormal: man * 2^-24
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
     const float mag = std::ldexp(static_cast<float>(man), -24);
     return sign ? -mag : mag;
   }
-  if (exp == 0x1f)                                           // inf / nan
+  if (exp == 0x1f)  // inf / nan
     return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
   return std::bit_cast<float>(sign | (static_cast<uint32_t>(exp - 15 + 127) << 23) | (man << 13));
 }
@@ -44,15 +44,15 @@ uint16_t f32_to_f16(float x) noexcept {
   const float a = std::fabs(x);
   if (std::isnan(x))
     return sign | 0x7e00u;
-  if (a >= 65520.0f)                                         // rounds to inf
+  if (a >= 65520.0f)  // rounds to inf
     return sign | 0x7c00u;
-  if (a < 6.103515625e-05f) {                                // subnormal half: units of 2^-24
-    const float q = std::nearbyint(a * 16777216.0f);         // default rounding mode: to even
+  if (a < 6.103515625e-05f) {                         // subnormal half: units of 2^-24
+    const float q = std::nearbyint(a * 16777216.0f);  // default rounding mode: to even
     return sign | static_cast<uint16_t>(q);
   }
   int e = 0;
-  const float m = std::frexp(a, &e);                         // a = m * 2^e, m in [0.5, 1)
-  float q = std::nearbyint(m * 2048.0f);                     // 11 significant bits
+  const float m = std::frexp(a, &e);      // a = m * 2^e, m in [0.5, 1)
+  float q = std::nearbyint(m * 2048.0f);  // 11 significant bits
   if (q >= 2048.0f) {
     q /= 2.0f;
     ++e;
@@ -68,13 +68,13 @@ uint8_t f32_to_fp8_e4m3(float x) noexcept {
   float a = std::fabs(x);
   if (a >= 448.0f)
     return sign | 0x7e;
-  if (a < 0.015625f) {                                       // subnormal: units of 2^-9
-    const float q = std::nearbyint(a * 512.0f);              // q in 0..8; 8 is the smallest normal
+  if (a < 0.015625f) {                           // subnormal: units of 2^-9
+    const float q = std::nearbyint(a * 512.0f);  // q in 0..8; 8 is the smallest normal
     return sign | static_cast<uint8_t>(q);
   }
   int e = 0;
-  const float m = std::frexp(a, &e);                         // a = m * 2^e
-  float q = std::nearbyint(m * 16.0f);                       // 4 significant bits, 8..16
+  const float m = std::frexp(a, &e);    // a = m * 2^e
+  float q = std::nearbyint(m * 16.0f);  // 4 significant bits, 8..16
   if (q >= 16.0f) {
     q /= 2.0f;
     ++e;

@@ -57,10 +57,10 @@ enum class dtype : uint8_t { f32, f16, bf16, f8_e4m3, i64, i32 };
   const int sign = bits >> 7, exp = (bits >> 3) & 0xf, man = bits & 0x7;
   if (exp == 0xf && man == 0x7)
     return std::numeric_limits<float>::quiet_NaN();
-  float mag = exp == 0 ? static_cast<float>(man) / 8.0f / 64.0f                       // 2^-6 * m/8
+  float mag = exp == 0 ? static_cast<float>(man) / 8.0f / 64.0f  // 2^-6 * m/8
                        : (1.0f + static_cast<float>(man) / 8.0f) *
-                             (exp >= 7 ? static_cast<float>(1 << (exp - 7))
-                                       : 1.0f / static_cast<float>(1 << (7 - exp)));
+                           (exp >= 7 ? static_cast<float>(1 << (exp - 7))
+                                     : 1.0f / static_cast<float>(1 << (7 - exp)));
   return sign ? -mag : mag;
 }
 
@@ -90,7 +90,7 @@ inline constexpr std::array<float, 256> fp8_e4m3_table = [] {
 
 /// How a linear weight's elements sit in memory.
 enum class weight_layout : uint8_t {
-  row_major,                                // W[o][i] at o * in_features + i
+  row_major,  // W[o][i] at o * in_features + i
   /// FP8 only, in_features a multiple of 64: 64-row panels, in each panel the column pairs
   /// (2kp, 2kp + 1) one after another, 128 bytes each, laid out so that fp8x64_to_bf16_scaled
   /// turns its two 64-byte halves into the bf16 pairs of rows 0-15, 16-31 (first half) and 32-47,

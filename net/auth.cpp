@@ -23,7 +23,7 @@ auth_role initial_role(const auth_keys& keys) noexcept {
 auth_role role_for(const auth_keys& keys, std::string_view token) noexcept {
   if (keys.api_key.empty() && keys.admin_key.empty())
     return auth_role::client;
-  const bool admin = equal_constant_time(token, keys.admin_key);   // both, whatever the first gives
+  const bool admin = equal_constant_time(token, keys.admin_key);  // both, whatever the first gives
   const bool client = equal_constant_time(token, keys.api_key);
   return admin ? auth_role::admin : client ? auth_role::client : auth_role::none;
 }
@@ -44,17 +44,17 @@ std::variant<std::string, rpc_error> parse_auth(const msgpack::object& params, s
 }
 
 rpc_error unauthenticated(std::string_view method) {
-  return make_error(rpc_errc::auth, std::string(method) +
-                                        ": authenticate first ([0, msgid, \"auth\", [key]])");
+  return make_error(rpc_errc::auth,
+                    std::string(method) + ": authenticate first ([0, msgid, \"auth\", [key]])");
 }
 
 rpc_error wrong_token() { return make_error(rpc_errc::auth, "token: matches no key of this server"); }
 
 bool equal_constant_time(std::string_view given, std::string_view key) noexcept {
-  if (key.empty())                                          // an unset key matches nothing
+  if (key.empty())  // an unset key matches nothing
     return false;
   unsigned diff = given.size() != key.size() ? 1u : 0u;
-  for (size_t i = 0; i < given.size(); ++i)                 // no early exit: OR every difference
+  for (size_t i = 0; i < given.size(); ++i)  // no early exit: OR every difference
     diff |= static_cast<unsigned char>(given[i]) ^ static_cast<unsigned char>(key[i % key.size()]);
   return diff == 0;
 }

@@ -44,7 +44,7 @@ namespace {
 
 struct in_flight {
   bool stream = false;
-  bool logprobs = false;                    // the request asked for them
+  bool logprobs = false;  // the request asked for them
   bool cancel_requested = false;
   std::optional<uint64_t> request_id;
   int64_t prompt_tokens = 0;
@@ -60,8 +60,8 @@ struct early_messages {
 struct bridge_state {
   bridge_config cfg;
   std::unordered_map<uint32_t, in_flight> by_msgid;
-  std::unordered_map<uint64_t, uint32_t> msgid_of;       // request id -> msgid
-  std::unordered_map<uint64_t, early_messages> early;    // before the submit reply
+  std::unordered_map<uint64_t, uint32_t> msgid_of;     // request id -> msgid
+  std::unordered_map<uint64_t, early_messages> early;  // before the submit reply
   bool closed = false;
   bool quitting = false;
   static inline const char* name = "connection_bridge";
@@ -124,8 +124,9 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
     ++st.cfg.counters->num_cancelled;
   const auto now = clock::now();
   const auto first = f.has_first_token ? f.first_token : now;
-  const auto prefill_start = r.prefill_start.value_or(now);   // never started: queued throughout
-  generate_result result{.output_ids = std::move(r.output_ids), .text = std::move(r.text),
+  const auto prefill_start = r.prefill_start.value_or(now);  // never started: queued throughout
+  generate_result result{.output_ids = std::move(r.output_ids),
+                         .text = std::move(r.text),
                          .reason = r.reason,
                          .usage = {.prompt_tokens = f.prompt_tokens},
                          .timings = {seconds(prefill_start - f.arrival), seconds(first - f.arrival),
@@ -134,8 +135,8 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
     result.logprobs = std::move(r.logprobs);
   result.usage.completion_tokens = static_cast<int64_t>(result.output_ids.size());
   if (result.usage.completion_tokens > 1 && result.timings.decode > 0) {
-    st.cfg.counters->sum_request_tok_per_s +=
-        static_cast<double>(result.usage.completion_tokens - 1) / result.timings.decode;
+    st.cfg.counters->sum_request_tok_per_s += static_cast<double>(result.usage.completion_tokens - 1) /
+                                              result.timings.decode;
     ++st.cfg.counters->num_rated_requests;
   }
   st.by_msgid.erase(msgid);
@@ -161,15 +162,15 @@ void on_admitted(bridge_pointer self, uint32_t msgid, uint64_t request_id) {
     if (early.result)
       on_result(self, msgid, *early.result);
   }
-  maybe_quit(self);                                          // closed while this was unanswered
+  maybe_quit(self);  // closed while this was unanswered
 }
 
 void on_rejected(bridge_pointer self, uint32_t msgid, const caf::error& e) {
   if (e == serve_errc::overloaded)
     return fail(self, msgid, make_overloaded("generate: the request queue is full", overloaded_retry_ms));
-  fail(self, msgid, make_error(rpc_errc::unavailable,
-                               "generate: the cluster did not admit the request (" +
-                                   self->system().render(e) + ")"));
+  fail(self, msgid,
+       make_error(rpc_errc::unavailable,
+                  "generate: the cluster did not admit the request (" + self->system().render(e) + ")"));
 }
 
 void start(bridge_pointer self, generate_job& job) {
@@ -186,10 +187,11 @@ void start(bridge_pointer self, generate_job& job) {
                                  .logprobs = job.req.sampling.logprobs.has_value(),
                                  .prompt_tokens = static_cast<int64_t>(prompt_ids.size()),
                                  .arrival = job.arrival};
-  self->request(target.handles.queue, submit_timeout, submit_atom::value,
-                request_spec{std::move(prompt_ids), std::move(job.req.sampling)})
-      .then([=](uint64_t request_id) { on_admitted(self, msgid, request_id); },
-            [=](caf::error& e) { on_rejected(self, msgid, e); });
+  self
+    ->request(target.handles.queue, submit_timeout, submit_atom::value,
+              request_spec{std::move(prompt_ids), std::move(job.req.sampling)})
+    .then([=](uint64_t request_id) { on_admitted(self, msgid, request_id); },
+          [=](caf::error& e) { on_rejected(self, msgid, e); });
 }
 
 caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_config cfg) {
@@ -211,7 +213,7 @@ caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_
     [=](submit_atom, generate_job& job) {
       try {
         start(self, job);
-      } catch (const std::exception& e) {                    // a bug must not kill the bridge
+      } catch (const std::exception& e) {  // a bug must not kill the bridge
         fail(self, job.msgid, make_error(rpc_errc::internal, std::string("generate: ") + e.what()));
       }
     },
@@ -222,7 +224,7 @@ caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_
       if (it->second.request_id)
         send_cancel(self, *it->second.request_id);
       else
-        it->second.cancel_requested = true;                  // cancelled once admitted
+        it->second.cancel_requested = true;  // cancelled once admitted
     },
     [=](close_atom) {
       auto& st = self->state;

@@ -13,7 +13,7 @@ namespace {
 bool is_valid_utf8(std::string_view s) {
   for (size_t pos = 0; pos < s.size();) {
     const size_t start = pos;
-    if (utf8::next(s, pos) == U'\uFFFD' && pos - start == 1)   // ill-formed: one byte skipped
+    if (utf8::next(s, pos) == U'\uFFFD' && pos - start == 1)  // ill-formed: one byte skipped
       return false;
   }
   return true;
@@ -43,7 +43,8 @@ std::string printable(std::string_view text) {
   constexpr size_t max_bytes = 64;
   std::string out;
   utf8::append_lossy(out, text.substr(0, max_bytes));
-  if (text.size() > max_bytes) out += "...";
+  if (text.size() > max_bytes)
+    out += "...";
   return out;
 }
 
@@ -64,19 +65,19 @@ std::string_view type_name(const msgpack::object& value) noexcept {
   return "unknown";
 }
 
-rpc_error field_error(std::string_view field, std::string_view expected,
-                      const msgpack::object& value) {
-  return make_error(rpc_errc::validation, std::string(field) + ": expected " +
-                                              std::string(expected) + ", got " + describe(value));
+rpc_error field_error(std::string_view field, std::string_view expected, const msgpack::object& value) {
+  return make_error(rpc_errc::validation,
+                    std::string(field) + ": expected " + std::string(expected) + ", got " + describe(value));
 }
 
 rpc_error field_too_large(std::string_view field, std::string_view what, size_t limit) {
   return make_error(rpc_errc::too_large, std::string(field) + ": " + std::string(what) +
-                                             ", over the limit of " + std::to_string(limit));
+                                           ", over the limit of " + std::to_string(limit));
 }
 
 maybe_error read_bool(const msgpack::object& value, std::string_view field, bool& out) {
-  if (value.type != msgpack::type::BOOLEAN) return field_error(field, "a bool", value);
+  if (value.type != msgpack::type::BOOLEAN)
+    return field_error(field, "a bool", value);
   out = value.via.boolean;
   return std::nullopt;
 }
@@ -92,24 +93,23 @@ maybe_error read_float(const msgpack::object& value, std::string_view field, flo
   return std::nullopt;
 }
 
-maybe_error read_int(const msgpack::object& value, std::string_view field, int64_t lo,
-                     int64_t hi, int64_t& out) {
+maybe_error read_int(const msgpack::object& value, std::string_view field, int64_t lo, int64_t hi,
+                     int64_t& out) {
   const bool in_range =
-      (value.type == msgpack::type::POSITIVE_INTEGER && hi >= 0 &&
-       value.via.u64 <= static_cast<uint64_t>(hi) && static_cast<int64_t>(value.via.u64) >= lo) ||
-      (value.type == msgpack::type::NEGATIVE_INTEGER && value.via.i64 >= lo &&
-       value.via.i64 <= hi);
+    (value.type == msgpack::type::POSITIVE_INTEGER && hi >= 0 && value.via.u64 <= static_cast<uint64_t>(hi) &&
+     static_cast<int64_t>(value.via.u64) >= lo) ||
+    (value.type == msgpack::type::NEGATIVE_INTEGER && value.via.i64 >= lo && value.via.i64 <= hi);
   if (!in_range)
-    return field_error(field, "an integer in [" + std::to_string(lo) + ", " +
-                                  std::to_string(hi) + "]", value);
-  out = value.type == msgpack::type::POSITIVE_INTEGER ? static_cast<int64_t>(value.via.u64)
-                                                      : value.via.i64;
+    return field_error(field, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                       value);
+  out = value.type == msgpack::type::POSITIVE_INTEGER ? static_cast<int64_t>(value.via.u64) : value.via.i64;
   return std::nullopt;
 }
 
 maybe_error read_string(const msgpack::object& value, std::string_view field, size_t max_bytes,
                         std::string& out) {
-  if (value.type != msgpack::type::STR) return field_error(field, "a string", value);
+  if (value.type != msgpack::type::STR)
+    return field_error(field, "a string", value);
   const std::string_view s(value.via.str.ptr, value.via.str.size);
   if (s.size() > max_bytes)
     return field_too_large(field, std::to_string(s.size()) + " bytes", max_bytes);

@@ -27,19 +27,16 @@ using maybe_error = std::optional<rpc_error>;
 [[nodiscard]] rpc_error field_error(std::string_view field, std::string_view expected,
                                     const msgpack::object& value);
 /// 413: "<field>: <what>, over the limit of <limit>".
-[[nodiscard]] rpc_error field_too_large(std::string_view field, std::string_view what,
-                                        size_t limit);
+[[nodiscard]] rpc_error field_too_large(std::string_view field, std::string_view what, size_t limit);
 
-[[nodiscard]] maybe_error read_bool(const msgpack::object& value, std::string_view field,
-                                    bool& out);
+[[nodiscard]] maybe_error read_bool(const msgpack::object& value, std::string_view field, bool& out);
 /// Any integer or float; msgpack-c packs integral doubles as integers, so both are numbers.
-[[nodiscard]] maybe_error read_float(const msgpack::object& value, std::string_view field,
-                                     float& out);
+[[nodiscard]] maybe_error read_float(const msgpack::object& value, std::string_view field, float& out);
 /// An integer in [lo, hi].
-[[nodiscard]] maybe_error read_int(const msgpack::object& value, std::string_view field,
-                                   int64_t lo, int64_t hi, int64_t& out);
+[[nodiscard]] maybe_error read_int(const msgpack::object& value, std::string_view field, int64_t lo,
+                                   int64_t hi, int64_t& out);
 /// A str of at most max_bytes bytes of well-formed UTF-8.
-[[nodiscard]] maybe_error read_string(const msgpack::object& value, std::string_view field,
-                                      size_t max_bytes, std::string& out);
+[[nodiscard]] maybe_error read_string(const msgpack::object& value, std::string_view field, size_t max_bytes,
+                                      std::string& out);
 
 }  // namespace moe::net

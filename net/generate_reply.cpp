@@ -44,8 +44,7 @@ void write_logprobs(msgpack::sbuffer& out, const std::vector<token_logprobs>& lo
 }  // namespace
 
 msgpack::sbuffer encode_token(uint32_t msgid, uint64_t seq, const std::vector<int32_t>& token_ids,
-                              std::string_view text_delta,
-                              const std::vector<token_logprobs>* logprobs) {
+                              std::string_view text_delta, const std::vector<token_logprobs>* logprobs) {
   msgpack::sbuffer out;
   packer pk(out);
   pk.pack_array(3).pack_uint8(2).pack("token");

@@ -34,10 +34,10 @@ struct generate_timings {
 struct generate_result {
   std::vector<int32_t> output_ids;
   std::string text;
-  finish_reason reason = finish_reason::none;   // stop, length, abort or error
+  finish_reason reason = finish_reason::none;  // stop, length, abort or error
   generate_usage usage;
   generate_timings timings;
-  std::optional<std::vector<token_logprobs>> logprobs;   // per output id, when asked
+  std::optional<std::vector<token_logprobs>> logprobs;  // per output id, when asked
 };
 
 /// [2, "token", [msgid, seq, token_ids, text_delta]]; text_delta is whole UTF-8 characters.

@@ -24,8 +24,8 @@ namespace moe::net {
 struct request_limits {
   size_t max_prompt_bytes = size_t{1} << 20;  // prompt, or all message contents together (UTF-8)
   size_t max_messages = 256;
-  size_t max_input_ids = 163840;              // DeepSeek-V3's context
-  int64_t max_token_id = std::numeric_limits<int32_t>::max();   // the vocabulary is checked later
+  size_t max_input_ids = 163840;                               // DeepSeek-V3's context
+  int64_t max_token_id = std::numeric_limits<int32_t>::max();  // the vocabulary is checked later
   int32_t max_tokens = 32768;
   size_t max_stop_strings = 16;
   size_t max_stop_string_bytes = 256;
@@ -37,19 +37,19 @@ enum class prompt_kind : uint8_t { text, chat, token_ids };
 
 struct generate_request {
   prompt_kind kind = prompt_kind::text;
-  std::string prompt;                        // kind text
-  std::vector<chat_message> messages;        // kind chat: roles system, user, assistant
-  std::vector<int32_t> input_ids;            // kind token_ids
-  sampling_params sampling;                  // vLLM names and defaults, logprobs (0..20) included
-  bool stream = false;                       // "token" notifications before the response
-  std::string model;                         // "" when not given
+  std::string prompt;                  // kind text
+  std::vector<chat_message> messages;  // kind chat: roles system, user, assistant
+  std::vector<int32_t> input_ids;      // kind token_ids
+  sampling_params sampling;            // vLLM names and defaults, logprobs (0..20) included
+  bool stream = false;                 // "token" notifications before the response
+  std::string model;                   // "" when not given
 };
 
 /// Validates `params` ([ {key: value, ...} ]). Keys are vLLM's names; nil means "not given";
 /// an unknown key is a 422 naming it (a typo such as "max_token" must not pass silently).
 /// Every error's message starts with the field it is about, e.g. "stop[2]: ...".
-[[nodiscard]] std::variant<generate_request, rpc_error> parse_generate(
-    const msgpack::object& params, const request_limits& limits = {});
+[[nodiscard]] std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& params,
+                                                                       const request_limits& limits = {});
 
 /// vLLM's context check once the prompt is tokenized: 413 when the prompt alone fills the
 /// context, 422 (naming max_tokens) when prompt + max_tokens does not fit.

@@ -10,16 +10,19 @@ namespace moe::net {
 namespace {
 
 maybe_error read_message(const msgpack::object& v, const std::string& field, size_t max_bytes,
-                          chat_message& out) {
-  if (v.type != msgpack::type::MAP) return field_error(field, "a map {role, content}", v);
+                         chat_message& out) {
+  if (v.type != msgpack::type::MAP)
+    return field_error(field, "a map {role, content}", v);
   bool has_role = false;
   bool has_content = false;
   for (const msgpack::object_kv& kv : std::span(v.via.map.ptr, v.via.map.size)) {
     const std::string_view key = kv.key.type == msgpack::type::STR
-        ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) : std::string_view();
+                                   ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size)
+                                   : std::string_view();
     if (key == "role") {
       const std::string_view role = kv.val.type == msgpack::type::STR
-          ? std::string_view(kv.val.via.str.ptr, kv.val.via.str.size) : std::string_view();
+                                      ? std::string_view(kv.val.via.str.ptr, kv.val.via.str.size)
+                                      : std::string_view();
       if (role != "system" && role != "user" && role != "assistant")
         return field_error(field + ".role", "\"system\", \"user\" or \"assistant\"", kv.val);
       out.role = role;
@@ -29,12 +32,14 @@ maybe_error read_message(const msgpack::object& v, const std::string& field, siz
         return err;
       has_content = true;
     } else {
-      return make_error(rpc_errc::validation, field + "." + printable(key) +
-                                                  ": unknown key (a message has role, content)");
+      return make_error(rpc_errc::validation,
+                        field + "." + printable(key) + ": unknown key (a message has role, content)");
     }
   }
-  if (!has_role) return make_error(rpc_errc::validation, field + ".role: required");
-  if (!has_content) return make_error(rpc_errc::validation, field + ".content: required");
+  if (!has_role)
+    return make_error(rpc_errc::validation, field + ".role: required");
+  if (!has_content)
+    return make_error(rpc_errc::validation, field + ".content: required");
   return std::nullopt;
 }
 
@@ -42,12 +47,13 @@ maybe_error read_message(const msgpack::object& v, const std::string& field, siz
 
 maybe_error read_messages(const msgpack::object& v, size_t max_messages, size_t max_content_bytes,
                           std::vector<chat_message>& out) {
-  if (v.type != msgpack::type::ARRAY) return field_error("messages", "an array of maps", v);
+  if (v.type != msgpack::type::ARRAY)
+    return field_error("messages", "an array of maps", v);
   const std::span items(v.via.array.ptr, v.via.array.size);
-  if (items.empty()) return field_error("messages", "a non-empty array", v);
+  if (items.empty())
+    return field_error("messages", "a non-empty array", v);
   if (items.size() > max_messages)
-    return field_too_large("messages", std::to_string(items.size()) + " messages",
-                           max_messages);
+    return field_too_large("messages", std::to_string(items.size()) + " messages", max_messages);
   size_t total_bytes = 0;
   out.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
@@ -62,9 +68,10 @@ maybe_error read_messages(const msgpack::object& v, size_t max_messages, size_t 
   return std::nullopt;
 }
 
-maybe_error read_token_ids(const msgpack::object& v, std::string_view field, size_t max_count,
-                           int64_t max_id, std::vector<int32_t>& out) {
-  if (v.type != msgpack::type::ARRAY) return field_error(field, "an array of token ids", v);
+maybe_error read_token_ids(const msgpack::object& v, std::string_view field, size_t max_count, int64_t max_id,
+                           std::vector<int32_t>& out) {
+  if (v.type != msgpack::type::ARRAY)
+    return field_error(field, "an array of token ids", v);
   const std::span items(v.via.array.ptr, v.via.array.size);
   if (items.size() > max_count)
     return field_too_large(field, std::to_string(items.size()) + " ids", max_count);
@@ -72,7 +79,8 @@ maybe_error read_token_ids(const msgpack::object& v, std::string_view field, siz
   for (size_t i = 0; i < items.size(); ++i) {
     int64_t id = 0;
     const std::string item_field = std::string(field) + "[" + std::to_string(i) + "]";
-    if (maybe_error err = read_int(items[i], item_field, 0, max_id, id)) return err;
+    if (maybe_error err = read_int(items[i], item_field, 0, max_id, id))
+      return err;
     out[i] = static_cast<int32_t>(id);
   }
   return std::nullopt;

@@ -23,7 +23,6 @@ namespace moe::net {
 
 /// An array of at most max_count integers in [0, max_id] (may be empty).
 [[nodiscard]] maybe_error read_token_ids(const msgpack::object& value, std::string_view field,
-                                         size_t max_count, int64_t max_id,
-                                         std::vector<int32_t>& out);
+                                         size_t max_count, int64_t max_id, std::vector<int32_t>& out);
 
 }  // namespace moe::net

@@ -5,8 +5,7 @@
 
 namespace moe::net {
 
-std::variant<std::vector<int32_t>, rpc_error> prompt_ids_of(const generate_request& req,
-                                                            const tokenizer& tok,
+std::variant<std::vector<int32_t>, rpc_error> prompt_ids_of(const generate_request& req, const tokenizer& tok,
                                                             int64_t vocab_size) {
   std::vector<int32_t> ids;
   std::string field;
@@ -15,7 +14,7 @@ std::variant<std::vector<int32_t>, rpc_error> prompt_ids_of(const generate_reque
       ids = tok.encode(req.prompt, /*add_bos=*/true);
       field = "prompt";
       break;
-    case prompt_kind::chat:                                  // the template starts with BOS
+    case prompt_kind::chat:  // the template starts with BOS
       ids = tok.encode(apply_chat_template(req.messages, /*add_generation_prompt=*/true));
       field = "messages";
       break;
@@ -29,10 +28,9 @@ std::variant<std::vector<int32_t>, rpc_error> prompt_ids_of(const generate_reque
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] >= vocab_size)
       return make_error(rpc_errc::validation,
-                        (req.kind == prompt_kind::token_ids ? field + "[" + std::to_string(i) + "]"
-                                                            : field) +
-                            ": token id " + std::to_string(ids[i]) + " is outside the model's " +
-                            std::to_string(vocab_size) + "-token vocabulary");
+                        (req.kind == prompt_kind::token_ids ? field + "[" + std::to_string(i) + "]" : field) +
+                          ": token id " + std::to_string(ids[i]) + " is outside the model's " +
+                          std::to_string(vocab_size) + "-token vocabulary");
   return ids;
 }
 

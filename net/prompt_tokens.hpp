@@ -15,7 +15,8 @@
 namespace moe::net {
 
 /// The prompt's token ids, or a 422 naming the field (an empty prompt, an id >= vocab_size).
-[[nodiscard]] std::variant<std::vector<int32_t>, rpc_error> prompt_ids_of(
-    const generate_request& req, const tokenizer& tok, int64_t vocab_size);
+[[nodiscard]] std::variant<std::vector<int32_t>, rpc_error> prompt_ids_of(const generate_request& req,
+                                                                          const tokenizer& tok,
+                                                                          int64_t vocab_size);
 
 }  // namespace moe::net

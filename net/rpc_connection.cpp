@@ -44,16 +44,14 @@ std::vector<int32_t> tokenize(const tokenize_request& req, const tokenizer& tok)
 /// Another model's name.
 std::optional<rpc_error> check_served(const generate_request& req, const serving_target& target) {
   if (!req.model.empty() && req.model != target.model_name)
-    return make_error(rpc_errc::validation,
-                      "model: unknown \"" + req.model + "\" (this server serves \"" +
-                          target.model_name + "\")");
+    return make_error(rpc_errc::validation, "model: unknown \"" + req.model + "\" (this server serves \"" +
+                                              target.model_name + "\")");
   return std::nullopt;
 }
 
 }  // namespace
 
-rpc_connection::rpc_connection(asio::ip::tcp::socket socket,
-                               std::shared_ptr<const server_shared> shared)
+rpc_connection::rpc_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared)
     : socket_(std::move(socket)), timer_(socket_.get_executor()), shared_(std::move(shared)),
       decoder_(shared_->limits.frames), role_(initial_role(shared_->keys)) {
   ++shared_->counters->num_connections;
@@ -63,9 +61,9 @@ rpc_connection::rpc_connection(asio::ip::tcp::socket socket,
 rpc_connection::~rpc_connection() { --shared_->counters->num_connections; }
 
 void rpc_connection::start() {
-  bridge_ = spawn_connection_bridge(
-      shared_->sys, {.target = shared_->target, .counters = shared_->counters,
-                     .reply = reply_to(shared_from_this())});
+  bridge_ = spawn_connection_bridge(shared_->sys, {.target = shared_->target,
+                                                   .counters = shared_->counters,
+                                                   .reply = reply_to(shared_from_this())});
   arm_timer(false);
   read();
 }
@@ -106,7 +104,7 @@ void rpc_connection::on_read(std::error_code ec, size_t num_bytes) {
   if (closed_)
     return;
   if (ec)
-    return close();                                        // the client went away
+    return close();  // the client went away
   const bool was_started = decoder_.partial_bytes() > 0;
   messages_.clear();
   decoder_.feed(std::string_view(read_buffer_.data(), num_bytes), messages_);
@@ -129,7 +127,7 @@ void rpc_connection::handle(rpc_message& message) {
   if (auto* request = std::get_if<rpc_request>(&message))
     return handle_request(*request);
   if (auto* note = std::get_if<rpc_notification>(&message)) {
-    if (note->method == "cancel") {                        // [2, "cancel", [msgid]] needs no reply
+    if (note->method == "cancel") {  // [2, "cancel", [msgid]] needs no reply
       if (!may_call(role_, rpc_method::cancel))
         return write(encode_error_notification(unauthenticated(note->method)));
       auto msgid = parse_cancel(note->params);
@@ -139,13 +137,13 @@ void rpc_connection::handle(rpc_message& message) {
     }
     const bool known = find_method(note->method).has_value();
     return write(encode_error_notification(
-        known ? make_error(rpc_errc::invalid_request,
-                           "method: \"" + note->method + "\" must be sent as a request")
-              : unknown_method(note->method)));
+      known
+        ? make_error(rpc_errc::invalid_request, "method: \"" + note->method + "\" must be sent as a request")
+        : unknown_method(note->method)));
   }
   if (std::holds_alternative<rpc_response>(message))
     return write(encode_error_notification(
-        make_error(rpc_errc::invalid_request, "message: the server takes no responses")));
+      make_error(rpc_errc::invalid_request, "message: the server takes no responses")));
   auto& error = std::get<rpc_decode_error>(message);
   if (auto reply = encode_reply(error))
     write(std::move(*reply));
@@ -163,10 +161,8 @@ void rpc_connection::handle_request(rpc_request& request) {
   const serving_target& target = *shared_->target;
   try {
     switch (*method) {
-      case rpc_method::generate:
-        return handle_generate(request);
-      case rpc_method::auth:
-        return handle_auth(request);
+      case rpc_method::generate: return handle_generate(request);
+      case rpc_method::auth: return handle_auth(request);
       case rpc_method::cancel: {
         auto id = parse_cancel(request.params);
         if (auto* err = std::get_if<rpc_error>(&id))
@@ -192,8 +188,7 @@ void rpc_connection::handle_request(rpc_request& request) {
           return write(encode_error(msgid, *err));
         return write(encode_result(msgid, target.tok->decode(std::get<std::vector<int32_t>>(ids))));
       }
-      default:
-        break;
+      default: break;
     }
     if (auto err = check_no_params(request.params))
       return write(encode_error(msgid, *err));
@@ -203,18 +198,19 @@ void rpc_connection::handle_request(rpc_request& request) {
       case rpc_method::ready:
       case rpc_method::stats:
         if (probes_in_flight_ >= max_probes_in_flight)
-          return write(encode_error(
-              msgid, make_overloaded("connection: " + std::to_string(probes_in_flight_) +
-                                         " ready/stats requests in flight, the limit",
-                                     overloaded_retry_ms)));
+          return write(
+            encode_error(msgid, make_overloaded("connection: " + std::to_string(probes_in_flight_) +
+                                                  " ready/stats requests in flight, the limit",
+                                                overloaded_retry_ms)));
         ++probes_in_flight_;
         if (*method == rpc_method::ready)
-          return spawn_ready_probe(shared_->sys, shared_->target, msgid, reply_to(shared_from_this(), /*probe=*/true));
-        return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters,
-                                 shared_->stats_sampler, msgid, reply_to(shared_from_this(), /*probe=*/true));
+          return spawn_ready_probe(shared_->sys, shared_->target, msgid,
+                                   reply_to(shared_from_this(), /*probe=*/true));
+        return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters, shared_->stats_sampler,
+                                 msgid, reply_to(shared_from_this(), /*probe=*/true));
       default: return;
     }
-  } catch (const std::exception& e) {                      // a bug must not take the server down
+  } catch (const std::exception& e) {  // a bug must not take the server down
     write(encode_error(msgid, make_error(rpc_errc::internal, request.method + ": " + e.what())));
   }
 }
@@ -222,14 +218,13 @@ void rpc_connection::handle_request(rpc_request& request) {
 void rpc_connection::handle_generate(rpc_request& request) {
   const uint32_t msgid = request.msgid;
   if (in_flight_.count(msgid) > 0)
-    return write(encode_error(msgid, make_error(rpc_errc::invalid_request,
-                                                "msgid: " + std::to_string(msgid) +
-                                                    " is already in flight on this connection")));
-  if (in_flight_.size() >= shared_->limits.max_in_flight)
     return write(encode_error(
-        msgid, make_overloaded("connection: " + std::to_string(in_flight_.size()) +
-                                   " generate requests in flight, the limit",
-                               overloaded_retry_ms)));
+      msgid, make_error(rpc_errc::invalid_request,
+                        "msgid: " + std::to_string(msgid) + " is already in flight on this connection")));
+  if (in_flight_.size() >= shared_->limits.max_in_flight)
+    return write(encode_error(msgid, make_overloaded("connection: " + std::to_string(in_flight_.size()) +
+                                                       " generate requests in flight, the limit",
+                                                     overloaded_retry_ms)));
   auto req = parse_generate(request.params, shared_->limits.requests);
   if (auto* err = std::get_if<rpc_error>(&req))
     return write(encode_error(msgid, *err));
@@ -248,7 +243,7 @@ void rpc_connection::handle_auth(rpc_request& request) {
   if (granted == auth_role::none) {
     write(encode_error(request.msgid, wrong_token()));
     if (++num_auth_failures_ >= shared_->limits.max_auth_failures)
-      close_after_writes();                                // no more guesses on this connection
+      close_after_writes();  // no more guesses on this connection
     return;
   }
   role_ = granted;
@@ -260,7 +255,7 @@ void rpc_connection::write(msgpack::sbuffer bytes) {
     return;
   const size_t cost = bytes.size() + queued_reply_overhead;
   if (queued_bytes_ + cost > shared_->limits.max_write_buffer)
-    return close();                                        // a reader too slow: drop it
+    return close();  // a reader too slow: drop it
   queued_bytes_ += cost;
   write_queue_.emplace_back(bytes.data(), bytes.size());
   if (!writing_)
@@ -302,14 +297,14 @@ void rpc_connection::arm_timer(bool message_started) {
   timer_.expires_after(message_started ? limits.read_timeout : limits.idle_timeout);
   timer_.async_wait([self = shared_from_this(), message_started](std::error_code ec) {
     if (ec || self->closed_ || self->timer_.expiry() > std::chrono::steady_clock::now())
-      return;                                              // cancelled or re-armed
+      return;  // cancelled or re-armed
     if (message_started)
-      return self->close();                                // a message stopped arriving
+      return self->close();  // a message stopped arriving
     const auto limit = self->shared_->limits.idle_timeout;
     if (self->writing_ && std::chrono::steady_clock::now() - self->write_progress_ >= limit)
-      return self->close();                                // a reader that stopped reading
+      return self->close();  // a reader that stopped reading
     if (!self->in_flight_.empty() || self->probes_in_flight_ > 0 || self->writing_)
-      return self->arm_timer(false);                       // busy, not idle
+      return self->arm_timer(false);  // busy, not idle
     self->close();
   });
 }

@@ -33,7 +33,7 @@ struct server_shared {
 };
 
 class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
-public:
+ public:
   rpc_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared);
   ~rpc_connection();
 
@@ -45,7 +45,7 @@ public:
   /// `probe`'s answer (ready, stats) the probes in flight.
   void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished, bool probe = false);
 
-private:
+ private:
   void read();
   void on_read(std::error_code ec, size_t num_bytes);
   void handle(rpc_message& message);
@@ -63,11 +63,11 @@ private:
   frame_decoder decoder_;
   std::array<char, 16384> read_buffer_{};
   std::vector<rpc_message> messages_;
-  std::deque<std::string> write_queue_;     // replies at their exact size (an sbuffer reserves 8 KiB)
-  size_t queued_bytes_ = 0;                 // their bytes + queued_reply_overhead each
-  std::chrono::steady_clock::time_point write_progress_;   // a write started or finished
+  std::deque<std::string> write_queue_;  // replies at their exact size (an sbuffer reserves 8 KiB)
+  size_t queued_bytes_ = 0;              // their bytes + queued_reply_overhead each
+  std::chrono::steady_clock::time_point write_progress_;  // a write started or finished
   bool writing_ = false;
-  bool closing_ = false;                    // close once the queued replies are written
+  bool closing_ = false;  // close once the queued replies are written
   bool closed_ = false;
   std::unordered_set<uint32_t> in_flight_;  // generate msgids not answered yet
   size_t probes_in_flight_ = 0;             // ready / stats asked of the cluster, not answered

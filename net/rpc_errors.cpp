@@ -29,8 +29,8 @@ rpc_error make_error(rpc_errc code, std::string message) {
 }
 
 rpc_error make_overloaded(std::string message, uint32_t retry_after_ms) {
-  return rpc_error{.code = rpc_errc::overloaded, .message = std::move(message),
-                   .retry_after_ms = retry_after_ms};
+  return rpc_error{
+    .code = rpc_errc::overloaded, .message = std::move(message), .retry_after_ms = retry_after_ms};
 }
 
 }  // namespace moe::net

@@ -12,15 +12,15 @@ namespace moe::net {
 
 /// HTTP-like error codes of the wire API.
 enum class rpc_errc : uint16_t {
-  invalid_request = 400,   // not a well-formed MessagePack-RPC message or params shape
-  auth = 401,              // missing or wrong credentials
-  unknown_method = 404,    // no such method
-  too_large = 413,         // a frame, string, array or prompt above its limit
-  validation = 422,        // a field of the wrong type or out of range; unknown keys
-  overloaded = 429,        // a bounded queue is full: retry after retry_after_ms
-  cancelled = 499,         // the client cancelled the request
-  internal = 500,          // a bug or a failed rank; the request did not complete
-  unavailable = 503,       // no rank can take the request now (starting, draining, failed)
+  invalid_request = 400,  // not a well-formed MessagePack-RPC message or params shape
+  auth = 401,             // missing or wrong credentials
+  unknown_method = 404,   // no such method
+  too_large = 413,        // a frame, string, array or prompt above its limit
+  validation = 422,       // a field of the wrong type or out of range; unknown keys
+  overloaded = 429,       // a bounded queue is full: retry after retry_after_ms
+  cancelled = 499,        // the client cancelled the request
+  internal = 500,         // a bug or a failed rank; the request did not complete
+  unavailable = 503,      // no rank can take the request now (starting, draining, failed)
 };
 
 /// "invalid_request", "auth", "unknown_method", "too_large", "validation", "overloaded",
@@ -31,7 +31,7 @@ enum class rpc_errc : uint16_t {
 
 struct rpc_error {
   rpc_errc code = rpc_errc::internal;
-  std::string message;                    // starts with the field it is about, when there is one
+  std::string message;  // starts with the field it is about, when there is one
   std::optional<uint32_t> retry_after_ms;
 };
 

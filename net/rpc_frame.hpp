@@ -29,13 +29,13 @@ namespace moe::net {
 /// One connection's decoder therefore holds at most about
 /// 16 * max_frame_bytes + max_depth * max_array_size * 16 bytes (64 MiB with the defaults).
 struct frame_limits {
-  size_t max_frame_bytes = size_t{2} << 20;   // one encoded message, complete or partial
-  size_t max_array_size = size_t{1} << 18;    // elements of one array (input_ids fit)
-  size_t max_map_size = 256;                  // pairs of one map
-  size_t max_str_bytes = size_t{2} << 20;     // (no more than max_frame_bytes in effect)
+  size_t max_frame_bytes = size_t{2} << 20;  // one encoded message, complete or partial
+  size_t max_array_size = size_t{1} << 18;   // elements of one array (input_ids fit)
+  size_t max_map_size = 256;                 // pairs of one map
+  size_t max_str_bytes = size_t{2} << 20;    // (no more than max_frame_bytes in effect)
   size_t max_bin_bytes = size_t{2} << 20;
   size_t max_ext_bytes = 256;
-  size_t max_depth = 8;                       // nested arrays and maps, the message included
+  size_t max_depth = 8;  // nested arrays and maps, the message included
 };
 
 /// [0, msgid, method, params]. `params` (an array) points into `frame`, which keeps it alive.
@@ -82,14 +82,14 @@ using rpc_message = std::variant<rpc_request, rpc_notification, rpc_response, rp
 /// What the first bytes of a message say about it, read by hand so that a message the
 /// unpacker gave up on (malformed, or a size over a limit) can still be answered.
 struct message_header {
-  std::optional<uint32_t> request_msgid;      // [0, msgid, ...] with 4 elements
-  bool is_notification = false;               // [2, ...] with 3 elements
+  std::optional<uint32_t> request_msgid;  // [0, msgid, ...] with 4 elements
+  bool is_notification = false;           // [2, ...] with 3 elements
 };
 [[nodiscard]] message_header peek_header(std::string_view head) noexcept;
 
 /// Incremental decoder for one connection's byte stream.
 class frame_decoder {
-public:
+ public:
   explicit frame_decoder(frame_limits limits = {});
 
   /// Appends the messages that `bytes` complete to `out`, in stream order. Bytes may arrive in
@@ -102,14 +102,14 @@ public:
   [[nodiscard]] size_t partial_bytes() const { return unpacker_.message_size(); }
   [[nodiscard]] const frame_limits& limits() const noexcept { return limits_; }
 
-private:
+ private:
   void drain(std::vector<rpc_message>& out);
   void emit(msgpack::object_handle frame, size_t frame_bytes, std::vector<rpc_message>& out);
   void fail(rpc_error error, std::vector<rpc_message>& out);
 
   frame_limits limits_;
   msgpack::unpacker unpacker_;
-  std::string head_;                          // first bytes of the message being decoded
+  std::string head_;  // first bytes of the message being decoded
   bool closed_ = false;
 };
 
@@ -144,24 +144,24 @@ template <class Params>
 
 namespace msgpack {
 MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
+  namespace adaptor {
 
-/// rpc_error packs as {code, type, message, retryable, retry_after_ms?}.
-template <>
-struct pack<moe::net::rpc_error> {
-  template <class Stream>
-  packer<Stream>& operator()(packer<Stream>& pk, const moe::net::rpc_error& e) const {
-    pk.pack_map(e.retry_after_ms ? 5 : 4);
-    pk.pack("code").pack(static_cast<uint16_t>(e.code));
-    pk.pack("type").pack(moe::net::type_name(e.code));
-    pk.pack("message").pack(e.message);
-    pk.pack("retryable").pack(moe::net::is_retryable(e.code));
-    if (e.retry_after_ms)
-      pk.pack("retry_after_ms").pack(*e.retry_after_ms);
-    return pk;
-  }
-};
+  /// rpc_error packs as {code, type, message, retryable, retry_after_ms?}.
+  template <>
+  struct pack<moe::net::rpc_error> {
+    template <class Stream>
+    packer<Stream>& operator()(packer<Stream>& pk, const moe::net::rpc_error& e) const {
+      pk.pack_map(e.retry_after_ms ? 5 : 4);
+      pk.pack("code").pack(static_cast<uint16_t>(e.code));
+      pk.pack("type").pack(moe::net::type_name(e.code));
+      pk.pack("message").pack(e.message);
+      pk.pack("retryable").pack(moe::net::is_retryable(e.code));
+      if (e.retry_after_ms)
+        pk.pack("retry_after_ms").pack(*e.retry_after_ms);
+      return pk;
+    }
+  };
 
-}  // namespace adaptor
+  }  // namespace adaptor
 }  // MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS)
 }  // namespace msgpack

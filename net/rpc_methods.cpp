@@ -14,16 +14,21 @@ namespace moe::net {
 namespace {
 
 constexpr std::array<std::pair<rpc_method, std::string_view>, 9> methods = {{
-    {rpc_method::generate, "generate"}, {rpc_method::cancel, "cancel"},
-    {rpc_method::tokenize, "tokenize"}, {rpc_method::detokenize, "detokenize"},
-    {rpc_method::models, "models"},     {rpc_method::health, "health"},
-    {rpc_method::ready, "ready"},       {rpc_method::stats, "stats"},
-    {rpc_method::auth, "auth"},
+  {rpc_method::generate, "generate"},
+  {rpc_method::cancel, "cancel"},
+  {rpc_method::tokenize, "tokenize"},
+  {rpc_method::detokenize, "detokenize"},
+  {rpc_method::models, "models"},
+  {rpc_method::health, "health"},
+  {rpc_method::ready, "ready"},
+  {rpc_method::stats, "stats"},
+  {rpc_method::auth, "auth"},
 }};
 
 /// params must be an array of exactly one value; returns it.
 const msgpack::object* single_param(const msgpack::object& params) {
-  if (params.type != msgpack::type::ARRAY || params.via.array.size != 1) return nullptr;
+  if (params.type != msgpack::type::ARRAY || params.via.array.size != 1)
+    return nullptr;
   return &params.via.array.ptr[0];
 }
 
@@ -36,7 +41,8 @@ maybe_error read_tokenize_map(const msgpack::object& map, const request_limits& 
   int num_prompts = 0;
   for (const msgpack::object_kv& kv : std::span(map.via.map.ptr, map.via.map.size)) {
     const std::string_view key = kv.key.type == msgpack::type::STR
-        ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) : std::string_view();
+                                   ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size)
+                                   : std::string_view();
     maybe_error err;
     if (key == "prompt") {
       err = read_string(kv.val, "prompt", limits.max_prompt_bytes, req.prompt);
@@ -52,10 +58,11 @@ maybe_error read_tokenize_map(const msgpack::object& map, const request_limits& 
       err = read_bool(kv.val, key, req.add_generation_prompt);
     } else {
       return kv.key.type == msgpack::type::STR
-          ? make_error(rpc_errc::validation, printable(key) + ": unknown key")
-          : field_error("params", "string keys", kv.key);
+               ? make_error(rpc_errc::validation, printable(key) + ": unknown key")
+               : field_error("params", "string keys", kv.key);
     }
-    if (err) return err;
+    if (err)
+      return err;
   }
   if (num_prompts != 1)
     return make_error(rpc_errc::validation, "prompt: give exactly one of prompt or messages");
@@ -66,7 +73,8 @@ maybe_error read_tokenize_map(const msgpack::object& map, const request_limits& 
 
 std::optional<rpc_method> find_method(std::string_view name) noexcept {
   for (const auto& [method, method_name] : methods)
-    if (method_name == name) return method;
+    if (method_name == name)
+      return method;
   return std::nullopt;
 }
 
@@ -78,15 +86,16 @@ rpc_error unknown_method(std::string_view name) {
   std::string known;
   for (const auto& [method, method_name] : methods)
     known += (known.empty() ? "" : ", ") + std::string(method_name);
-  return make_error(rpc_errc::unknown_method,
-                    "method: unknown \"" + printable(name) + "\" (" + known + ")");
+  return make_error(rpc_errc::unknown_method, "method: unknown \"" + printable(name) + "\" (" + known + ")");
 }
 
 std::variant<uint32_t, rpc_error> parse_cancel(const msgpack::object& params) {
   const msgpack::object* msgid = single_param(params);
-  if (!msgid) return params_error("[msgid]");
+  if (!msgid)
+    return params_error("[msgid]");
   int64_t value = 0;
-  if (maybe_error err = read_int(*msgid, "msgid", 0, UINT32_MAX, value)) return *err;
+  if (maybe_error err = read_int(*msgid, "msgid", 0, UINT32_MAX, value))
+    return *err;
   return static_cast<uint32_t>(value);
 }
 
@@ -99,24 +108,27 @@ std::variant<tokenize_request, rpc_error> parse_tokenize(const msgpack::object& 
       return *err;
     return req;
   }
-  if (!arg || arg->type != msgpack::type::MAP) return params_error("[\"text\"] or [ {map} ]");
-  if (maybe_error err = read_tokenize_map(*arg, limits, req)) return *err;
+  if (!arg || arg->type != msgpack::type::MAP)
+    return params_error("[\"text\"] or [ {map} ]");
+  if (maybe_error err = read_tokenize_map(*arg, limits, req))
+    return *err;
   return req;
 }
 
 std::variant<std::vector<int32_t>, rpc_error> parse_detokenize(const msgpack::object& params,
                                                                const request_limits& limits) {
   const msgpack::object* ids = single_param(params);
-  if (!ids) return params_error("[[token ids]]");
+  if (!ids)
+    return params_error("[[token ids]]");
   std::vector<int32_t> out;
-  if (maybe_error err = read_token_ids(*ids, "input_ids", limits.max_input_ids,
-                                       limits.max_token_id, out))
+  if (maybe_error err = read_token_ids(*ids, "input_ids", limits.max_input_ids, limits.max_token_id, out))
     return *err;
   return out;
 }
 
 std::optional<rpc_error> check_no_params(const msgpack::object& params) {
-  if (params.type == msgpack::type::ARRAY && params.via.array.size == 0) return std::nullopt;
+  if (params.type == msgpack::type::ARRAY && params.via.array.size == 0)
+    return std::nullopt;
   return params_error("[] (no params)");
 }
 

@@ -24,7 +24,15 @@
 namespace moe::net {
 
 enum class rpc_method : uint8_t {
-  generate, cancel, tokenize, detokenize, models, health, ready, stats, auth
+  generate,
+  cancel,
+  tokenize,
+  detokenize,
+  models,
+  health,
+  ready,
+  stats,
+  auth
 };
 
 [[nodiscard]] std::optional<rpc_method> find_method(std::string_view name) noexcept;
@@ -36,18 +44,18 @@ enum class rpc_method : uint8_t {
 [[nodiscard]] std::variant<uint32_t, rpc_error> parse_cancel(const msgpack::object& params);
 
 struct tokenize_request {
-  prompt_kind kind = prompt_kind::text;     // text or chat
+  prompt_kind kind = prompt_kind::text;  // text or chat
   std::string prompt;
   std::vector<chat_message> messages;
-  bool add_special_tokens = true;           // text: prepend BOS
-  bool add_generation_prompt = true;        // chat: end with the assistant's turn
+  bool add_special_tokens = true;     // text: prepend BOS
+  bool add_generation_prompt = true;  // chat: end with the assistant's turn
 };
-[[nodiscard]] std::variant<tokenize_request, rpc_error> parse_tokenize(
-    const msgpack::object& params, const request_limits& limits = {});
+[[nodiscard]] std::variant<tokenize_request, rpc_error> parse_tokenize(const msgpack::object& params,
+                                                                       const request_limits& limits = {});
 
 /// detokenize's params: at most max_input_ids ids in [0, max_token_id].
 [[nodiscard]] std::variant<std::vector<int32_t>, rpc_error> parse_detokenize(
-    const msgpack::object& params, const request_limits& limits = {});
+  const msgpack::object& params, const request_limits& limits = {});
 
 /// models, health, ready and stats take no params: an error unless `params` is [].
 [[nodiscard]] std::optional<rpc_error> check_no_params(const msgpack::object& params);

@@ -38,19 +38,19 @@ struct rpc_server::impl {
   std::shared_ptr<asio::io_context> io = std::make_shared<asio::io_context>();
   asio::ip::tcp::acceptor acceptor{*io};
   std::shared_ptr<server_shared> shared;
-  std::vector<std::weak_ptr<rpc_connection>> connections;   // io thread only
+  std::vector<std::weak_ptr<rpc_connection>> connections;  // io thread only
   std::thread thread;
   std::string host;
   uint16_t port = 0;
   bool stopped = false;
 
   asio::steady_timer accept_retry{*io};
-  bool accept_failing = false;             // io thread only
+  bool accept_failing = false;  // io thread only
 
   void accept() {
     acceptor.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open())
-        return;                                              // closed by stop()
+        return;  // closed by stop()
       if (ec) {
         // out of file descriptors (EMFILE, ENFILE), memory, or a connection reset before it
         // was taken: keep serving the connections there are and try again shortly
@@ -85,7 +85,7 @@ struct rpc_server::impl {
   void refuse(asio::ip::tcp::socket socket) {
     auto held = std::make_shared<asio::ip::tcp::socket>(std::move(socket));
     auto bytes = std::make_shared<msgpack::sbuffer>(encode_error_notification(make_overloaded(
-        "connections: " + std::to_string(shared->limits.max_connections) + " open, the limit", 1000)));
+      "connections: " + std::to_string(shared->limits.max_connections) + " open, the limit", 1000)));
     asio::async_write(*held, asio::buffer(bytes->data(), bytes->size()),
                       [held, bytes](std::error_code, size_t) {
                         std::error_code ignored;
@@ -109,14 +109,14 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
   if (!ec)
     impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    throw input_error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " +
-                      ec.message());
+    throw input_error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " + ec.message());
   // Actors only once nothing can throw: the actor system waits for them at shutdown.
   auto served = std::make_shared<const serving_target>(std::move(target));
   auto counters = std::make_shared<server_counters>();
-  impl_->shared = std::make_shared<server_shared>(server_shared{
-      impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys),
-      spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window, cfg.log_stats_interval)});
+  impl_->shared = std::make_shared<server_shared>(
+    server_shared{impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys),
+                  spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window,
+                                      cfg.log_stats_interval)});
   impl_->host = cfg.host;
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept();
@@ -146,7 +146,7 @@ void rpc_server::stop() {
   });
   impl_->thread.join();
   caf::anon_send_exit(impl_->shared->stats_sampler, caf::exit_reason::user_shutdown);
-  impl_->io->restart();                                     // drop what was posted meanwhile
+  impl_->io->restart();  // drop what was posted meanwhile
   impl_->io->poll();
 }
 

@@ -20,27 +20,27 @@ namespace moe::net {
 /// Per-server and per-connection limits (flags of `moeserve serve`).
 struct server_limits {
   size_t max_connections = 256;
-  size_t max_in_flight = 64;                              // generate requests per connection
-  std::chrono::milliseconds idle_timeout{300'000};        // nothing in flight, nothing read
-  std::chrono::milliseconds read_timeout{30'000};         // a started message must complete
-  size_t max_write_buffer = size_t{16} << 20;             // unsent bytes; beyond: disconnect
-  int max_auth_failures = 3;                              // wrong auth tokens; at this many: disconnect
+  size_t max_in_flight = 64;                        // generate requests per connection
+  std::chrono::milliseconds idle_timeout{300'000};  // nothing in flight, nothing read
+  std::chrono::milliseconds read_timeout{30'000};   // a started message must complete
+  size_t max_write_buffer = size_t{16} << 20;       // unsent bytes; beyond: disconnect
+  int max_auth_failures = 3;                        // wrong auth tokens; at this many: disconnect
   frame_limits frames;
   request_limits requests;
 };
 
 struct server_config {
   std::string host = "127.0.0.1";
-  uint16_t port = 0;                                      // 0: an ephemeral port
+  uint16_t port = 0;  // 0: an ephemeral port
   server_limits limits;
-  auth_keys keys;                                         // none set: no auth needed
-  std::chrono::milliseconds stats_interval{1000};         // rank occupancy samples
-  std::chrono::seconds stats_window{60};                  // stats' "window" counters
-  std::chrono::seconds log_stats_interval{0};             // a stats line on stderr this often; 0: none
+  auth_keys keys;                                  // none set: no auth needed
+  std::chrono::milliseconds stats_interval{1000};  // rank occupancy samples
+  std::chrono::seconds stats_window{60};           // stats' "window" counters
+  std::chrono::seconds log_stats_interval{0};      // a stats line on stderr this often; 0: none
 };
 
 class rpc_server {
-public:
+ public:
   /// Binds and starts serving on its own io thread; throws input_error when it cannot bind.
   rpc_server(caf::actor_system& sys, serving_target target, server_config cfg);
   ~rpc_server();
@@ -49,12 +49,12 @@ public:
 
   /// The bound port (the ephemeral one when asked for port 0).
   [[nodiscard]] uint16_t port() const noexcept;
-  [[nodiscard]] std::string address() const;              // "127.0.0.1:8765"
+  [[nodiscard]] std::string address() const;  // "127.0.0.1:8765"
   [[nodiscard]] const server_counters& counters() const noexcept;
   /// Stops accepting, closes every connection (cancelling their requests), joins the io thread.
   void stop();
 
-private:
+ private:
   struct impl;
   std::unique_ptr<impl> impl_;
 };

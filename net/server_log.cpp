@@ -33,12 +33,14 @@ std::string percents(const std::vector<double>& fractions) {
 std::string format_stats_line(const stats_line_figures& f) {
   const double s = f.seconds > 0.0 ? f.seconds : 1.0;
   char head[160];
-  std::snprintf(head, sizeof head, "prompt %.1f tok/s, generation %.1f tok/s, %lld request%s (%lld failed) in %.1f s",
+  std::snprintf(head, sizeof head,
+                "prompt %.1f tok/s, generation %.1f tok/s, %lld request%s (%lld failed) in %.1f s",
                 static_cast<double>(f.input_tokens) / s, static_cast<double>(f.output_tokens) / s,
-                static_cast<long long>(f.requests), f.requests == 1 ? "" : "s", static_cast<long long>(f.failed),
-                f.seconds);
-  return std::string(head) + ", KV in use: prefill" + percents(f.prefill_kv) + ", decode" + percents(f.decode_kv) +
-         ", " + std::to_string(f.connections) + (f.connections == 1 ? " connection" : " connections");
+                static_cast<long long>(f.requests), f.requests == 1 ? "" : "s",
+                static_cast<long long>(f.failed), f.seconds);
+  return std::string(head) + ", KV in use: prefill" + percents(f.prefill_kv) + ", decode" +
+         percents(f.decode_kv) + ", " + std::to_string(f.connections) +
+         (f.connections == 1 ? " connection" : " connections");
 }
 
 }  // namespace moe::net

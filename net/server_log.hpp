@@ -19,11 +19,11 @@ namespace moe::net {
 /// rank at the last sample (fractions, prefill ranks first).
 struct stats_line_figures {
   double seconds = 0.0;
-  int64_t requests = 0;                     // admitted
-  int64_t failed = 0;                       // valid generates answered with an error
-  int64_t input_tokens = 0;                 // of finished requests
+  int64_t requests = 0;      // admitted
+  int64_t failed = 0;        // valid generates answered with an error
+  int64_t input_tokens = 0;  // of finished requests
   int64_t output_tokens = 0;
-  int64_t connections = 0;                  // open now
+  int64_t connections = 0;  // open now
   std::vector<double> prefill_kv, decode_kv;
 };
 

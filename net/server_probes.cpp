@@ -17,9 +17,7 @@ namespace {
 using clock = std::chrono::steady_clock;
 constexpr auto probe_timeout = std::chrono::seconds(30);
 
-double seconds_since(clock::time_point t) {
-  return std::chrono::duration<double>(clock::now() - t).count();
-}
+double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
 struct gathered {
   queue_stats queue;
@@ -44,8 +42,8 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
     pk.pack_map(10).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
     pk.pack("running").pack(r.num_running).pack("blocks").pack(r.num_blocks);
     pk.pack("free_blocks").pack(r.num_free_blocks);
-    pk.pack("occupancy").pack_double(
-        r.num_blocks > 0 ? 1.0 - static_cast<double>(r.num_free_blocks) / r.num_blocks : 0.0);
+    pk.pack("occupancy")
+      .pack_double(r.num_blocks > 0 ? 1.0 - static_cast<double>(r.num_free_blocks) / r.num_blocks : 0.0);
     pk.pack("occupancy_peak").pack_double(sampled.peak);
     pk.pack("occupancy_avg").pack_double(sampled.average);
     pk.pack("peak_running").pack(sampled.peak_running);
@@ -53,8 +51,8 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
   }
 }
 
-msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target,
-                              const server_counters& c, const gathered& g) {
+msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, const server_counters& c,
+                              const gathered& g) {
   msgpack::sbuffer out;
   msgpack::packer<msgpack::sbuffer> pk(out);
   const double uptime = seconds_since(c.start);
@@ -65,11 +63,11 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target,
   pk.pack("failed").pack(c.num_failed.load());
   pk.pack("cancelled").pack(c.num_cancelled.load());
   pk.pack("input_tokens").pack(c.input_tokens.load());
-  pk.pack("prefix_cache_hit_tokens").pack(0);                // no prefix cache yet
+  pk.pack("prefix_cache_hit_tokens").pack(0);  // no prefix cache yet
   pk.pack("output_tokens").pack(c.output_tokens.load());
   pk.pack("output_tok_per_s").pack_double(uptime > 0 ? c.output_tokens.load() / uptime : 0.0);
   pk.pack("mean_request_output_tok_per_s")
-      .pack_double(num_rated > 0 ? c.sum_request_tok_per_s.load() / num_rated : 0.0);
+    .pack_double(num_rated > 0 ? c.sum_request_tok_per_s.load() / num_rated : 0.0);
   pk.pack("connections").pack(c.num_connections.load());
   pk.pack("window");
   pack_window(pk, g.sampled.window);
@@ -102,8 +100,8 @@ msgpack::sbuffer encode_health(uint32_t msgid, const server_counters& counters) 
 }
 
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       std::shared_ptr<server_counters> counters, caf::actor sampler,
-                       uint32_t msgid, reply_fn reply) {
+                       std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
+                       reply_fn reply) {
   sys.spawn([=](caf::event_based_actor* self) {
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
@@ -117,24 +115,40 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
                       : encode_stats(msgid, *target, *counters, *g),
             std::nullopt);
     };
-    auto on_error = [=](caf::error&) { g->failed = true; one_done(); };
+    auto on_error = [=](caf::error&) {
+      g->failed = true;
+      one_done();
+    };
     self->request(c.queue, probe_timeout, stats_atom::value)
-        .then([=](const queue_stats& q) { g->queue = q; one_done(); }, on_error);
+      .then(
+        [=](const queue_stats& q) {
+          g->queue = q;
+          one_done();
+        },
+        on_error);
     self->request(sampler, probe_timeout, sampled_atom::value)
-        .then([=](sampled_stats& s) { g->sampled = std::move(s); one_done(); }, on_error);
+      .then(
+        [=](sampled_stats& s) {
+          g->sampled = std::move(s);
+          one_done();
+        },
+        on_error);
     for (size_t i = 0; i < g->ranks.size(); ++i) {
-      auto on_rank = [=](const rank_stats& r) { g->ranks[i] = r; one_done(); };
+      auto on_rank = [=](const rank_stats& r) {
+        g->ranks[i] = r;
+        one_done();
+      };
       if (i < c.prefill_ranks.size())
         self->request(c.prefill_ranks[i], probe_timeout, stats_atom::value).then(on_rank, on_error);
       else
         self->request(c.decode_ranks[i - c.prefill_ranks.size()], probe_timeout, stats_atom::value)
-            .then(on_rank, on_error);
+          .then(on_rank, on_error);
     }
   });
 }
 
-void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       uint32_t msgid, reply_fn reply) {
+void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
+                       reply_fn reply) {
   sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
     const auto t0 = clock::now();
     auto not_ready = [=](const std::string& why) {
@@ -148,8 +162,8 @@ void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     spec.sampling.temperature = 0.0f;
     spec.sampling.ignore_eos = true;
     self->request(target->handles.queue, probe_timeout, submit_atom::value, std::move(spec))
-        .then([](uint64_t) {},
-              [=](caf::error& e) { not_ready("not admitted (" + self->system().render(e) + ")"); });
+      .then([](uint64_t) {},
+            [=](caf::error& e) { not_ready("not admitted (" + self->system().render(e) + ")"); });
     return {
       [](token_atom, const stream_chunk&) {},
       [=](done_atom, const session_result& r) {

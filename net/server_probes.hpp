@@ -27,12 +27,12 @@ namespace moe::net {
 /// free_blocks, occupancy, occupancy_peak, occupancy_avg, peak_running, steps}]}, or a 503 when
 /// a part does not answer. `sampler`: the server's stats_sampler.
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       std::shared_ptr<server_counters> counters, caf::actor sampler,
-                       uint32_t msgid, reply_fn reply);
+                       std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
+                       reply_fn reply);
 
 /// Replies {ready: true, latency_s} after a greedy 1-token generation of the BOS prompt, or a
 /// 503 naming what failed.
-void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       uint32_t msgid, reply_fn reply);
+void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
+                       reply_fn reply);
 
 }  // namespace moe::net

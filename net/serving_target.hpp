@@ -16,20 +16,20 @@ namespace moe::net {
 struct serving_target {
   cluster handles;
   std::shared_ptr<const tokenizer> tok;
-  int64_t vocab_size = 0;                   // the model's (prompt ids must be below it)
-  size_t max_context = 0;                   // prompt + max_tokens must fit
+  int64_t vocab_size = 0;  // the model's (prompt ids must be below it)
+  size_t max_context = 0;  // prompt + max_tokens must fit
   std::string model_name;
 };
 
 /// Counters since start; any thread adds to them.
 struct server_counters {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  std::atomic<int64_t> num_requests{0};     // generate requests admitted
-  std::atomic<int64_t> num_failed{0};       // valid generates answered with an error (429, 413, 500, ...)
-  std::atomic<int64_t> num_cancelled{0};    // ended with finish_reason abort
+  std::atomic<int64_t> num_requests{0};   // generate requests admitted
+  std::atomic<int64_t> num_failed{0};     // valid generates answered with an error (429, 413, 500, ...)
+  std::atomic<int64_t> num_cancelled{0};  // ended with finish_reason abort
   std::atomic<int64_t> input_tokens{0};
   std::atomic<int64_t> output_tokens{0};
-  std::atomic<double> sum_request_tok_per_s{0.0};   // decode tok/s of each request with 2+ tokens
+  std::atomic<double> sum_request_tok_per_s{0.0};  // decode tok/s of each request with 2+ tokens
   std::atomic<int64_t> num_rated_requests{0};
   std::atomic<int64_t> num_connections{0};  // open now
   std::atomic<int64_t> num_accepted{0};     // connections since start

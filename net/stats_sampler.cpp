@@ -30,8 +30,8 @@ struct sampler_state {
   std::shared_ptr<const server_counters> counters;
   std::vector<rank_occupancy> ranks;
   std::vector<int64_t> num_samples;
-  std::deque<snapshot> snapshots;           // oldest first, spanning at most the window
-  snapshot last_log;                        // the counters at the last stats line
+  std::deque<snapshot> snapshots;  // oldest first, spanning at most the window
+  snapshot last_log;               // the counters at the last stats line
   static inline const char* name = "stats_sampler";
 };
 
@@ -40,8 +40,8 @@ using sampler_pointer = caf::stateful_actor<sampler_state>*;
 void add_sample(sampler_pointer self, size_t rank_idx, const rank_stats& s) {
   auto& st = self->state;
   rank_occupancy& r = st.ranks[rank_idx];
-  const double occupancy =
-      s.num_blocks > 0 ? 1.0 - static_cast<double>(s.num_free_blocks) / s.num_blocks : 0.0;
+  const double occupancy = s.num_blocks > 0 ? 1.0 - static_cast<double>(s.num_free_blocks) / s.num_blocks
+                                            : 0.0;
   const auto n = static_cast<double>(++st.num_samples[rank_idx]);
   r.average += (occupancy - r.average) / n;
   r.peak = std::max(r.peak, occupancy);
@@ -54,12 +54,12 @@ void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chron
   const cluster& c = st.target->handles;
   for (size_t i = 0; i < st.ranks.size(); ++i) {
     auto on_stats = [=](const rank_stats& s) { add_sample(self, i, s); };
-    auto on_error = [](caf::error&) {};                     // a missed sample is skipped
+    auto on_error = [](caf::error&) {};  // a missed sample is skipped
     if (i < c.prefill_ranks.size())
       self->request(c.prefill_ranks[i], interval, stats_atom::value).then(on_stats, on_error);
     else
       self->request(c.decode_ranks[i - c.prefill_ranks.size()], interval, stats_atom::value)
-          .then(on_stats, on_error);
+        .then(on_stats, on_error);
   }
   const auto now = clock::now();
   st.snapshots.push_back(take(*st.counters, now));
@@ -73,7 +73,8 @@ void log_stats(sampler_pointer self) {
   const snapshot now = take(*st.counters, clock::now());
   const snapshot& last = st.last_log;
   stats_line_figures f{.seconds = std::chrono::duration<double>(now.time - last.time).count(),
-                       .requests = now.requests - last.requests, .failed = now.failed - last.failed,
+                       .requests = now.requests - last.requests,
+                       .failed = now.failed - last.failed,
                        .input_tokens = now.input_tokens - last.input_tokens,
                        .output_tokens = now.output_tokens - last.output_tokens,
                        .connections = st.counters->num_connections.load()};
@@ -82,9 +83,9 @@ void log_stats(sampler_pointer self) {
     (i < st.target->handles.prefill_ranks.size() ? f.prefill_kv : f.decode_kv).push_back(st.ranks[i].latest);
     kv_in_use = kv_in_use || st.ranks[i].latest > 0.0;
   }
-  st.last_log = now;                        // each line covers one interval, even after idle ones
+  st.last_log = now;  // each line covers one interval, even after idle ones
   if (f.requests == 0 && f.failed == 0 && f.input_tokens == 0 && f.output_tokens == 0 && !kv_in_use)
-    return;                                 // idle: nothing to say
+    return;  // idle: nothing to say
   server_log().info(format_stats_line(f));
 }
 

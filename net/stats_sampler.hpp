@@ -33,7 +33,7 @@ struct window_counters {
 };
 
 struct sampled_stats {
-  std::vector<rank_occupancy> ranks;        // prefill ranks, then decode ranks
+  std::vector<rank_occupancy> ranks;  // prefill ranks, then decode ranks
   window_counters window;
 };
 
@@ -46,8 +46,7 @@ using sampled_atom = caf::atom_constant<caf::atom("sampled")>;
 [[nodiscard]] caf::actor spawn_stats_sampler(caf::actor_system& sys,
                                              std::shared_ptr<const serving_target> target,
                                              std::shared_ptr<const server_counters> counters,
-                                             std::chrono::milliseconds interval,
-                                             std::chrono::seconds window,
+                                             std::chrono::milliseconds interval, std::chrono::seconds window,
                                              std::chrono::seconds log_interval = std::chrono::seconds{0});
 
 }  // namespace moe::net

@@ -23,7 +23,7 @@ namespace moe::tools {
 namespace {
 
 constexpr int64_t max_default_connections = 64;
-constexpr int plain_progress_every_s = 5;    // when stderr is not a terminal
+constexpr int plain_progress_every_s = 5;  // when stderr is not a terminal
 
 struct bench_options {
   bench_config cfg;
@@ -39,25 +39,25 @@ struct bench_options {
 
 /// A request rate: a positive number of requests per second, or inf.
 const CLI::Validator request_rate_check(
-    [](std::string& text) -> std::string {
-      char* end = nullptr;
-      const double rate = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !(rate > 0.0))
-        return "expected requests per second > 0, or inf; got " + text;
-      return {};
-    },
-    "RATE|inf");
+  [](std::string& text) -> std::string {
+    char* end = nullptr;
+    const double rate = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0' || !(rate > 0.0))
+      return "expected requests per second > 0, or inf; got " + text;
+    return {};
+  },
+  "RATE|inf");
 
 /// A length range ratio: 0 <= r < 1.
 const CLI::Validator range_ratio_check(
-    [](std::string& text) -> std::string {
-      char* end = nullptr;
-      const double ratio = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !(ratio >= 0.0 && ratio < 1.0))
-        return "expected 0 <= r < 1; got " + text;
-      return {};
-    },
-    "0<=r<1");
+  [](std::string& text) -> std::string {
+    char* end = nullptr;
+    const double ratio = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0' || !(ratio >= 0.0 && ratio < 1.0))
+      return "expected 0 <= r < 1; got " + text;
+    return {};
+  },
+  "0<=r<1");
 
 /// The run's settings from the flags given (the rules --help states).
 bench_config resolve(const CLI::App& cmd, bench_options& o) {
@@ -72,23 +72,24 @@ bench_config resolve(const CLI::App& cmd, bench_options& o) {
     cfg.duration_s = o.duration_s;
     cfg.num_prompts = cmd.count("--num-prompts") > 0 ? std::optional(o.num_prompts) : std::nullopt;
     if (!cfg.num_prompts && std::isinf(cfg.request_rate) && !cfg.max_concurrency)
-      throw input_error("--duration without --num-prompts needs a finite --request-rate or --max-concurrency");
+      throw input_error(
+        "--duration without --num-prompts needs a finite --request-rate or --max-concurrency");
   } else {
     cfg.num_prompts = o.num_prompts;
   }
   if (cmd.count("--prompt") > 0)
     cfg.shape.prompt = o.prompt;
-  cfg.num_connections = o.num_connections > 0
-                            ? o.num_connections
-                            : std::min({cfg.max_concurrency.value_or(max_default_connections),
-                                        cfg.num_prompts.value_or(max_default_connections),
-                                        max_default_connections});
+  cfg.num_connections =
+    o.num_connections > 0
+      ? o.num_connections
+      : std::min({cfg.max_concurrency.value_or(max_default_connections),
+                  cfg.num_prompts.value_or(max_default_connections), max_default_connections});
   return cfg;
 }
 
 /// Progress on stderr: one line rewritten with \r on a terminal, else a line every few seconds.
 class progress_line {
-public:
+ public:
   explicit progress_line(std::optional<int64_t> total) : total_(total), tty_(isatty(STDERR_FILENO) == 1) {}
   ~progress_line() {
     if (tty_ && shown_)
@@ -111,7 +112,7 @@ public:
     shown_ = true;
   }
 
-private:
+ private:
   std::optional<int64_t> total_;
   bool tty_;
   bool shown_ = false;
@@ -121,10 +122,10 @@ private:
 void run(const CLI::App& cmd, bench_options& o) {
   const bench_config cfg = resolve(cmd, o);
   const std::string cap = cfg.max_concurrency ? std::to_string(*cfg.max_concurrency) : "none";
-  std::fprintf(stderr, "bench: %s:%u, request rate %g, max concurrency %s, %lld connections\n", cfg.host.c_str(),
-               static_cast<unsigned>(cfg.port), cfg.request_rate, cap.c_str(),
+  std::fprintf(stderr, "bench: %s:%u, request rate %g, max concurrency %s, %lld connections\n",
+               cfg.host.c_str(), static_cast<unsigned>(cfg.port), cfg.request_rate, cap.c_str(),
                static_cast<long long>(cfg.num_connections));
-  std::ofstream json_out;                   // opened first: a bad path fails before the run, not after
+  std::ofstream json_out;  // opened first: a bad path fails before the run, not after
   if (!o.json_file.empty()) {
     json_out.open(o.json_file);
     if (!json_out)
@@ -136,10 +137,13 @@ void run(const CLI::App& cmd, bench_options& o) {
     result = run_bench(cfg, [&progress](const bench_progress& p) { progress.show(p); });
   }
   const bench_metrics metrics = compute_metrics(result.records, result.duration_s);
-  const run_settings settings{.request_rate = cfg.request_rate, .max_concurrency = cfg.max_concurrency,
-                              .shape = cfg.shape, .seed = cfg.seed};
+  const run_settings settings{.request_rate = cfg.request_rate,
+                              .max_concurrency = cfg.max_concurrency,
+                              .shape = cfg.shape,
+                              .seed = cfg.seed};
   std::printf("Model: %s (vocab %lld, context %lld)\n", result.model.id.c_str(),
-              static_cast<long long>(result.model.vocab_size), static_cast<long long>(result.model.max_context));
+              static_cast<long long>(result.model.vocab_size),
+              static_cast<long long>(result.model.max_context));
   std::fputs(format_errors(metrics).c_str(), stdout);
   std::fputs(format_report(metrics, settings).c_str(), stdout);
   std::fflush(stdout);
@@ -149,7 +153,7 @@ void run(const CLI::App& cmd, bench_options& o) {
     if (!json_out)
       throw input_error("--json: cannot write " + o.json_file);
   }
-  if (metrics.completed == 0 && !result.records.empty())   // nothing measured: fail scripts that use it
+  if (metrics.completed == 0 && !result.records.empty())  // nothing measured: fail scripts that use it
     throw std::runtime_error("bench: none of the " + std::to_string(result.records.size()) +
                              " requests completed (their errors are listed above)");
 }
@@ -158,55 +162,68 @@ void run(const CLI::App& cmd, bench_options& o) {
 
 void add_bench(CLI::App& app) {
   auto o = std::make_shared<bench_options>();
-  CLI::App* cmd = app.add_subcommand("bench", "load a running `moeserve serve` and report TTFT, TPOT, ITL (like `vllm bench serve`)");
-  cmd->footer(
-      "Load: --concurrency N keeps N requests in flight (the default, 8); --request-rate R sends\n"
-      "Poisson arrivals at R req/s (inf: all at once), at most --max-concurrency in flight.\n"
-      "Each request streams a generate of random token ids (or --prompt) with max_tokens = the\n"
-      "drawn output length and ignore_eos, greedy. Lengths are uniform in\n"
-      "[len * (1 - r), len * (1 + r)] for --range-ratio r, as vLLM's random dataset.\n"
-      "ITL counts one gap per token: a notification carrying k tokens adds its gap, then k - 1\n"
-      "zeros (vLLM counts one gap per chunk), so a request's gaps add up to its decode time.\n"
-      "Rejected: requests answered with error code 429 (overloaded), also counted as failed.\n"
-      "Migrated: results carrying `migrated: true`; the server does not send that key yet,\n"
-      "so it is 0 today.");
+  CLI::App* cmd = app.add_subcommand(
+    "bench", "load a running `moeserve serve` and report TTFT, TPOT, ITL (like `vllm bench serve`)");
+  cmd->footer("Load: --concurrency N keeps N requests in flight (the default, 8); --request-rate R sends\n"
+              "Poisson arrivals at R req/s (inf: all at once), at most --max-concurrency in flight.\n"
+              "Each request streams a generate of random token ids (or --prompt) with max_tokens = the\n"
+              "drawn output length and ignore_eos, greedy. Lengths are uniform in\n"
+              "[len * (1 - r), len * (1 + r)] for --range-ratio r, as vLLM's random dataset.\n"
+              "ITL counts one gap per token: a notification carrying k tokens adds its gap, then k - 1\n"
+              "zeros (vLLM counts one gap per chunk), so a request's gaps add up to its decode time.\n"
+              "Rejected: requests answered with error code 429 (overloaded), also counted as failed.\n"
+              "Migrated: results carrying `migrated: true`; the server does not send that key yet,\n"
+              "so it is 0 today.");
   cmd->add_option("--host", o->cfg.host, "server address (default 127.0.0.1)");
   cmd->add_option("--port", o->cfg.port, "server port (default 8765)")->check(CLI::Range(1, 65535));
-  cmd->add_option("--num-prompts", o->num_prompts,
-                  "requests to send (default 64; unbounded with --duration alone)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_option("--duration", o->duration_s,
-                  "seconds to issue requests for; the ones still running get --grace-period more, "
-                  "then are cancelled and counted as failed")
-      ->check(CLI::Range(0.001, 1e7));
-  cmd->add_option("--grace-period", o->cfg.grace_s, "seconds to wait for in-flight requests after --duration (default 10)")
-      ->check(CLI::Range(0.0, 1e7))
-      ->needs("--duration");
-  auto* concurrency = cmd->add_option("--concurrency", o->concurrency, "requests in flight, all the time (default 8)")
-                          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  auto* rate = cmd->add_option("--request-rate", o->request_rate, "requests per second, Poisson arrivals; inf: all at once")
-                   ->check(request_rate_check)
-                   ->excludes(concurrency);
-  cmd->add_option("--max-concurrency", o->max_concurrency, "with --request-rate: requests in flight at most (default: no cap)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-      ->needs(rate);
-  cmd->add_option("--connections", o->num_connections,
-                  "TCP connections; a request goes to the one with fewest in flight "
-                  "(default: the concurrency, the number of prompts or 64, the least)")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd
+    ->add_option("--num-prompts", o->num_prompts,
+                 "requests to send (default 64; unbounded with --duration alone)")
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd
+    ->add_option("--duration", o->duration_s,
+                 "seconds to issue requests for; the ones still running get --grace-period more, "
+                 "then are cancelled and counted as failed")
+    ->check(CLI::Range(0.001, 1e7));
+  cmd
+    ->add_option("--grace-period", o->cfg.grace_s,
+                 "seconds to wait for in-flight requests after --duration (default 10)")
+    ->check(CLI::Range(0.0, 1e7))
+    ->needs("--duration");
+  auto* concurrency =
+    cmd->add_option("--concurrency", o->concurrency, "requests in flight, all the time (default 8)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  auto* rate = cmd
+                 ->add_option("--request-rate", o->request_rate,
+                              "requests per second, Poisson arrivals; inf: all at once")
+                 ->check(request_rate_check)
+                 ->excludes(concurrency);
+  cmd
+    ->add_option("--max-concurrency", o->max_concurrency,
+                 "with --request-rate: requests in flight at most (default: no cap)")
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+    ->needs(rate);
+  cmd
+    ->add_option("--connections", o->num_connections,
+                 "TCP connections; a request goes to the one with fewest in flight "
+                 "(default: the concurrency, the number of prompts or 64, the least)")
+    ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   auto* input_len = cmd->add_option("--input-len", o->cfg.shape.input_len, "prompt tokens (default 128)")
-                        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+                      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--output-len", o->cfg.shape.output_len, "generated tokens, max_tokens (default 64)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  cmd->add_option("--range-ratio", o->cfg.shape.range_ratio,
-                  "lengths uniform in [len * (1 - r), len * (1 + r)] (default 0)")
-      ->check(range_ratio_check);
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd
+    ->add_option("--range-ratio", o->cfg.shape.range_ratio,
+                 "lengths uniform in [len * (1 - r), len * (1 + r)] (default 0)")
+    ->check(range_ratio_check);
   cmd->add_option("--prompt", o->prompt, "send this text as every prompt instead of random token ids")
-      ->excludes(input_len);
-  cmd->add_option("--api-key", o->cfg.api_key, "authenticate every connection with this key first; env MOESERVE_API_KEY")
-      ->envname("MOESERVE_API_KEY");
+    ->excludes(input_len);
+  cmd
+    ->add_option("--api-key", o->cfg.api_key,
+                 "authenticate every connection with this key first; env MOESERVE_API_KEY")
+    ->envname("MOESERVE_API_KEY");
   cmd->add_option("--seed", o->cfg.seed, "random prompts, lengths and arrivals (default 0)")
-      ->check(non_negative_integer);
+    ->check(non_negative_integer);
   cmd->add_option("--json", o->json_file, "also write the numbers, per request too, as JSON to FILE");
   cmd->callback([cmd, o] { run(*cmd, *o); });
 }

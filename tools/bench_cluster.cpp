@@ -46,16 +46,16 @@ struct bench_options {
   std::vector<int64_t> concurrency = {1, 8, 32, 64};
   int64_t prompt_len = 64;
   int64_t output_len = 32;
-  int64_t requests_per_level = 0;           // 0: 2 x concurrency
+  int64_t requests_per_level = 0;  // 0: 2 x concurrency
   bool overlap = false;
-  bool single_rank = false;                 // also the "1 rank" baseline (tools/single_rank.hpp)
+  bool single_rank = false;  // also the "1 rank" baseline (tools/single_rank.hpp)
   int64_t repeat = 1;
   uint64_t seed = 1;
-  std::string trace_file;                   // the last run's Chrome trace (overlap: one per phase)
+  std::string trace_file;  // the last run's Chrome trace (overlap: one per phase)
 };
 
-std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int64_t output_len, int64_t vocab,
-                                          uint64_t seed) {
+std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int64_t output_len,
+                                          int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<request_spec> specs(static_cast<size_t>(count));
   for (request_spec& s : specs) {
@@ -72,19 +72,19 @@ std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int
 struct level_result {
   double wall_s = 0, output_tok_s = 0, mean_ttft_s = 0, mean_tpot_s = 0;
   int64_t num_output = 0, num_decode_steps = 0;
-  double decode_compute_s = 0;              // decode ranks' compute-lane time (trace), all ranks
-  double decode_active_s = 0;               // decode ranks' first-to-last span time, all ranks
-  double busiest_compute_s = 0, busiest_active_s = 0;   // the decode rank with the most compute
-  std::map<std::string, double> busiest_stage_s;          // its compute by stage name
+  double decode_compute_s = 0;                         // decode ranks' compute-lane time (trace), all ranks
+  double decode_active_s = 0;                          // decode ranks' first-to-last span time, all ranks
+  double busiest_compute_s = 0, busiest_active_s = 0;  // the decode rank with the most compute
+  std::map<std::string, double> busiest_stage_s;       // its compute by stage name
   // A phase's step from the trace: decode the median step (each figure's median over steps),
   // prefill the median step (one per wave), whole; times the busiest rank's, `wait_s` the mean
   // over ranks (the overlap's calibration reads moe_s and comm_s).
   struct phase_step {
-    double step_s = 0;                      // decode: LOGITS end to LOGITS end; prefill: first span to LOGITS end
-    double moe_s = 0;                       // compute in the MoE layers' stages
-    double comm_s = 0;                      // the link's busy time (this rank's sends)
-    double wait_s = 0;                      // step time outside compute spans (payloads, peers, next step)
-    double busy_s = 0, both_s = 0;          // one step: compute spans' union, its overlap with comm
+    double step_s = 0;              // decode: LOGITS end to LOGITS end; prefill: first span to LOGITS end
+    double moe_s = 0;               // compute in the MoE layers' stages
+    double comm_s = 0;              // the link's busy time (this rank's sends)
+    double wait_s = 0;              // step time outside compute spans (payloads, peers, next step)
+    double busy_s = 0, both_s = 0;  // one step: compute spans' union, its overlap with comm
   } decode, prefill;
   // every step of every rank of the phase, in step order (an overlap run pairs neighbours)
   std::vector<std::vector<phase_step>> decode_steps, prefill_steps;
@@ -131,9 +131,9 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  const cluster c = spawn_cluster(sys, std::move(weights), s.tok,
-                                  {.topology = topo, .reference = reference, .trace = true,
-                                   .link_even_steps_only = link_even_steps_only});
+  const cluster c = spawn_cluster(
+    sys, std::move(weights), s.tok,
+    {.topology = topo, .reference = reference, .trace = true, .link_even_steps_only = link_even_steps_only});
   cluster_run run;
   try {
     for (const std::vector<request_spec>& specs : waves) {
@@ -141,7 +141,7 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       run.requests.insert(run.requests.end(), wave.requests.begin(), wave.requests.end());
       run.wall_s += wave.wall_s;
     }
-    for (const cluster_request_result& q : run.requests)   // a failed request has no figures
+    for (const cluster_request_result& q : run.requests)  // a failed request has no figures
       if (q.result.reason == finish_reason::error)
         throw input_error("bench-cluster: a request failed (" + q.result.error +
                           "); check --prompt-len, --output-len and the topology's --max-context");
@@ -155,8 +155,9 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
     caf::scoped_actor self{sys};
     for (const auto& rank : c.decode_ranks)
       self->request(rank, std::chrono::seconds(10), stats_atom::value)
-          .receive([&](const rank_stats& st) { r.num_decode_steps = std::max(r.num_decode_steps, st.num_steps); },
-                   [](caf::error&) {});
+        .receive(
+          [&](const rank_stats& st) { r.num_decode_steps = std::max(r.num_decode_steps, st.num_steps); },
+          [](caf::error&) {});
   }
   c.stop();
   if (!trace_file.empty())
@@ -171,10 +172,11 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
     for (const trace_span& sp : spans)
       if (sp.rank == g && sp.lane == trace_lane::compute)
         own.push_back(sp);
-    std::sort(own.begin(), own.end(), [](const trace_span& a, const trace_span& b) { return a.begin < b.begin; });
+    std::sort(own.begin(), own.end(),
+              [](const trace_span& a, const trace_span& b) { return a.begin < b.begin; });
     std::vector<level_result::phase_step> steps;
     auto step_begin = std::chrono::steady_clock::time_point::min();
-    double moe_in_step = 0, compute_in_step = 0;      // a stream's spans do not overlap
+    double moe_in_step = 0, compute_in_step = 0;  // a stream's spans do not overlap
     for (const trace_span& sp : own) {
       if (step_begin == std::chrono::steady_clock::time_point::min())
         step_begin = sp.begin;
@@ -186,8 +188,12 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
         continue;
       const double step_s = std::chrono::duration<double>(sp.end - step_begin).count();
       const lane_summary in_step = summarize(spans, g, step_begin, sp.end);
-      steps.push_back({.step_s = step_s, .moe_s = moe_in_step, .comm_s = in_step.comm_s,
-                       .wait_s = step_s - compute_in_step, .busy_s = in_step.compute_s, .both_s = in_step.overlap_s});
+      steps.push_back({.step_s = step_s,
+                       .moe_s = moe_in_step,
+                       .comm_s = in_step.comm_s,
+                       .wait_s = step_s - compute_in_step,
+                       .busy_s = in_step.compute_s,
+                       .both_s = in_step.overlap_s});
       moe_in_step = compute_in_step = 0;
       step_begin = prefill ? std::chrono::steady_clock::time_point::min() : sp.end;
     }
@@ -195,9 +201,9 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
       continue;
     (prefill ? r.prefill_steps : r.decode_steps).push_back(steps);
     level_result::phase_step mine;
-    if (prefill) {                          // the median step, whole (one per wave)
-      std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end(),
-                       [](const auto& a, const auto& b) { return a.step_s < b.step_s; });
+    if (prefill) {  // the median step, whole (one per wave)
+      std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2),
+                       steps.end(), [](const auto& a, const auto& b) { return a.step_s < b.step_s; });
       mine = steps[steps.size() / 2];
     } else {
       auto med = [&](double level_result::phase_step::*f) {
@@ -206,8 +212,10 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
           v.push_back(st.*f);
         return median(std::move(v));
       };
-      mine = {.step_s = med(&level_result::phase_step::step_s), .moe_s = med(&level_result::phase_step::moe_s),
-              .comm_s = med(&level_result::phase_step::comm_s), .wait_s = med(&level_result::phase_step::wait_s)};
+      mine = {.step_s = med(&level_result::phase_step::step_s),
+              .moe_s = med(&level_result::phase_step::moe_s),
+              .comm_s = med(&level_result::phase_step::comm_s),
+              .wait_s = med(&level_result::phase_step::wait_s)};
     }
     level_result::phase_step& into = prefill ? r.prefill : r.decode;
     const auto ranks = static_cast<double>(prefill ? topo.prefill_ranks : topo.decode_ranks);
@@ -218,7 +226,8 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
   }
   for (int64_t d = 0; d < topo.decode_ranks; ++d) {
     const int64_t g = topo.prefill_ranks + d;
-    auto first = std::chrono::steady_clock::time_point::max(), last = std::chrono::steady_clock::time_point::min();
+    auto first = std::chrono::steady_clock::time_point::max(),
+         last = std::chrono::steady_clock::time_point::min();
     for (const trace_span& sp : spans)
       if (sp.rank == g) {
         first = std::min(first, sp.begin);
@@ -229,14 +238,14 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
     const lane_summary sum = summarize(spans, g, first, last);
     r.decode_compute_s += sum.compute_s;
     r.decode_active_s += sum.wall_s;
-    if (sum.compute_s > r.busiest_compute_s) {              // the rank with the most work
+    if (sum.compute_s > r.busiest_compute_s) {  // the rank with the most work
       r.busiest_compute_s = sum.compute_s;
       r.busiest_active_s = sum.wall_s;
       r.busiest_stage_s.clear();
       for (const trace_span& sp : spans)
         if (sp.rank == g && sp.lane == trace_lane::compute)
           r.busiest_stage_s[sp.name.substr(0, sp.name.find(' '))] +=
-              std::chrono::duration<double>(sp.end - sp.begin).count();
+            std::chrono::duration<double>(sp.end - sp.begin).count();
     }
   }
   return r;
@@ -246,10 +255,10 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
 // against its neighbours off it (tools/overlap_share.hpp), pooled over ranks; times as the
 // busiest rank's medians; in-trace over the steps on the link, the mean over ranks.
 struct alternating_run {
-  double step_s[2] = {0, 0}, moe_s[2] = {0, 0};   // [on the link]: median step, its MoE compute
-  double comm_s = 0;                        // median link-busy time of a step on the link
+  double step_s[2] = {0, 0}, moe_s[2] = {0, 0};  // [on the link]: median step, its MoE compute
+  double comm_s = 0;                             // median link-busy time of a step on the link
   double in_trace = 0;
-  std::vector<double> hidden, by_waits;     // the shares of every pair (none of -1: nothing to hide)
+  std::vector<double> hidden, by_waits;  // the shares of every pair (none of -1: nothing to hide)
 };
 
 alternating_run summarize_alternating(const std::vector<std::vector<level_result::phase_step>>& ranks) {
@@ -298,15 +307,17 @@ void run_single_rank_levels(const bench_options& o, const model_session& s) {
   fwd.ep = o.session.ep;
   model_runner runner(s.weights, *device, cache, fwd);
   const single_rank_options base;
-  const std::string threads = o.session.threads > 0 ? std::to_string(o.session.threads) + " threads" : "all cores";
-  std::printf("1 rank: one model_runner on %s (%s backend), continuous batching, %ld tokens per forward call:\n",
-              threads.c_str(), std::string(device->name()).c_str(), static_cast<long>(base.token_budget));
-  std::printf("%12s %10s %12s %12s %10s %10s\n", "concurrency", "requests", "output tok/s", "wall s", "TTFT ms",
-              "TPOT ms");
+  const std::string threads = o.session.threads > 0 ? std::to_string(o.session.threads) + " threads"
+                                                    : "all cores";
+  std::printf(
+    "1 rank: one model_runner on %s (%s backend), continuous batching, %ld tokens per forward call:\n",
+    threads.c_str(), std::string(device->name()).c_str(), static_cast<long>(base.token_budget));
+  std::printf("%12s %10s %12s %12s %10s %10s\n", "concurrency", "requests", "output tok/s", "wall s",
+              "TTFT ms", "TPOT ms");
   for (const int64_t conc : o.concurrency) {
     const int64_t n = o.requests_per_level ? o.requests_per_level : 2 * conc;
     const cluster_run run = run_single_rank(
-        runner, random_requests(n, o.prompt_len, o.output_len, cfg.vocab_size, o.seed), {.concurrency = conc});
+      runner, random_requests(n, o.prompt_len, o.output_len, cfg.vocab_size, o.seed), {.concurrency = conc});
     level_result r;
     time_requests(run, r);
     std::printf("%12ld %10ld %12.1f %12.2f %10.1f %10.1f\n", static_cast<long>(conc), static_cast<long>(n),
@@ -317,10 +328,10 @@ void run_single_rank_levels(const bench_options& o, const model_session& s) {
 void run(bench_options& o) {
   const topology_config topo = resolve_topology(o.topology);
   if (const std::filesystem::path dir = std::filesystem::path(o.trace_file).parent_path();
-      !o.trace_file.empty() && !dir.empty() && !std::filesystem::is_directory(dir))   // not minutes later
+      !o.trace_file.empty() && !dir.empty() && !std::filesystem::is_directory(dir))  // not minutes later
     throw input_error("--trace: no directory " + dir.string() + " to write " + o.trace_file + " into");
   const model_config model = load_model_config(o.session.model_dir);
-  validate_for_model(topo, model);                                     // before the weights load
+  validate_for_model(topo, model);  // before the weights load
   // Every request must run to its full --output-len (ignore_eos), or the figures measure less
   // than they say; the decode-only level uses 8-token prompts.
   if (const int64_t longest = std::max<int64_t>(o.prompt_len, 8) + o.output_len,
@@ -333,14 +344,15 @@ void run(bench_options& o) {
   std::shared_ptr<const model_session> s = load_model(o.session, /*need_tokenizer=*/true);
   std::shared_ptr<const model_weights> weights(s, &s->weights);
   const int64_t vocab = s->weights.config.vocab_size;
-  std::printf("bench-cluster: %ldP+%ldD, overlap %s, dispatch %s, combine %s, link model %s, %s backend, prompt %ld, output %ld\n",
-              static_cast<long>(topo.prefill_ranks), static_cast<long>(topo.decode_ranks),
-              topo.two_batch_overlap ? "on" : "off", topo.dispatch_dtype.c_str(), topo.combine.c_str(),
-              topo.link_model ? "on" : "off",
-              o.session.reference ? "reference" : "fast", static_cast<long>(o.prompt_len), static_cast<long>(o.output_len));
+  std::printf(
+    "bench-cluster: %ldP+%ldD, overlap %s, dispatch %s, combine %s, link model %s, %s backend, prompt %ld, output %ld\n",
+    static_cast<long>(topo.prefill_ranks), static_cast<long>(topo.decode_ranks),
+    topo.two_batch_overlap ? "on" : "off", topo.dispatch_dtype.c_str(), topo.combine.c_str(),
+    topo.link_model ? "on" : "off", o.session.reference ? "reference" : "fast",
+    static_cast<long>(o.prompt_len), static_cast<long>(o.output_len));
   if (!o.overlap) {
-    std::printf("%12s %10s %12s %12s %10s %10s %12s %10s\n", "concurrency", "requests", "output tok/s", "wall s",
-                "TTFT ms", "TPOT ms", "decode steps", "overhead");
+    std::printf("%12s %10s %12s %12s %10s %10s %12s %10s\n", "concurrency", "requests", "output tok/s",
+                "wall s", "TTFT ms", "TPOT ms", "decode steps", "overhead");
     std::vector<level_result> breakdowns;
     for (const int64_t conc : o.concurrency) {
       const int64_t n = o.requests_per_level ? o.requests_per_level : 2 * conc;
@@ -354,7 +366,8 @@ void run(bench_options& o) {
       breakdowns.push_back(r);
     }
     std::printf("step-time breakdown of the busiest decode rank (trace compute spans), ms per decode step; "
-                "outside = waits for peers and framework:\n%12s", "concurrency");
+                "outside = waits for peers and framework:\n%12s",
+                "concurrency");
     for (const char* stage : {"ATTN-0", "ATTN-1", "SHARED", "MLP", "COMBINE", "LOGITS", "SAMPLE", "outside"})
       std::printf(" %8s", stage);
     std::printf("\n");
@@ -375,7 +388,8 @@ void run(bench_options& o) {
   // overlap: compute alone (link model off) to set the link, then runs with the link on every
   // other step, one and two micro-batches
   const int64_t conc = o.concurrency.front();
-  const std::vector<std::vector<request_spec>> decode_specs = {random_requests(conc, 8, o.output_len, vocab, o.seed)};
+  const std::vector<std::vector<request_spec>> decode_specs = {
+    random_requests(conc, 8, o.output_len, vocab, o.seed)};
   // Prefill: a prompt per prefill rank per wave, one step each; seven waves give every rank three
   // steps on the link beside steps off it after the run's first (which pays its warm-up).
   constexpr int prefill_waves = 7;
@@ -386,10 +400,11 @@ void run(bench_options& o) {
   topology_config t = topo;
   // The link: bandwidth-bound, as DeepEP's normal kernels are (a small fixed latency), so a
   // micro-batch's messages take half as long as the whole batch's.
-  link_spec link[2] = {{.latency_us = 20.0, .bandwidth_gb_s = 1.0}, {.latency_us = 20.0, .bandwidth_gb_s = 1.0}};
+  link_spec link[2] = {{.latency_us = 20.0, .bandwidth_gb_s = 1.0},
+                       {.latency_us = 20.0, .bandwidth_gb_s = 1.0}};
   // the trace of the last two-micro-batch run of each phase: FILE with .decode / .prefill before
   // its extension
-  std::string trace_of[2];                  // decode, prefill
+  std::string trace_of[2];  // decode, prefill
   if (!o.trace_file.empty())
     for (int phase = 0; phase < 2; ++phase) {
       std::filesystem::path f = o.trace_file;
@@ -402,7 +417,8 @@ void run(bench_options& o) {
     t.intra_node = t.inter_node = link[decode ? 0 : 1];
     const std::string trace = even_steps_only && two ? trace_of[decode ? 0 : 1] : std::string();
     return decode ? run_level(*s, weights, t, o.session.reference, decode_specs, conc, trace, even_steps_only)
-                  : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, trace, even_steps_only);
+                  : run_level(*s, weights, t, o.session.reference, prefill_specs, num_prefill, trace,
+                              even_steps_only);
   };
   // warm-up: the first touch of mmapped weights is many times slower than the steady state
   (void)once(true, false, false, false);
@@ -420,7 +436,7 @@ void run(bench_options& o) {
   // decode probe's median step once came out with next to no traffic, which set the link ~1000x
   // too slow for every round. (Runs without the link ignore its settings.)
   link[0] = link[1] = {.latency_us = 0.0, .bandwidth_gb_s = 1.0};
-  std::vector<double> moe_runs[2], probes[2];   // decode, prefill
+  std::vector<double> moe_runs[2], probes[2];  // decode, prefill
   for (int i = 0; i < 3; ++i)
     for (int phase = 0; phase < 2; ++phase) {
       const bool decode = phase == 0;
@@ -428,16 +444,17 @@ void run(bench_options& o) {
       moe_runs[phase].push_back((decode ? compute.decode : compute.prefill).moe_s);
       probes[phase].push_back((decode ? probe.decode : probe.prefill).comm_s);
     }
-  const double moe_decode = std::max(1e-9, median(moe_runs[0]));    // a run with no MoE work
-  const double moe_prefill = std::max(1e-9, median(moe_runs[1]));   // still gets a finite link
+  const double moe_decode = std::max(1e-9, median(moe_runs[0]));   // a run with no MoE work
+  const double moe_prefill = std::max(1e-9, median(moe_runs[1]));  // still gets a finite link
   link[0] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, median(probes[0]) / moe_decode)};
   link[1] = {.latency_us = 20.0, .bandwidth_gb_s = std::max(1e-4, median(probes[1]) / moe_prefill)};
   std::printf("MoE-layer compute per step, two micro-batches: decode %.2f ms, prefill %.2f ms; "
               "the rest is dense layers and LOGITS\n",
               1e3 * moe_decode, 1e3 * moe_prefill);
-  std::printf("link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ MoE compute)\n",
-              link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
-  std::fflush(stdout);                      // the rounds take minutes: show the link they run on
+  std::printf(
+    "link model: %.0f us + bytes at %.3f GB/s in decode, %.3f GB/s in prefill (comm ~ MoE compute)\n",
+    link[0].latency_us, link[0].bandwidth_gb_s, link[1].bandwidth_gb_s);
+  std::fflush(stdout);  // the rounds take minutes: show the link they run on
   // Rounds: per phase, one run with one micro-batch and one with two, each with the link on even
   // steps only (link_model_config::even_steps_only). Every step on the link is compared with its
   // neighbours off it (tools/overlap_share.hpp): one run, the same moment of the VM and nearly
@@ -448,12 +465,12 @@ void run(bench_options& o) {
   // And in-trace: the share of the link's busy time during which the rank computes, over the
   // steps on the link (mean over ranks).
   struct phase_runs {
-    std::vector<double> time[2][2];         // [on the link][micro-batches - 1]: median step per run
-    std::vector<double> comm, moe[2];       // 2 mb: comm of a step on the link; MoE compute [on the link]
-    std::vector<double> in_trace[2];        // [micro-batches - 1], per run
+    std::vector<double> time[2][2];    // [on the link][micro-batches - 1]: median step per run
+    std::vector<double> comm, moe[2];  // 2 mb: comm of a step on the link; MoE compute [on the link]
+    std::vector<double> in_trace[2];   // [micro-batches - 1], per run
     std::vector<double> hidden[2], by_waits[2];        // every pair of every run
     std::vector<double> round_hidden, round_by_waits;  // 2 mb: each run's median
-  } phases[2];                              // decode, prefill
+  } phases[2];                                         // decode, prefill
   for (int64_t round = 0; round < o.repeat; ++round)
     for (int phase = 0; phase < 2; ++phase) {
       const bool decode = phase == 0;
@@ -477,26 +494,30 @@ void run(bench_options& o) {
     }
   auto ms = [](const std::vector<double>& v) { return 1e3 * median(v); };
   auto pct = [](const std::vector<double>& v) { return 100.0 * median(v); };
-  std::printf("%ld rounds, the link on every other step; times and in-trace: medians over runs (comm and MoE-layer "
-              "compute: two micro-batches, steps off / on the link); hidden and by waits: medians over every step "
-              "on the link against its neighbours off it; shares for 1 -> 2 micro-batches\n",
-              static_cast<long>(o.repeat));
-  std::printf("%8s %11s %11s %11s %11s %10s %17s %15s %15s %15s %11s\n", "phase", "compute 1mb", "compute 2mb",
-              "+link 1mb", "+link 2mb", "comm", "MoE 2mb off/on", "hidden", "in-trace", "by waits", "pairs 2mb");
+  std::printf(
+    "%ld rounds, the link on every other step; times and in-trace: medians over runs (comm and MoE-layer "
+    "compute: two micro-batches, steps off / on the link); hidden and by waits: medians over every step "
+    "on the link against its neighbours off it; shares for 1 -> 2 micro-batches\n",
+    static_cast<long>(o.repeat));
+  std::printf("%8s %11s %11s %11s %11s %10s %17s %15s %15s %15s %11s\n", "phase", "compute 1mb",
+              "compute 2mb", "+link 1mb", "+link 2mb", "comm", "MoE 2mb off/on", "hidden", "in-trace",
+              "by waits", "pairs 2mb");
   for (int phase = 0; phase < 2; ++phase) {
     const phase_runs& pr = phases[phase];
-    std::printf("%8s %8.1f ms %8.1f ms %8.1f ms %8.1f ms %7.1f ms %6.1f/%6.1f ms %5.1f -> %5.1f%% %5.1f -> %5.1f%% "
-                "%5.1f -> %5.1f%% %11zu\n",
-                phase == 0 ? "decode" : "prefill", ms(pr.time[0][0]), ms(pr.time[0][1]), ms(pr.time[1][0]),
-                ms(pr.time[1][1]), ms(pr.comm), ms(pr.moe[0]), ms(pr.moe[1]), pct(pr.hidden[0]), pct(pr.hidden[1]),
-                pct(pr.in_trace[0]), pct(pr.in_trace[1]), pct(pr.by_waits[0]), pct(pr.by_waits[1]),
-                pr.hidden[1].size());
+    std::printf(
+      "%8s %8.1f ms %8.1f ms %8.1f ms %8.1f ms %7.1f ms %6.1f/%6.1f ms %5.1f -> %5.1f%% %5.1f -> %5.1f%% "
+      "%5.1f -> %5.1f%% %11zu\n",
+      phase == 0 ? "decode" : "prefill", ms(pr.time[0][0]), ms(pr.time[0][1]), ms(pr.time[1][0]),
+      ms(pr.time[1][1]), ms(pr.comm), ms(pr.moe[0]), ms(pr.moe[1]), pct(pr.hidden[0]), pct(pr.hidden[1]),
+      pct(pr.in_trace[0]), pct(pr.in_trace[1]), pct(pr.by_waits[0]), pct(pr.by_waits[1]),
+      pr.hidden[1].size());
   }
   for (int phase = 0; phase < 2; ++phase) {  // the spread behind the medians
-    std::printf("%8s, two micro-batches, per round: hidden / in-trace / by waits (%%):", phase == 0 ? "decode" : "prefill");
+    std::printf("%8s, two micro-batches, per round: hidden / in-trace / by waits (%%):",
+                phase == 0 ? "decode" : "prefill");
     for (int64_t i = 0; i < o.repeat; ++i)
-      std::printf(" %.0f/%.0f/%.0f", 100.0 * phases[phase].round_hidden[i], 100.0 * phases[phase].in_trace[1][i],
-                  100.0 * phases[phase].round_by_waits[i]);
+      std::printf(" %.0f/%.0f/%.0f", 100.0 * phases[phase].round_hidden[i],
+                  100.0 * phases[phase].in_trace[1][i], 100.0 * phases[phase].round_by_waits[i]);
     std::printf("\n");
   }
 }
@@ -505,28 +526,31 @@ void run(bench_options& o) {
 
 void add_bench_cluster(CLI::App& app) {
   auto o = std::make_shared<bench_options>();
-  CLI::App* cmd = app.add_subcommand("bench-cluster", "throughput, framework overhead and overlap of the in-process cluster");
+  CLI::App* cmd = app.add_subcommand("bench-cluster",
+                                     "throughput, framework overhead and overlap of the in-process cluster");
   add_session_options(*cmd, o->session, /*reference_by_default=*/false, /*kv_flags=*/false);
   add_topology_options(*cmd, o->topology);
   cmd->add_option("--concurrency", o->concurrency, "concurrent requests per level (overlap: the first)")
-      ->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  cmd->add_option("--prompt-len", o->prompt_len, "prompt tokens per request")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--output-len", o->output_len, "output tokens per request")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    ->delimiter(',')
+    ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("--prompt-len", o->prompt_len, "prompt tokens per request")
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--output-len", o->output_len, "output tokens per request")
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--requests", o->requests_per_level, "requests per level (0: twice the concurrency)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+    ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_flag("--overlap", o->overlap, "measure how much communication two micro-batches hide");
-  cmd->add_flag("--single-rank", o->single_rank,
-                "also run each level through one model_runner on --threads (the \"1 rank\" baseline: no ranks, "
-                "continuous batching)");
-  cmd->add_option("--repeat", o->repeat,
-                  "overlap: rounds of runs with one and two micro-batches (default 1)")
-      ->check(CLI::Range(int64_t{1}, int64_t{20}));
-  cmd->add_option("--seed", o->seed, "prompt RNG seed")
-      ->check(non_negative_integer);
-  cmd->add_option("--trace", o->trace_file,
-                  "write the last run's Chrome trace (JSON) to this file (--overlap: the last two-micro-batch runs, "
-                  "to FILE with .decode / .prefill before its extension)");
+  cmd->add_flag(
+    "--single-rank", o->single_rank,
+    "also run each level through one model_runner on --threads (the \"1 rank\" baseline: no ranks, "
+    "continuous batching)");
+  cmd->add_option("--repeat", o->repeat, "overlap: rounds of runs with one and two micro-batches (default 1)")
+    ->check(CLI::Range(int64_t{1}, int64_t{20}));
+  cmd->add_option("--seed", o->seed, "prompt RNG seed")->check(non_negative_integer);
+  cmd->add_option(
+    "--trace", o->trace_file,
+    "write the last run's Chrome trace (JSON) to this file (--overlap: the last two-micro-batch runs, "
+    "to FILE with .decode / .prefill before its extension)");
   cmd->callback([o] { run(*o); });
 }
 

@@ -20,7 +20,7 @@ std::unique_ptr<bench_weight> make_bench_weight(dtype type, int64_t out, int64_t
     if (type == dtype::bf16)
       v = (v & 0x807f807f807f807full) | 0x3c003c003c003c00ull;
     else
-      v &= 0xf7f7f7f7f7f7f7f7ull;                  // exponent <= 14: never NaN
+      v &= 0xf7f7f7f7f7f7f7f7ull;  // exponent <= 14: never NaN
     std::memcpy(b->bytes.data() + i, &v, 8);
   }
   b->w = {.type = type, .data = b->bytes.data(), .out_features = out, .in_features = in};
@@ -49,25 +49,26 @@ double time_linear(backend& dev, const std::vector<std::unique_ptr<bench_weight>
     dev.linear({.x = x.data(), .w = &ws[i % ws.size()]->w, .out = y.data(), .num_tokens = m});
   };
   for (size_t i = 0; i < ws.size(); ++i)
-    call(static_cast<int64_t>(i));                  // warm up: page in, grow scratch
+    call(static_cast<int64_t>(i));  // warm up: page in, grow scratch
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const auto start = clock_type::now();
     for (int64_t i = 0; i < calls; ++i)
       call(i);
-    best = std::min(best, std::chrono::duration<double>(clock_type::now() - start).count() / static_cast<double>(calls));
+    best = std::min(best, std::chrono::duration<double>(clock_type::now() - start).count() /
+                            static_cast<double>(calls));
   }
   return best;
 }
 
 std::span<const gemm_shape> prefill_gemm_shapes() {
   static constexpr gemm_shape shapes[] = {
-      {"dense gate/up  [2816,1024] x 512", 2816, 1024, 512},
-      {"dense down     [1024,2816] x 512", 1024, 2816, 512},
-      {"o_proj         [1024,1024] x 512", 1024, 1024, 512},
-      {"q_b_proj       [1536, 384] x 512", 1536, 384, 512},
-      {"expert gate/up [ 256,1024] x  64", 256, 1024, 64},
-      {"expert down    [1024, 256] x  64", 1024, 256, 64},
+    {"dense gate/up  [2816,1024] x 512", 2816, 1024, 512},
+    {"dense down     [1024,2816] x 512", 1024, 2816, 512},
+    {"o_proj         [1024,1024] x 512", 1024, 1024, 512},
+    {"q_b_proj       [1536, 384] x 512", 1536, 384, 512},
+    {"expert gate/up [ 256,1024] x  64", 256, 1024, 64},
+    {"expert down    [1024, 256] x  64", 1024, 256, 64},
   };
   return shapes;
 }

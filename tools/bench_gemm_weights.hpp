@@ -22,12 +22,13 @@ struct bench_weight {
   linear_weight w;
 };
 
-[[nodiscard]] std::unique_ptr<bench_weight> make_bench_weight(dtype type, int64_t out, int64_t in, uint64_t seed);
+[[nodiscard]] std::unique_ptr<bench_weight> make_bench_weight(dtype type, int64_t out, int64_t in,
+                                                              uint64_t seed);
 
 /// Seconds per call of dev.linear over `ws` in turn (so the weights stream from memory), with
 /// `m` activation rows, best of 3 runs of `calls` calls.
-[[nodiscard]] double time_linear(backend& dev, const std::vector<std::unique_ptr<bench_weight>>& ws, int64_t m,
-                                 int64_t calls);
+[[nodiscard]] double time_linear(backend& dev, const std::vector<std::unique_ptr<bench_weight>>& ws,
+                                 int64_t m, int64_t calls);
 
 /// A matmul y[m, out] = x[m, in] W[out, in]^T.
 struct gemm_shape {

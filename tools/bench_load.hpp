@@ -26,25 +26,25 @@ struct load_shape {
   int64_t input_len = 128;
   int64_t output_len = 64;
   double range_ratio = 0.0;
-  std::optional<std::string> prompt;        // set: every request sends this text, input_len unused
+  std::optional<std::string> prompt;  // set: every request sends this text, input_len unused
 };
 
 /// One generate: `input_ids` (random ids) or the fixed prompt text, and its max_tokens.
 struct bench_request {
-  std::vector<int32_t> input_ids;           // empty when the shape has a prompt
+  std::vector<int32_t> input_ids;  // empty when the shape has a prompt
   int64_t output_len = 0;
 };
 
 /// The requests of a run, in issue order; request i is the same for a given seed and shape.
 class request_source {
-public:
+ public:
   /// `vocab_size`: ids are drawn uniformly from [0, vocab_size).
   request_source(load_shape shape, int64_t vocab_size, uint64_t seed);
 
   [[nodiscard]] bench_request next();
   [[nodiscard]] const load_shape& shape() const noexcept { return shape_; }
 
-private:
+ private:
   load_shape shape_;
   length_range input_range_, output_range_;
   int64_t vocab_size_;
@@ -54,13 +54,13 @@ private:
 /// Arrival times of a request rate: a Poisson process (exponential gaps of mean 1/rate, the
 /// first request at 0); an infinite rate sends every request at 0.
 class arrival_schedule {
-public:
+ public:
   arrival_schedule(double request_rate, uint64_t seed);
 
   /// The next request's arrival, seconds from the start of the run (non-decreasing).
   [[nodiscard]] double next_arrival_s();
 
-private:
+ private:
   double rate_;
   std::mt19937_64 rng_;
   double next_s_ = 0.0;

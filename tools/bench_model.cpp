@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/fast_backend.hpp"   // also the AVX-512 intrinsics (fast_simd.hpp)
+#include "kernels/cpu/fast_backend.hpp"  // also the AVX-512 intrinsics (fast_simd.hpp)
 #include "kernels/cpu/thread_pool.hpp"
 #include "tools/bench_gemm_weights.hpp"
 #include "tools/bench_weights.hpp"
@@ -35,9 +35,9 @@ struct bench_options {
   std::string model_dir;
   int threads = 0;
   int64_t prompt_len = 512;
-  int64_t prefill_runs = 3;                  // this VM's speed swings 20-40 % within minutes
+  int64_t prefill_runs = 3;  // this VM's speed swings 20-40 % within minutes
   int64_t decode_prompt_len = 32;
-  int64_t decode_steps = 128;                // batch 1 at 32 steps swung 2x between runs
+  int64_t decode_steps = 128;  // batch 1 at 32 steps swung 2x between runs
   std::vector<int64_t> batches = {1, 8, 32};
   bool gemm = false;
   weight_options weights;
@@ -56,7 +56,7 @@ double measure_read_bandwidth(int threads) {
   auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   thread_pool pool(threads);
   const int64_t num_tasks = 256, chunk = bytes / num_tasks;
-  pool.parallel_for(num_tasks, [&](int64_t t, int) {       // distinct, non-zero pages
+  pool.parallel_for(num_tasks, [&](int64_t t, int) {  // distinct, non-zero pages
     uint64_t s = static_cast<uint64_t>(t) * 0x9e3779b97f4a7c15ull + 1;
     for (int64_t i = 0; i < chunk; i += 8) {
       s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -80,7 +80,7 @@ double measure_read_bandwidth(int threads) {
     });
     best = std::max(best, static_cast<double>(bytes) / seconds_since(start));
   }
-  asm volatile("" : : "r"(sinks.data()) : "memory");      // keep the sums (and so the reads)
+  asm volatile("" : : "r"(sinks.data()) : "memory");  // keep the sums (and so the reads)
   std::free(data);
   return best;
 }
@@ -101,13 +101,13 @@ float peak_loop(int64_t iterations, int t) {
   __m512 acc[12];
   for (auto& a : acc)
     a = _mm512_setzero_ps();
-  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80 + t);   // pairs of ~1.0
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80 + t);  // pairs of ~1.0
   __m512 y = _mm512_set1_ps(1.0f + 1e-7f * static_cast<float>(t));
   for (int64_t i = 0; i < iterations; ++i) {
 #pragma GCC unroll 12
     for (auto& a : acc)
       a = Op == peak_op::vdpbf16ps ? _mm512_dpbf16_ps(a, x, x) : _mm512_fmadd_ps(y, y, a);
-    asm volatile("" : "+v"(x), "+v"(y));     // opaque inputs: nothing folds or hoists
+    asm volatile("" : "+v"(x), "+v"(y));  // opaque inputs: nothing folds or hoists
   }
   __m512 sum = acc[0];
   for (int i = 1; i < 12; ++i)
@@ -131,10 +131,11 @@ double measure_peak(int threads, peak_op op) {
     for (int t = 0; t < n; ++t)
       pool.emplace_back([&, t] {
         ready.fetch_add(1);
-        while (ready.load() < n) {}                        // start together
+        while (ready.load() < n) {}  // start together
         const auto start = clock_type::now();
-        sinks[static_cast<size_t>(t)] = op == peak_op::vdpbf16ps ? peak_loop<peak_op::vdpbf16ps>(iterations, t)
-                                                                 : peak_loop<peak_op::vfmadd231ps>(iterations, t);
+        sinks[static_cast<size_t>(t)] = op == peak_op::vdpbf16ps
+                                          ? peak_loop<peak_op::vdpbf16ps>(iterations, t)
+                                          : peak_loop<peak_op::vfmadd231ps>(iterations, t);
         rates[static_cast<size_t>(t)] = flops_per_op * 12 * iterations / seconds_since(start);
       });
     for (auto& th : pool)
@@ -153,25 +154,27 @@ double measure_peak(int threads, peak_op op) {
 void run_gemm(const bench_options& o) {
   auto dev = std::make_unique<cpu_fast_backend>(o.threads);
   const double peak = measure_peak(o.threads, peak_op::vfmadd231ps);
-  std::printf("fast-path matmul kernels, %d threads; BF16 GEMM peak (vfmadd231ps on widened bf16) %.1f GFLOP/s, "
-              "vdpbf16ps %.1f\n",
-              dev->num_threads(), peak * 1e-9, measure_peak(o.threads, peak_op::vdpbf16ps) * 1e-9);
+  std::printf(
+    "fast-path matmul kernels, %d threads; BF16 GEMM peak (vfmadd231ps on widened bf16) %.1f GFLOP/s, "
+    "vdpbf16ps %.1f\n",
+    dev->num_threads(), peak * 1e-9, measure_peak(o.threads, peak_op::vdpbf16ps) * 1e-9);
   for (dtype type : {dtype::bf16, dtype::f8_e4m3}) {
     std::printf("\nGEMM (prefill), %s weights:\n", std::string(dtype_name(type)).c_str());
     for (const gemm_shape& g : prefill_gemm_shapes()) {
       std::vector<std::unique_ptr<bench_weight>> ws;
       ws.push_back(make_bench_weight(type, g.out, g.in, 1));
-      const double t = time_linear(*dev, ws, g.m, std::max<int64_t>(3, int64_t(4e9 / (2.0 * g.m * g.out * g.in))));
+      const double t = time_linear(*dev, ws, g.m,
+                                   std::max<int64_t>(3, int64_t(4e9 / (2.0 * g.m * g.out * g.in))));
       const double flops = 2.0 * g.m * g.out * g.in / t;
-      std::printf("  %-34s %8.1f GFLOP/s = %3.0f%% of peak  (%.3f ms)\n", g.what, flops * 1e-9, 100.0 * flops / peak,
-                  t * 1e3);
+      std::printf("  %-34s %8.1f GFLOP/s = %3.0f%% of peak  (%.3f ms)\n", g.what, flops * 1e-9,
+                  100.0 * flops / peak, t * 1e3);
     }
   }
   const gemm_shape gemvs[] = {
-      {"lm_head        [129280,1024]", 129280, 1024, 0},
-      {"dense gate/up  [2816,1024]", 2816, 1024, 0},
-      {"expert gate/up [256,1024]", 256, 1024, 0},
-      {"expert down    [1024,256]", 1024, 256, 0},
+    {"lm_head        [129280,1024]", 129280, 1024, 0},
+    {"dense gate/up  [2816,1024]", 2816, 1024, 0},
+    {"expert gate/up [256,1024]", 256, 1024, 0},
+    {"expert down    [1024,256]", 1024, 256, 0},
   };
   for (dtype type : {dtype::bf16, dtype::f8_e4m3}) {
     std::printf("\ndecode matmuls (FP8 panels: GEMV up to 8 tokens, GEMM above; BF16: the GEMM's tile), %s "
@@ -222,7 +225,8 @@ double time_plain_read(thread_pool& pool, const std::vector<std::span<const uint
   pool.parallel_for(static_cast<int64_t>(spans.size()) * parts, [&](int64_t task, int thread) {
     const std::span<const uint8_t> s = spans[static_cast<size_t>(task / parts)];
     const int64_t part = task % parts, n = static_cast<int64_t>(s.size());
-    const int64_t begin = n * part / parts / 64 * 64, end = part + 1 == parts ? n : n * (part + 1) / parts / 64 * 64;
+    const int64_t begin = n * part / parts / 64 * 64,
+                  end = part + 1 == parts ? n : n * (part + 1) / parts / 64 * 64;
     __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
     int64_t i = begin;
     for (; i + 256 <= end; i += 256) {
@@ -232,7 +236,7 @@ double time_plain_read(thread_pool& pool, const std::vector<std::span<const uint
       d = _mm512_add_epi32(d, _mm512_loadu_si512(s.data() + i + 192));
     }
     uint64_t sum = static_cast<uint64_t>(
-        _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a, b), _mm512_add_epi32(c, d))));
+      _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a, b), _mm512_add_epi32(c, d))));
     for (; i < end; ++i)
       sum += s[static_cast<size_t>(i)];
     sinks[static_cast<size_t>(thread)] += sum;
@@ -263,9 +267,9 @@ double bench_prefill(model_session& s, model_runner& runner, int64_t prompt_len)
 }
 
 struct decode_result {
-  double tok_s = 0.0;                       // at the median step time
-  double read_share = 0.0;                  // batch 1: median over steps of plain read / step time
-  double step_s = 0.0, read_s = 0.0;        // batch 1: median step time, median plain read time
+  double tok_s = 0.0;                 // at the median step time
+  double read_share = 0.0;            // batch 1: median over steps of plain read / step time
+  double step_s = 0.0, read_s = 0.0;  // batch 1: median step time, median plain read time
 };
 
 // `batch` sequences prefilled with short prompts, then `steps` greedy decode steps, all
@@ -294,7 +298,7 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
     entries.push_back({.tokens = prompts[b], .kv = &kvs[b]});
   std::vector<float> logits = runner.forward(entries);
   if (timing)
-    timing->clear();                        // the prompts' prefill is not a decode step
+    timing->clear();  // the prompts' prefill is not a decode step
   std::vector<int32_t> next(static_cast<size_t>(batch));
   std::vector<double> step_seconds, read_seconds, shares;
   std::vector<uint64_t> sinks(reader ? static_cast<size_t>(reader->size()) : 0);
@@ -308,13 +312,13 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
     logits = runner.forward(entries);
     step_seconds.push_back(seconds_since(start));
     if (timing && step == 0 && steps > 1)
-      timing->clear();                      // the first step also absorbs each layer's kv_b_proj
+      timing->clear();  // the first step also absorbs each layer's kv_b_proj
     if (reader != nullptr && batch == 1) {
       read_seconds.push_back(time_plain_read(*reader, token_weight_spans(s.weights, step), sinks));
       shares.push_back(read_seconds.back() / step_seconds.back());
     }
   }
-  asm volatile("" : : "r"(sinks.data()) : "memory");      // keep the sums (and so the reads)
+  asm volatile("" : : "r"(sinks.data()) : "memory");  // keep the sums (and so the reads)
   if (timing) {
     const int64_t timed_steps = steps > 1 ? steps - 1 : steps;
     std::printf("where a batch-%lld decode step's time goes (%lld steps%s, each op timed alone):\n",
@@ -331,7 +335,9 @@ decode_result bench_decode(model_session& s, int64_t batch, int64_t prompt_len, 
     return v[v.size() / 2];
   };
   const double step_s = median(step_seconds);
-  return {.tok_s = static_cast<double>(batch) / step_s, .read_share = median(shares), .step_s = step_s,
+  return {.tok_s = static_cast<double>(batch) / step_s,
+          .read_share = median(shares),
+          .step_s = step_s,
           .read_s = median(read_seconds)};
 }
 
@@ -349,11 +355,13 @@ void run_model(const bench_options& o) {
   // the KV blocks above are sized from the flags, so the model's own context is checked here
   if (o.prompt_len > cfg.max_position_embeddings)
     throw input_error("--prompt-len: " + std::to_string(o.prompt_len) + " tokens is over the model's " +
-                      std::to_string(cfg.max_position_embeddings) + "-token context (max_position_embeddings)");
+                      std::to_string(cfg.max_position_embeddings) +
+                      "-token context (max_position_embeddings)");
   if (o.decode_prompt_len + o.decode_steps > cfg.max_position_embeddings)
-    throw input_error("--decode-prompt-len + --decode-steps: " +
-                      std::to_string(o.decode_prompt_len + o.decode_steps) + " tokens is over the model's " +
-                      std::to_string(cfg.max_position_embeddings) + "-token context (max_position_embeddings)");
+    throw input_error(
+      "--decode-prompt-len + --decode-steps: " + std::to_string(o.decode_prompt_len + o.decode_steps) +
+      " tokens is over the model's " + std::to_string(cfg.max_position_embeddings) +
+      "-token context (max_position_embeddings)");
   const int64_t bytes_per_token = weight_bytes_per_token(s->weights);
   auto* fast = dynamic_cast<cpu_fast_backend*>(s->device.get());
   std::printf("model %s: %lld layers, hidden %lld, vocab %lld, lm_head %s%s, backend %s, %d threads\n",
@@ -363,7 +371,7 @@ void run_model(const bench_options& o) {
               o.weights.lm_head_fp8 ? " (--lm-head-fp8)" : "", std::string(s->device->name()).c_str(),
               fast ? fast->num_threads() : 1);
 
-  (void)bench_prefill(*s, *s->runner, std::min<int64_t>(o.prompt_len, 64));   // warm up: page in weights
+  (void)bench_prefill(*s, *s->runner, std::min<int64_t>(o.prompt_len, 64));  // warm up: page in weights
   std::vector<double> runs;
   for (int64_t i = 0; i < o.prefill_runs; ++i)
     runs.push_back(bench_prefill(*s, *s->runner, o.prompt_len));
@@ -377,7 +385,7 @@ void run_model(const bench_options& o) {
               sorted[sorted.size() / 2], listed.c_str());
   const double prefill_gflops = sorted.back() / static_cast<double>(o.prompt_len) *
                                 prefill_flops(cfg, o.prompt_len) * 1e-9;
-  if (o.op_times) {                        // the same prefills again, each op timed
+  if (o.op_times) {  // the same prefills again, each op timed
     timed_runner timed(*s);
     for (int64_t i = 0; i < o.prefill_runs; ++i)
       (void)bench_prefill(*s, timed.runner, o.prompt_len);
@@ -399,8 +407,8 @@ void run_model(const bench_options& o) {
   for (int64_t batch : o.batches) {
     if (batch == 1)
       streams.push_back(measure_read_bandwidth(o.threads));
-    const decode_result r =
-        bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps, fast ? &fast->pool() : nullptr, o.op_times);
+    const decode_result r = bench_decode(*s, batch, o.decode_prompt_len, o.decode_steps,
+                                         fast ? &fast->pool() : nullptr, o.op_times);
     if (batch == 1) {
       streams.push_back(measure_read_bandwidth(o.threads));
       decode1 = std::max(decode1, r.tok_s);
@@ -414,9 +422,10 @@ void run_model(const bench_options& o) {
   const double bandwidth = *std::max_element(streams.begin(), streams.end());
   std::printf("weight bytes read per decoded token: %.1f MB\n", static_cast<double>(bytes_per_token) * 1e-6);
   if (streams.size() == 2)
-    std::printf("memory read bandwidth (1 GiB stream, before and after the batch-1 decode): %.1f and %.1f GB/s "
-                "-> limit %.1f tok/s at batch 1\n",
-                streams[0] * 1e-9, streams[1] * 1e-9, bandwidth / static_cast<double>(bytes_per_token));
+    std::printf(
+      "memory read bandwidth (1 GiB stream, before and after the batch-1 decode): %.1f and %.1f GB/s "
+      "-> limit %.1f tok/s at batch 1\n",
+      streams[0] * 1e-9, streams[1] * 1e-9, bandwidth / static_cast<double>(bytes_per_token));
   else
     std::printf("memory read bandwidth (1 GiB stream): %.1f GB/s -> limit %.1f tok/s at batch 1\n",
                 bandwidth * 1e-9, bandwidth / static_cast<double>(bytes_per_token));
@@ -440,17 +449,19 @@ void add_bench_model(CLI::App& app) {
   add_weight_options(*cmd, o->weights);
   cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--prompt-len", o->prompt_len, "prefill prompt tokens")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--prefill-runs", o->prefill_runs, "prefills timed (the best and the median are printed)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+    ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--decode-prompt-len", o->decode_prompt_len, "prompt tokens of each decode sequence")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--decode-steps", o->decode_steps, "decode steps per batch size")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--batches", o->batches, "decode batch sizes")->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  cmd->add_flag("--op-times", o->op_times,
-                "also time every op of the prefills (run again) and of the decode steps: where a prefill's and a step's time goes at each batch size, and each op's weight read rate");
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--batches", o->batches, "decode batch sizes")
+    ->delimiter(',')
+    ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_flag(
+    "--op-times", o->op_times,
+    "also time every op of the prefills (run again) and of the decode steps: where a prefill's and a step's time goes at each batch size, and each op's weight read rate");
   cmd->add_flag("--gemm", o->gemm, "time the matmul kernels at the small preset's shapes instead");
   cmd->callback([o] {
     if (!cpu_fast_path_supported())

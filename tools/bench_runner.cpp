@@ -21,8 +21,8 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-constexpr auto models_wait = std::chrono::seconds(10);         // for the first answer
-constexpr auto cancel_wait = std::chrono::seconds(5);          // for generates we cancelled
+constexpr auto models_wait = std::chrono::seconds(10);           // for the first answer
+constexpr auto cancel_wait = std::chrono::seconds(5);            // for generates we cancelled
 constexpr uint64_t arrival_seed_offset = 0x9e3779b97f4a7c15ULL;  // arrivals apart from prompts
 
 double seconds_between(steady::time_point from, steady::time_point to) {
@@ -39,12 +39,12 @@ struct connection {
   asio::ip::tcp::socket socket;
   net::frame_decoder decoder;
   std::array<char, 65536> read_buffer{};
-  std::string queued;                       // bytes not handed to the socket yet
-  std::string writing;                      // bytes of the write in progress
-  bool write_scheduled = false;             // a flush is posted or a write in progress
+  std::string queued;            // bytes not handed to the socket yet
+  std::string writing;           // bytes of the write in progress
+  bool write_scheduled = false;  // a flush is posted or a write in progress
   bool open = true;
-  int64_t num_in_flight = 0;                // generates
-  std::string note_kind, note;              // the server's "error" notification, if it sent one
+  int64_t num_in_flight = 0;    // generates
+  std::string note_kind, note;  // the server's "error" notification, if it sent one
 };
 
 /// A generate sent and not answered yet.
@@ -53,7 +53,7 @@ struct in_flight_generate {
   connection* conn = nullptr;
   steady::time_point sent, last_token;
   bool got_token = false;
-  bool cancelled = false;                   // by us, after --duration and the grace period
+  bool cancelled = false;  // by us, after --duration and the grace period
 };
 
 /// The lengths must fit the context whatever is drawn (else the server answers 413/422).
@@ -63,8 +63,9 @@ void check_fits(const load_shape& shape, const served_model& model, int64_t prom
   const length_range out = length_range_of(shape.output_len, shape.range_ratio);
   const int64_t longest = (shape.prompt ? prompt_tokens : in.max) + out.max;
   if (longest > model.max_context)
-    throw input_error(std::string(shape.prompt ? "--prompt (" + std::to_string(prompt_tokens) + " tokens)/--output-len"
-                                               : "--input-len/--output-len") +
+    throw input_error(std::string(shape.prompt
+                                    ? "--prompt (" + std::to_string(prompt_tokens) + " tokens)/--output-len"
+                                    : "--input-len/--output-len") +
                       "/--range-ratio: requests of up to " + std::to_string(longest) +
                       " tokens do not fit the model's context of " + std::to_string(model.max_context));
   if (model.vocab_size < 1)
@@ -72,7 +73,7 @@ void check_fits(const load_shape& shape, const served_model& model, int64_t prom
 }
 
 class load_run {
-public:
+ public:
   load_run(const bench_config& cfg, const std::function<void(const bench_progress&)>& on_progress)
       : cfg_(cfg), on_progress_(on_progress) {}
 
@@ -80,7 +81,7 @@ public:
     connect_all();
     for (auto& c : conns_)
       read(*c);
-    if (!cfg_.api_key.empty())              // answered before anything after it on each connection
+    if (!cfg_.api_key.empty())  // answered before anything after it on each connection
       for (auto& c : conns_) {
         auth_msgids_.insert(next_msgid_);
         send(*c, auth_frame(next_msgid_++, cfg_.api_key));
@@ -97,7 +98,7 @@ public:
     return {.model = model_, .records = std::move(records_), .duration_s = seconds_between(start_, end_)};
   }
 
-private:
+ private:
   void connect_all() {
     const std::string address = cfg_.host + ":" + std::to_string(cfg_.port);
     asio::ip::tcp::resolver resolver(io_);
@@ -109,7 +110,8 @@ private:
       auto c = std::make_unique<connection>(io_);
       asio::connect(c->socket, endpoints, ec);
       if (ec)
-        throw input_error("cannot connect to " + address + ": " + ec.message() + " (is `moeserve serve` running?)");
+        throw input_error("cannot connect to " + address + ": " + ec.message() +
+                          " (is `moeserve serve` running?)");
       c->socket.set_option(asio::ip::tcp::no_delay(true));
       conns_.push_back(std::move(c));
     }
@@ -122,7 +124,7 @@ private:
     next_arrival_s_ = arrivals_->next_arrival_s();
     start_ = steady::now();
     started_ = true;
-    deadline_timer_.cancel();                                // the wait for models
+    deadline_timer_.cancel();  // the wait for models
     if (cfg_.duration_s) {
       deadline_timer_.expires_at(start_ + after_seconds(*cfg_.duration_s));
       deadline_timer_.async_wait([this](std::error_code ec) {
@@ -159,7 +161,7 @@ private:
     while (more_to_issue() && !at_cap()) {
       connection* conn = least_loaded();
       if (conn == nullptr) {
-        stop_issuing_ = true;                                // every connection is gone
+        stop_issuing_ = true;  // every connection is gone
         break;
       }
       if (next_arrival_s_ > elapsed_s()) {
@@ -181,8 +183,9 @@ private:
     const uint32_t msgid = next_msgid_++;
     const auto now = steady::now();
     records_.emplace_back();
-    generates_.emplace(msgid, in_flight_generate{.record_idx = records_.size() - 1, .conn = &conn,
-                                                 .sent = now, .last_token = now});
+    generates_.emplace(
+      msgid,
+      in_flight_generate{.record_idx = records_.size() - 1, .conn = &conn, .sent = now, .last_token = now});
     ++conn.num_in_flight;
     ++issued_;
     send(conn, generate_frame(msgid, req, cfg_.shape));
@@ -217,11 +220,13 @@ private:
   }
 
   void read(connection& conn) {
-    conn.socket.async_read_some(asio::buffer(conn.read_buffer), [this, c = &conn](std::error_code ec, size_t n) {
+    conn.socket.async_read_some(asio::buffer(conn.read_buffer), [this, c = &conn](std::error_code ec,
+                                                                                  size_t n) {
       if (!c->open)
         return;
       if (ec)
-        return close_connection(*c, ec == asio::error::eof ? "the server closed the connection" : ec.message());
+        return close_connection(*c,
+                                ec == asio::error::eof ? "the server closed the connection" : ec.message());
       for (net::rpc_message& message : c->decoder.feed(std::string_view(c->read_buffer.data(), n))) {
         handle(*c, message);
         if (!c->open || done_)
@@ -263,7 +268,7 @@ private:
       rec.itl_s.push_back(seconds_between(g.last_token, now));
     else
       rec.ttft_s = seconds_between(g.sent, now);
-    rec.itl_s.insert(rec.itl_s.end(), token->num_tokens - 1, 0.0);   // tokens that came together
+    rec.itl_s.insert(rec.itl_s.end(), token->num_tokens - 1, 0.0);  // tokens that came together
     g.got_token = true;
     g.last_token = now;
   }
@@ -278,21 +283,21 @@ private:
       model_ = read_models(r);
       if (!cfg_.shape.prompt)
         return start(0);
-      tokenize_msgid_ = next_msgid_++;                    // the prompt's length, as the server counts it
+      tokenize_msgid_ = next_msgid_++;  // the prompt's length, as the server counts it
       return send(*conns_.front(), tokenize_frame(tokenize_msgid_, *cfg_.shape.prompt));
     }
     if (r.msgid == tokenize_msgid_ && !started_)
       return start(read_token_count(r));
     const auto it = generates_.find(r.msgid);
     if (it == generates_.end())
-      return;                                                // the answer to one of our cancels
+      return;  // the answer to one of our cancels
     const in_flight_generate g = it->second;
     bench_record& rec = records_[g.record_idx];
     rec.e2e_s = seconds_between(g.sent, steady::now());
     if (!g.got_token)
       rec.ttft_s = rec.e2e_s;
     read_outcome(r, rec);
-    if (g.cancelled && !rec.success) {                       // a cancel that came too late is moot
+    if (g.cancelled && !rec.success) {  // a cancel that came too late is moot
       rec.error_kind = "cancelled";
       char why[96];
       std::snprintf(why, sizeof why, "still running %g s after --duration", cfg_.grace_s);
@@ -388,8 +393,11 @@ private:
   }
 
   [[nodiscard]] bench_progress progress() const {
-    return {.completed = completed_, .failed = failed_, .rejected = rejected_,
-            .in_flight = static_cast<int64_t>(generates_.size()), .elapsed_s = elapsed_s()};
+    return {.completed = completed_,
+            .failed = failed_,
+            .rejected = rejected_,
+            .in_flight = static_cast<int64_t>(generates_.size()),
+            .elapsed_s = elapsed_s()};
   }
 
   void tick() {
@@ -404,19 +412,19 @@ private:
 
   const bench_config& cfg_;
   const std::function<void(const bench_progress&)>& on_progress_;
-  asio::io_context io_;                      // first: destroyed after every socket and timer
+  asio::io_context io_;  // first: destroyed after every socket and timer
   std::vector<std::unique_ptr<connection>> conns_;
   asio::steady_timer arrival_timer_{io_}, deadline_timer_{io_}, progress_timer_{io_};
   std::optional<request_source> source_;
   std::optional<arrival_schedule> arrivals_;
   served_model model_;
   uint32_t next_msgid_ = 1, models_msgid_ = 0, tokenize_msgid_ = 0;
-  std::unordered_set<uint32_t> auth_msgids_;   // unanswered auths
+  std::unordered_set<uint32_t> auth_msgids_;  // unanswered auths
   bool started_ = false, stop_issuing_ = false, done_ = false;
   steady::time_point start_, end_;
   double next_arrival_s_ = 0.0;
   int64_t issued_ = 0, completed_ = 0, failed_ = 0, rejected_ = 0, num_ticks_ = 0;
-  std::unordered_map<uint32_t, in_flight_generate> generates_;   // by msgid
+  std::unordered_map<uint32_t, in_flight_generate> generates_;  // by msgid
   std::vector<bench_record> records_;
 };
 

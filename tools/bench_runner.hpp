@@ -23,12 +23,12 @@ struct bench_config {
   std::optional<int64_t> num_prompts = 64;  // none: as many as `duration_s` allows
   std::optional<double> duration_s;         // stop issuing after this
   double grace_s = 10.0;                    // then wait this long before cancelling the rest
-  double request_rate = std::numeric_limits<double>::infinity();   // requests per second
-  std::optional<int64_t> max_concurrency;   // requests in flight at most; none: no cap
-  int64_t num_connections = 8;              // requests go to the one with fewest in flight
+  double request_rate = std::numeric_limits<double>::infinity();  // requests per second
+  std::optional<int64_t> max_concurrency;                         // requests in flight at most; none: no cap
+  int64_t num_connections = 8;  // requests go to the one with fewest in flight
   load_shape shape;
-  uint64_t seed = 0;                        // prompts, lengths and arrivals
-  std::string api_key;                      // non-empty: every connection sends `auth` first
+  uint64_t seed = 0;    // prompts, lengths and arrivals
+  std::string api_key;  // non-empty: every connection sends `auth` first
 };
 
 /// Where a run stands (reported about once a second).
@@ -38,13 +38,13 @@ struct bench_progress {
   int64_t rejected = 0;
   int64_t in_flight = 0;
   double elapsed_s = 0.0;
-  bool finished = false;                    // the last report of the run
+  bool finished = false;  // the last report of the run
 };
 
 struct bench_run {
   served_model model;
-  std::vector<bench_record> records;      // in issue order
-  double duration_s = 0.0;                  // first request sent -> last one finished
+  std::vector<bench_record> records;  // in issue order
+  double duration_s = 0.0;            // first request sent -> last one finished
 };
 
 /// Runs the load until `num_prompts` are answered or `duration_s` (+ grace) has passed.

@@ -66,7 +66,7 @@ latency_summary summarize_ms(const std::vector<double>& seconds) {
     return {};
   const auto n = static_cast<double>(seconds.size());
   const double mean = std::accumulate(seconds.begin(), seconds.end(), 0.0) / n;
-  double sum_sq = 0.0;                                     // population variance, numpy's std
+  double sum_sq = 0.0;  // population variance, numpy's std
   for (double x : seconds)
     sum_sq += (x - mean) * (x - mean);
   return {.mean_ms = mean * 1e3,
@@ -145,7 +145,8 @@ std::string format_errors(const bench_metrics& m) {
   return out;
 }
 
-std::string metrics_json(const bench_metrics& m, const run_settings& s, const std::vector<bench_record>& records) {
+std::string metrics_json(const bench_metrics& m, const run_settings& s,
+                         const std::vector<bench_record>& records) {
   nlohmann::json j;
   j["request_rate"] = std::isfinite(s.request_rate) ? nlohmann::json(s.request_rate) : nlohmann::json("inf");
   j["max_concurrency"] = s.max_concurrency ? nlohmann::json(*s.max_concurrency) : nlohmann::json();

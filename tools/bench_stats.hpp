@@ -16,19 +16,19 @@ namespace moe::tools {
 /// One request as the client saw it. Times are seconds from sending the generate.
 struct bench_record {
   bool success = false;
-  int64_t prompt_tokens = 0;                // usage.prompt_tokens of the result
-  int64_t output_tokens = 0;                // usage.completion_tokens of the result
-  double ttft_s = 0.0;                      // send -> first "token" notification
-  double e2e_s = 0.0;                       // send -> final result
+  int64_t prompt_tokens = 0;  // usage.prompt_tokens of the result
+  int64_t output_tokens = 0;  // usage.completion_tokens of the result
+  double ttft_s = 0.0;        // send -> first "token" notification
+  double e2e_s = 0.0;         // send -> final result
   /// One gap per output token after the first: a notification carrying k tokens adds the time
   /// since the previous notification once, then k - 1 zeros (vLLM counts one gap per chunk).
   std::vector<double> itl_s;
-  bool migrated = false;                    // the result map carried migrated: true
+  bool migrated = false;  // the result map carried migrated: true
   /// Failed only: the server's error code ("429", "500", ...), or "closed" (the connection
   /// went away), "cancelled" (still running after --duration and the grace period),
   /// "finish_reason" (a result that ended in abort or error), "protocol" (an unreadable reply).
   std::string error_kind;
-  std::string error;                        // failed only: the message
+  std::string error;  // failed only: the message
 };
 
 /// mean, median, standard deviation (population) and P99 of a metric, in milliseconds.
@@ -42,22 +42,22 @@ struct latency_summary {
 struct bench_metrics {
   int64_t completed = 0;
   int64_t failed = 0;
-  int64_t rejected = 0;                     // failed with error code 429 (overloaded)
-  int64_t migrated = 0;                     // completed with migrated: true
+  int64_t rejected = 0;  // failed with error code 429 (overloaded)
+  int64_t migrated = 0;  // completed with migrated: true
   double duration_s = 0.0;
-  int64_t total_input_tokens = 0;           // of completed requests
+  int64_t total_input_tokens = 0;  // of completed requests
   int64_t total_output_tokens = 0;
-  double request_throughput = 0.0;          // completed / duration
-  double output_throughput = 0.0;           // output tokens / duration
-  double total_token_throughput = 0.0;      // (input + output tokens) / duration
+  double request_throughput = 0.0;      // completed / duration
+  double output_throughput = 0.0;       // output tokens / duration
+  double total_token_throughput = 0.0;  // (input + output tokens) / duration
   latency_summary ttft, tpot, itl, e2el;
-  std::map<std::string, int64_t> errors;    // failed requests by error_kind
-  std::vector<std::string> first_errors;    // "[kind] message" of the first few failures
+  std::map<std::string, int64_t> errors;  // failed requests by error_kind
+  std::vector<std::string> first_errors;  // "[kind] message" of the first few failures
 };
 
 /// How the load was shaped (the report and the JSON say it).
 struct run_settings {
-  double request_rate = 0.0;                // infinity: every request at once
+  double request_rate = 0.0;  // infinity: every request at once
   std::optional<int64_t> max_concurrency;
   load_shape shape;
   uint64_t seed = 0;

@@ -26,27 +26,39 @@ const char* pick(rng& gen, const std::array<const char*, N>& items) {
 }
 
 constexpr std::array<const char*, 64> english_words = {
-    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by",
-    "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
-    "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there", "been",
-    "if", "more", "when", "will", "would", "who", "so", "model", "network", "experts", "token",
-    "serving", "throughput", "latency", "distributed", "memory", "attention", "request",
-    "scheduler", "however", "government", "information", "development", "understanding",
-    "nevertheless"};
+  "the",         "of",        "and",        "to",         "in",          "is",          "that",
+  "for",         "it",        "as",         "was",        "with",        "be",          "by",
+  "on",          "not",       "he",         "this",       "are",         "or",          "his",
+  "from",        "at",        "which",      "but",        "have",        "an",          "they",
+  "you",         "were",      "their",      "one",        "all",         "we",          "can",
+  "her",         "has",       "there",      "been",       "if",          "more",        "when",
+  "will",        "would",     "who",        "so",         "model",       "network",     "experts",
+  "token",       "serving",   "throughput", "latency",    "distributed", "memory",      "attention",
+  "request",     "scheduler", "however",    "government", "information", "development", "understanding",
+  "nevertheless"};
 
-constexpr std::array<const char*, 16> code_lines = {
-    "for (int i = 0; i < n; ++i) {", "  sum += a[i] * b[i];", "}",
-    "def forward(self, x):", "    return self.proj(torch.relu(x)) + x",
-    "if (ptr == nullptr) return std::nullopt;", "    for key, value in items.items():",
-    "        counts[key] = counts.get(key, 0) + 1", "std::vector<int32_t> ids;",
-    "\tconst auto it = table.find(name);", "#include <unordered_map>",
-    "    raise ValueError(f\"bad shape {x.shape}\")", "auto [begin, end] = range(0x1F, 42);",
-    "  // NOTE: free the KV blocks once", "class Router(nn.Module):", "return {ok, 0};"};
+constexpr std::array<const char*, 16> code_lines = {"for (int i = 0; i < n; ++i) {",
+                                                    "  sum += a[i] * b[i];",
+                                                    "}",
+                                                    "def forward(self, x):",
+                                                    "    return self.proj(torch.relu(x)) + x",
+                                                    "if (ptr == nullptr) return std::nullopt;",
+                                                    "    for key, value in items.items():",
+                                                    "        counts[key] = counts.get(key, 0) + 1",
+                                                    "std::vector<int32_t> ids;",
+                                                    "\tconst auto it = table.find(name);",
+                                                    "#include <unordered_map>",
+                                                    "    raise ValueError(f\"bad shape {x.shape}\")",
+                                                    "auto [begin, end] = range(0x1F, 42);",
+                                                    "  // NOTE: free the KV blocks once",
+                                                    "class Router(nn.Module):",
+                                                    "return {ok, 0};"};
 
-constexpr std::array<const char*, 24> chinese_phrases = {
-    "深度学习", "模型", "推理", "服务", "专家", "混合", "注意力", "机制", "我们", "提出",
-    "一种", "新的", "方法", "可以", "显著", "提高", "吞吐量", "并且", "降低", "延迟",
-    "在", "大规模", "分布式", "系统中"};
+constexpr std::array<const char*, 24> chinese_phrases = {"深度学习", "模型",   "推理",   "服务",  "专家",
+                                                         "混合",     "注意力", "机制",   "我们",  "提出",
+                                                         "一种",     "新的",   "方法",   "可以",  "显著",
+                                                         "提高",     "吞吐量", "并且",   "降低",  "延迟",
+                                                         "在",       "大规模", "分布式", "系统中"};
 
 double thread_cpu_seconds() {
   timespec t{};
@@ -96,10 +108,17 @@ std::string numbers(rng& gen, size_t bytes) {
   char buf[64];
   while (text.size() < bytes) {
     switch (gen() % 4) {
-      case 0: std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(gen() % 100000000)); break;
+      case 0:
+        std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(gen() % 100000000));
+        break;
       case 1: std::snprintf(buf, sizeof buf, "%.5f", static_cast<double>(gen() % 1000000) / 997.0); break;
-      case 2: std::snprintf(buf, sizeof buf, "%d,%03d,%03d", int(gen() % 999), int(gen() % 1000), int(gen() % 1000)); break;
-      default: std::snprintf(buf, sizeof buf, "20%02d-%02d-%02d", int(gen() % 30), int(1 + gen() % 12), int(1 + gen() % 28));
+      case 2:
+        std::snprintf(buf, sizeof buf, "%d,%03d,%03d", int(gen() % 999), int(gen() % 1000),
+                      int(gen() % 1000));
+        break;
+      default:
+        std::snprintf(buf, sizeof buf, "20%02d-%02d-%02d", int(gen() % 30), int(1 + gen() % 12),
+                      int(1 + gen() % 28));
     }
     text += buf;
     text += gen() % 8 == 0 ? "\n" : " ";
@@ -130,7 +149,7 @@ void run(const std::string& dir, double mb) {
   rng gen(42);
   const auto bytes = static_cast<size_t>(mb * 1e6);
   const std::array<std::pair<const char*, std::string (*)(rng&, size_t)>, 5> categories = {
-      {{"english", english}, {"code", code}, {"chinese", chinese}, {"numbers", numbers}, {"mixed", mixed}}};
+    {{"english", english}, {"code", code}, {"chinese", chinese}, {"numbers", numbers}, {"mixed", mixed}}};
   double total_bytes = 0, total_tokens = 0, total_s = 0, total_cpu_s = 0;
   auto print_row = [](const char* name, double num_bytes, double num_tokens, double s, double cpu_s) {
     std::printf("%-10s %8.2f %10.0f %8.1f %8.1f %12.0f %12.2f\n", name, num_bytes / 1e6, num_tokens,
@@ -161,11 +180,11 @@ void add_bench_tokenizer(CLI::App& app) {
   };
   auto opts = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand("bench-tokenizer", "single-thread encode throughput (MB/s)");
-  auto* model = cmd->add_option("--model", opts->dir, "checkpoint directory holding tokenizer.json")
-                    ->type_name("DIR");
+  auto* model =
+    cmd->add_option("--model", opts->dir, "checkpoint directory holding tokenizer.json")->type_name("DIR");
   cmd->add_option("--tokenizer-dir", opts->dir, "directory holding tokenizer.json (default: set-up's)")
-      ->type_name("DIR")
-      ->excludes(model);
+    ->type_name("DIR")
+    ->excludes(model);
   cmd->add_option("--mb", opts->mb, "megabytes of text per category")->check(CLI::PositiveNumber);
   cmd->callback([opts] { run(opts->dir, opts->mb); });
 }

@@ -22,7 +22,8 @@ std::vector<std::span<const uint8_t>> token_weight_spans(const model_weights& w,
   const int64_t k = w.config.num_experts_per_tok;
   for (const layer_weights& l : w.layers) {
     const attention_weights& a = l.attn;
-    for (const linear_weight* lw : {&a.q_a_proj, &a.q_b_proj, &a.q_proj, &a.kv_a_proj_with_mqa, &a.kv_b_proj, &a.o_proj})
+    for (const linear_weight* lw :
+         {&a.q_a_proj, &a.q_b_proj, &a.q_proj, &a.kv_a_proj_with_mqa, &a.kv_b_proj, &a.o_proj})
       add(*lw);
     if (!l.is_moe) {
       add_mlp(l.mlp);

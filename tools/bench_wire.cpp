@@ -54,7 +54,7 @@ std::pair<std::string, std::string> error_of(const msgpack::object& error) {
 }
 
 std::optional<token_note> read_token(const net::rpc_notification& note) {
-  const auto& params = note.params.via.array;               // the decoder made params an array
+  const auto& params = note.params.via.array;  // the decoder made params an array
   if (params.size < 3 || params.ptr[0].type != msgpack::type::POSITIVE_INTEGER ||
       params.ptr[0].via.u64 > UINT32_MAX || params.ptr[2].type != msgpack::type::ARRAY)
     return std::nullopt;

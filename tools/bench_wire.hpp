@@ -25,7 +25,8 @@ struct served_model {
 
 /// [0, msgid, "generate", [{input_ids | prompt, max_tokens, ignore_eos: true, stream: true,
 /// temperature: 0}]]; the prompt text when the shape has one.
-[[nodiscard]] msgpack::sbuffer generate_frame(uint32_t msgid, const bench_request& req, const load_shape& shape);
+[[nodiscard]] msgpack::sbuffer generate_frame(uint32_t msgid, const bench_request& req,
+                                              const load_shape& shape);
 /// [0, msgid, "models", []]
 [[nodiscard]] msgpack::sbuffer models_frame(uint32_t msgid);
 /// [0, msgid, "tokenize", [text]]: the server's count of a --prompt (with BOS, as generate does).

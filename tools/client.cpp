@@ -81,7 +81,7 @@ bool show(const net::rpc_message& message) {
   const auto* response = std::get_if<net::rpc_response>(&message);
   if (response == nullptr)
     return false;
-  if (!response->error.is_nil())                           // auth's or generate's
+  if (!response->error.is_nil())  // auth's or generate's
     throw_server_error(response->error);
   if (response->msgid != generate_msgid)
     return false;
@@ -103,7 +103,7 @@ void run(const CLI::App& cmd, client_options& o) {
   asio::connect(socket, resolver.resolve(o.host, std::to_string(o.port), ec), ec);
   if (ec)
     throw input_error("cannot connect to " + o.host + ":" + std::to_string(o.port) + ": " + ec.message());
-  if (!o.api_key.empty()) {                                 // answered before the generate
+  if (!o.api_key.empty()) {  // answered before the generate
     const msgpack::sbuffer frame = auth_frame(auth_msgid, o.api_key);
     asio::write(socket, asio::buffer(frame.data(), frame.size()));
   }
@@ -132,7 +132,7 @@ void add_client(CLI::App& app) {
   cmd->add_flag("--chat", o->chat, "send the prompt as a user message (chat template)");
   cmd->add_option("--system", o->system, "system prompt (with --chat)");
   cmd->add_option("--api-key", o->api_key, "authenticate with this key first; env MOESERVE_API_KEY")
-      ->envname("MOESERVE_API_KEY");
+    ->envname("MOESERVE_API_KEY");
   add_sampling_options(*cmd, o->sampling);
   cmd->callback([cmd, o] { run(*cmd, *o); });
 }

@@ -16,7 +16,7 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
   using clock = std::chrono::steady_clock;
   const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
   caf::scoped_actor self{sys};
-  self->monitor(c.supervisor);              // a dead cluster ends the run with its reason, not a hang
+  self->monitor(c.supervisor);  // a dead cluster ends the run with its reason, not a hang
   cluster_run run;
   run.requests.resize(specs.size());
   std::map<uint64_t, size_t> index_of;
@@ -29,45 +29,46 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
       bool accepted = false;
       submitted[next] = clock::now();
       self->request(c.queue, std::chrono::seconds(10), submit_atom::value, specs[next])
-          .receive(
-              [&](uint64_t id) {
-                index_of[id] = next;
-                accepted = true;
-              },
-              [&](caf::error& e) {
-                if (e != caf::make_error(serve_errc::overloaded))
-                  throw std::runtime_error("submit failed: " + sys.render(e));
-                ++run.num_rejected;
-              });
+        .receive(
+          [&](uint64_t id) {
+            index_of[id] = next;
+            accepted = true;
+          },
+          [&](caf::error& e) {
+            if (e != caf::make_error(serve_errc::overloaded))
+              throw std::runtime_error("submit failed: " + sys.render(e));
+            ++run.num_rejected;
+          });
       if (!accepted)
-        break;                                               // overloaded: wait for an answer first
+        break;  // overloaded: wait for an answer first
       run.requests[next].num_prompt_tokens = static_cast<int64_t>(specs[next].prompt_ids.size());
       ++next;
       ++in_flight;
     }
     bool timed_out = false;
     self->receive(
-        [&](token_atom, const stream_chunk& chunk) {
-          const size_t i = index_of.at(chunk.request_id);
-          cluster_request_result& r = run.requests[i];
-          const double t = seconds(clock::now() - submitted[i]);
-          if (r.token_times_s.empty())
-            r.ttft_s = t;
-          r.token_times_s.push_back(t);
-          if (i == 0 && on_text)
-            on_text(chunk.text_delta);
-        },
-        [&](done_atom, session_result& result) {
-          const size_t i = index_of.at(result.request_id);
-          run.requests[i].total_s = seconds(clock::now() - submitted[i]);
-          run.requests[i].result = std::move(result);
-          ++num_done;
-          --in_flight;
-        },
-        [&](caf::down_msg& down) {
-          throw std::runtime_error("the cluster stopped: " + sys.render(down.reason));
-        },
-        caf::after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) >> [&] { timed_out = true; });
+      [&](token_atom, const stream_chunk& chunk) {
+        const size_t i = index_of.at(chunk.request_id);
+        cluster_request_result& r = run.requests[i];
+        const double t = seconds(clock::now() - submitted[i]);
+        if (r.token_times_s.empty())
+          r.ttft_s = t;
+        r.token_times_s.push_back(t);
+        if (i == 0 && on_text)
+          on_text(chunk.text_delta);
+      },
+      [&](done_atom, session_result& result) {
+        const size_t i = index_of.at(result.request_id);
+        run.requests[i].total_s = seconds(clock::now() - submitted[i]);
+        run.requests[i].result = std::move(result);
+        ++num_done;
+        --in_flight;
+      },
+      [&](caf::down_msg& down) {
+        throw std::runtime_error("the cluster stopped: " + sys.render(down.reason));
+      },
+      caf::after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) >>
+        [&] { timed_out = true; });
     if (timed_out)
       throw std::runtime_error("the cluster answered nothing for " + std::to_string(timeout_s) + " s");
   }

@@ -18,22 +18,23 @@ namespace moe::tools {
 struct cluster_request_result {
   session_result result;
   int64_t num_prompt_tokens = 0;
-  double ttft_s = 0.0;                      // submit -> first streamed chunk
-  double total_s = 0.0;                     // submit -> final answer
-  std::vector<double> token_times_s;        // submit -> each streamed chunk
+  double ttft_s = 0.0;                // submit -> first streamed chunk
+  double total_s = 0.0;               // submit -> final answer
+  std::vector<double> token_times_s;  // submit -> each streamed chunk
 };
 
 struct cluster_run {
-  std::vector<cluster_request_result> requests;   // in the order given
+  std::vector<cluster_request_result> requests;  // in the order given
   double wall_s = 0.0;
-  int64_t num_rejected = 0;                 // "overloaded" answers (resubmitted)
+  int64_t num_rejected = 0;  // "overloaded" answers (resubmitted)
 };
 
 /// Runs `specs` through `c` with at most `concurrency` requests in flight; `on_text` (may be
 /// empty) receives request 0's text deltas as they stream. Throws std::runtime_error when the
 /// cluster answers nothing for `timeout_s`.
-[[nodiscard]] cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::vector<request_spec>& specs,
-                                       int64_t concurrency, const std::function<void(std::string_view)>& on_text = {},
+[[nodiscard]] cluster_run run_requests(caf::actor_system& sys, const cluster& c,
+                                       const std::vector<request_spec>& specs, int64_t concurrency,
+                                       const std::function<void(std::string_view)>& on_text = {},
                                        double timeout_s = 600.0);
 
 }  // namespace moe::tools

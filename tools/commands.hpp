@@ -9,16 +9,16 @@ class App;
 
 namespace moe::tools {
 
-void add_make_model(CLI::App& app);     // tools/make_model.cpp
-void add_tokenize(CLI::App& app);       // tools/tokenize.cpp: tokenize, detokenize
-void add_generate(CLI::App& app);       // tools/generate.cpp
-void add_logits(CLI::App& app);         // tools/logits.cpp
-void add_bench_model(CLI::App& app);    // tools/bench_model.cpp
-void add_bench_tokenizer(CLI::App& app);   // tools/bench_tokenizer.cpp
-void add_bench_cluster(CLI::App& app);     // tools/bench_cluster.cpp
-void add_serve(CLI::App& app);          // tools/serve.cpp
-void add_client(CLI::App& app);         // tools/client.cpp
-void add_bench(CLI::App& app);          // tools/bench.cpp: load generator against `serve`
+void add_make_model(CLI::App& app);       // tools/make_model.cpp
+void add_tokenize(CLI::App& app);         // tools/tokenize.cpp: tokenize, detokenize
+void add_generate(CLI::App& app);         // tools/generate.cpp
+void add_logits(CLI::App& app);           // tools/logits.cpp
+void add_bench_model(CLI::App& app);      // tools/bench_model.cpp
+void add_bench_tokenizer(CLI::App& app);  // tools/bench_tokenizer.cpp
+void add_bench_cluster(CLI::App& app);    // tools/bench_cluster.cpp
+void add_serve(CLI::App& app);            // tools/serve.cpp
+void add_client(CLI::App& app);           // tools/client.cpp
+void add_bench(CLI::App& app);            // tools/bench.cpp: load generator against `serve`
 
 /// Directory of the real DeepSeek-V3 tokenizer files installed by set-up.
 const char* default_tokenizer_dir() noexcept;

@@ -30,7 +30,7 @@ struct generate_options {
   sampling_flags sampling;
   std::string prompt, tokens, system, trace_file;
   bool chat = false, json = false, single_rank = false;
-  int32_t logprobs = -1;                    // --logprobs N (with --json); -1: none
+  int32_t logprobs = -1;  // --logprobs N (with --json); -1: none
 };
 
 std::vector<int32_t> prompt_ids(const generate_options& o, const model_session& s) {
@@ -43,7 +43,7 @@ std::vector<int32_t> prompt_ids(const generate_options& o, const model_session& 
       messages.push_back({"system", o.system});
     messages.push_back({"user", o.prompt});
     text = apply_chat_template(messages, /*add_generation_prompt=*/true);
-    return s.tok->encode(text, /*add_bos=*/false);          // the template starts with BOS
+    return s.tok->encode(text, /*add_bos=*/false);  // the template starts with BOS
   }
   return s.tok->encode(text, /*add_bos=*/true);
 }
@@ -61,12 +61,17 @@ void report(const generate_options& o, const generation_result& r, const std::st
   const size_t decode_steps = r.output_ids.empty() ? 0 : r.output_ids.size() - 1;
   const double decode_tps = r.decode_seconds > 0 ? decode_steps / r.decode_seconds : 0.0;
   if (o.json) {
-    nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"output_ids", r.output_ids},
-                        {"text", r.text}, {"finish_reason", to_string(r.reason)},
-                        {"timings", {{"prefill_s", r.prefill_seconds}, {"decode_s", r.decode_seconds},
-                                     {"prompt_tok_per_s", prompt_tps}, {"decode_tok_per_s", decode_tps}}},
+    nlohmann::json j = {{"prompt_ids", r.prompt_ids},
+                        {"output_ids", r.output_ids},
+                        {"text", r.text},
+                        {"finish_reason", to_string(r.reason)},
+                        {"timings",
+                         {{"prefill_s", r.prefill_seconds},
+                          {"decode_s", r.decode_seconds},
+                          {"prompt_tok_per_s", prompt_tps},
+                          {"decode_tok_per_s", decode_tps}}},
                         {"backend", where}};
-    if (o.logprobs >= 0) {                  // as the wire API's: top_logprobs as [id, logprob] pairs
+    if (o.logprobs >= 0) {  // as the wire API's: top_logprobs as [id, logprob] pairs
       nlohmann::json list = nlohmann::json::array();
       for (const token_logprobs& t : r.logprobs) {
         nlohmann::json top = nlohmann::json::array();
@@ -80,10 +85,12 @@ void report(const generate_options& o, const generation_result& r, const std::st
     return;
   }
   std::printf("\n[%zu prompt tokens: %.1f tok/s | %zu generated: %.1f tok/s decode | finish: %s | %s]\n",
-              r.prompt_ids.size(), prompt_tps, r.output_ids.size(), decode_tps, to_string(r.reason), where.c_str());
+              r.prompt_ids.size(), prompt_tps, r.output_ids.size(), decode_tps, to_string(r.reason),
+              where.c_str());
 }
 
-generation_result run_single_rank(generate_options& o, const topology_config& topo, const sampling_params& params) {
+generation_result run_single_rank(generate_options& o, const topology_config& topo,
+                                  const sampling_params& params) {
   o.session.kv_blocks = topo.kv_blocks;
   o.session.block_size = topo.page_size;
   o.session.max_context = topo.max_context;
@@ -102,8 +109,9 @@ void run_cluster(generate_options& o, const topology_config& topo, const samplin
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  const cluster c = spawn_cluster(sys, weights, s->tok,
-                                  {.topology = topo, .reference = o.session.reference, .trace = !o.trace_file.empty()});
+  const cluster c =
+    spawn_cluster(sys, weights, s->tok,
+                  {.topology = topo, .reference = o.session.reference, .trace = !o.trace_file.empty()});
   cluster_run run;
   try {
     run = run_requests(sys, c, {request_spec{.prompt_ids = ids, .sampling = params}}, 1,
@@ -118,13 +126,17 @@ void run_cluster(generate_options& o, const topology_config& topo, const samplin
     throw input_error(r.result.error);
   if (c.trace)
     c.trace->write_json(o.trace_file);
-  generation_result g{.prompt_ids = ids, .output_ids = r.result.output_ids, .text = r.result.text,
-                      .reason = r.result.reason, .prefill_seconds = r.ttft_s,
-                      .decode_seconds = r.total_s - r.ttft_s, .logprobs = r.result.logprobs};
+  generation_result g{.prompt_ids = ids,
+                      .output_ids = r.result.output_ids,
+                      .text = r.result.text,
+                      .reason = r.result.reason,
+                      .prefill_seconds = r.ttft_s,
+                      .decode_seconds = r.total_s - r.ttft_s,
+                      .logprobs = r.result.logprobs};
   report(o, g,
          std::to_string(topo.prefill_ranks) + "P+" + std::to_string(topo.decode_ranks) + "D cluster, " +
-             (o.session.reference ? "cpu-ref" : "cpu") + ", dispatch " + topo.dispatch_dtype +
-             (topo.two_batch_overlap ? ", two-batch overlap" : ""));
+           (o.session.reference ? "cpu-ref" : "cpu") + ", dispatch " + topo.dispatch_dtype +
+           (topo.two_batch_overlap ? ", two-batch overlap" : ""));
 }
 
 void run(const CLI::App& cmd, generate_options& o) {
@@ -140,7 +152,7 @@ void run(const CLI::App& cmd, generate_options& o) {
   if (o.single_rank) {
     run_single_rank(o, topo, params);
   } else {
-    validate_for_model(topo, load_model_config(o.session.model_dir));   // before the weights load
+    validate_for_model(topo, load_model_config(o.session.model_dir));  // before the weights load
     run_cluster(o, topo, params);
   }
 }
@@ -149,7 +161,8 @@ void run(const CLI::App& cmd, generate_options& o) {
 
 void add_generate(CLI::App& app) {
   auto o = std::make_shared<generate_options>();
-  CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt through the in-process cluster");
+  CLI::App* cmd = app.add_subcommand("generate",
+                                     "generate text from a prompt through the in-process cluster");
   add_session_options(*cmd, o->session, /*reference_by_default=*/false, /*kv_flags=*/false);
   add_topology_options(*cmd, o->topology);
   add_sampling_options(*cmd, o->sampling);
@@ -158,9 +171,10 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--system", o->system, "system prompt (with --chat)");
   cmd->add_flag("--chat", o->chat, "wrap the prompt in the DeepSeek-V3 chat format");
   cmd->add_flag("--json", o->json, "print one JSON object instead of streaming text");
-  cmd->add_option("--logprobs", o->logprobs,
-                  "with --json: each output token's logprob and its N most likely alternatives")
-      ->check(CLI::Range(0, 1 << 20));
+  cmd
+    ->add_option("--logprobs", o->logprobs,
+                 "with --json: each output token's logprob and its N most likely alternatives")
+    ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--single-rank", o->single_rank,
                 "run on one rank without actors (the baseline the cluster must match)");
   cmd->add_option("--trace", o->trace_file, "write the run's Chrome trace (JSON) to this file");

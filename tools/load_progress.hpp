@@ -11,7 +11,7 @@
 namespace moe::tools {
 
 class load_reporter {
-public:
+ public:
   /// Writes to `out` from `first_after_s` seconds into the load on, at most every `every_s`.
   explicit load_reporter(std::FILE* out, double first_after_s = 2.0, double every_s = 5.0)
       : out_(out), first_after_s_(first_after_s), every_s_(every_s) {}
@@ -21,7 +21,7 @@ public:
   /// Lines written so far.
   [[nodiscard]] int64_t lines() const noexcept { return lines_; }
 
-private:
+ private:
   std::FILE* out_;
   double first_after_s_, every_s_;
   double last_s_ = 0.0;

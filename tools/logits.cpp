@@ -41,7 +41,7 @@ void add_logits(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens, "token ids, e.g. 0,100,200")->required()->check(token_id_list);
   cmd->add_option("--out", o->out, "output .npy file")->required();
   cmd->add_option("--chunked-prefill-size", o->chunk_size, "tokens per forward call")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->callback([o] { run(*o); });
 }
 

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int status = app.exit(e);                          // prints help or the usage error
+    const int status = app.exit(e);  // prints help or the usage error
     return status == 0 ? 0 : 2;
   } catch (const moe::input_error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -58,7 +58,7 @@ struct row_rng {
   void normals(float* out, int64_t n, double scale) noexcept {
     for (int64_t i = 0; i < n; i += 2) {
       double u = 0.0, v = 0.0, q = 0.0;
-      do {                                              // uniform point in the unit disc
+      do {  // uniform point in the unit disc
         u = 2.0 * uniform() - 1.0;
         v = 2.0 * uniform() - 1.0;
         q = u * u + v * v;
@@ -81,12 +81,12 @@ enum class init_kind {
 
 struct tensor_spec {
   std::string name;
-  std::vector<int64_t> shape;      // [rows, cols] or [cols]
-  dtype type = dtype::bf16;        // f8_e4m3 ones also get <name>_scale_inv
+  std::vector<int64_t> shape;  // [rows, cols] or [cols]
+  dtype type = dtype::bf16;    // f8_e4m3 ones also get <name>_scale_inv
   init_kind init = init_kind::normal;
   double scale = 1.0;
   int64_t shard_idx = 0;
-  int64_t scale_shard_idx = 0;     // where <name>_scale_inv goes (FP8 only)
+  int64_t scale_shard_idx = 0;  // where <name>_scale_inv goes (FP8 only)
 
   [[nodiscard]] int64_t rows() const noexcept { return shape.size() == 2 ? shape[0] : 1; }
   [[nodiscard]] int64_t cols() const noexcept { return shape.back(); }
@@ -146,7 +146,8 @@ constexpr int64_t fp8_block = fp8_quant_block;
 // to `dst` when it is non-empty, and the scales [ceil(rows/128), ceil(cols/128)] to `scales`.
 void quantize_fp8(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst, std::vector<float>& scales) {
   const int64_t rows = t.rows(), cols = t.cols();
-  const int64_t block_rows = (rows + fp8_block - 1) / fp8_block, block_cols = (cols + fp8_block - 1) / fp8_block;
+  const int64_t block_rows = (rows + fp8_block - 1) / fp8_block,
+                block_cols = (cols + fp8_block - 1) / fp8_block;
   scales.assign(static_cast<size_t>(block_rows * block_cols), 0.0f);
   parallel_for(block_rows, fp8_block * cols, [&](int64_t begin, int64_t end) {
     std::vector<float> buf(static_cast<size_t>(fp8_block * cols));
@@ -155,11 +156,11 @@ void quantize_fp8(const tensor_spec& t, uint64_t seed, std::span<std::byte> dst,
       generate_rows(t, seed, r0, r1, buf.data());
       for (int64_t bc = 0; bc < block_cols; ++bc) {
         const int64_t c0 = bc * fp8_block, c1 = std::min(cols, c0 + fp8_block);
-        scales[br * block_cols + bc] = quantize_fp8_block(
-            buf.data() + c0, cols, r1 - r0, c1 - c0, [&](int64_t r, int64_t c, uint8_t code) {
-              if (!dst.empty())
-                dst[(r0 + r) * cols + c0 + c] = std::byte{code};
-            });
+        scales[br * block_cols + bc] = quantize_fp8_block(buf.data() + c0, cols, r1 - r0, c1 - c0,
+                                                          [&](int64_t r, int64_t c, uint8_t code) {
+                                                            if (!dst.empty())
+                                                              dst[(r0 + r) * cols + c0 + c] = std::byte{code};
+                                                          });
       }
     }
   });
@@ -202,7 +203,7 @@ struct spec_builder {
     norm(p + "self_attn.kv_a_layernorm.weight", cfg.kv_lora_rank);
     linear(p + "self_attn.kv_b_proj.weight", h * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank);
     linear(p + "self_attn.o_proj.weight", d, h * cfg.v_head_dim, out_scale);
-    specs.back().scale_shard_idx = (shard_idx + 1) % num_shards;   // NOTE: on purpose (model-spec 1)
+    specs.back().scale_shard_idx = (shard_idx + 1) % num_shards;  // NOTE: on purpose (model-spec 1)
     norm(p + "post_attention_layernorm.weight", d);
     if (!cfg.is_moe_layer(layer_idx)) {
       mlp(p + "mlp.", cfg.intermediate_size, out_scale);
@@ -315,15 +316,15 @@ std::vector<safetensors_writer> plan_shards(const std::vector<tensor_spec>& spec
     });
     const std::vector<int64_t> scale_shape{(spec.rows() + fp8_block - 1) / fp8_block,
                                            (spec.cols() + fp8_block - 1) / fp8_block};
-    writers[spec.scale_shard_idx].add(
-        spec.name + "_scale_inv", dtype::f32, scale_shape, [t, seed, scales, &meter](std::span<std::byte> dst) {
-          if (scales->empty())
-            quantize_fp8(*t, seed, {}, *scales);
-          std::memcpy(dst.data(), scales->data(), dst.size());
-          scales->clear();
-          scales->shrink_to_fit();
-          meter.tensor_done(static_cast<int64_t>(dst.size()));
-        });
+    writers[spec.scale_shard_idx].add(spec.name + "_scale_inv", dtype::f32, scale_shape,
+                                      [t, seed, scales, &meter](std::span<std::byte> dst) {
+                                        if (scales->empty())
+                                          quantize_fp8(*t, seed, {}, *scales);
+                                        std::memcpy(dst.data(), scales->data(), dst.size());
+                                        scales->clear();
+                                        scales->shrink_to_fit();
+                                        meter.tensor_done(static_cast<int64_t>(dst.size()));
+                                      });
   }
   return writers;
 }
@@ -392,7 +393,8 @@ model_config make_model_config(const make_model_options& opts) {
   c.num_nextn_predict_layers = 0;
   c.torch_dtype = "bfloat16";
   if (opts.fp8)
-    c.quantization = quantization_config{.quant_method = "fp8", .fmt = "e4m3", .block_rows = 128, .block_cols = 128};
+    c.quantization =
+      quantization_config{.quant_method = "fp8", .fmt = "e4m3", .block_rows = 128, .block_cols = 128};
   validate(c, "make-model");
   return c;
 }
@@ -405,7 +407,8 @@ void make_model(const make_model_options& opts) {
                       opts.preset + ", got " + std::to_string(opts.num_shards));
   if (opts.out.empty())
     throw input_error("make-model: --out: expected an output directory");
-  const fs::path tokenizer_dir = opts.tokenizer_dir.empty() ? fs::path(default_tokenizer_dir()) : opts.tokenizer_dir;
+  const fs::path tokenizer_dir = opts.tokenizer_dir.empty() ? fs::path(default_tokenizer_dir())
+                                                            : opts.tokenizer_dir;
   check_tokenizer_files(tokenizer_dir);
 
   std::error_code ec;
@@ -437,7 +440,8 @@ void make_model(const make_model_options& opts) {
   }
 
   write_text(opts.out / "config.json", to_json(cfg));
-  const nlohmann::ordered_json generation = {{"bos_token_id", cfg.bos_token_id}, {"eos_token_id", cfg.eos_token_id}};
+  const nlohmann::ordered_json generation = {{"bos_token_id", cfg.bos_token_id},
+                                             {"eos_token_id", cfg.eos_token_id}};
   write_text(opts.out / "generation_config.json", generation.dump(2) + "\n");
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(tokenizer_dir / name, opts.out / name, fs::copy_options::overwrite_existing);
@@ -445,15 +449,20 @@ void make_model(const make_model_options& opts) {
 
 void add_make_model(CLI::App& app) {
   auto opts = std::make_shared<make_model_options>();
-  CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight DeepSeek-V3-architecture checkpoint");
-  cmd->add_option("--preset", opts->preset, "model size")->check(CLI::IsMember({"tiny", "small"}))->required();
+  CLI::App* cmd = app.add_subcommand("make-model",
+                                     "write a random-weight DeepSeek-V3-architecture checkpoint");
+  cmd->add_option("--preset", opts->preset, "model size")
+    ->check(CLI::IsMember({"tiny", "small"}))
+    ->required();
   cmd->add_option("--seed", opts->seed, "random seed (same seed -> identical files)")
-      ->check(non_negative_integer);
+    ->check(non_negative_integer);
   cmd->add_flag("--fp8", opts->fp8, "FP8 e4m3 linear weights with 128x128 block scales");
   cmd->add_option("--shards", opts->num_shards, "number of safetensors files (> 1 adds the index)");
   cmd->add_option("--vocab-size", opts->vocab_size, "vocabulary rows (default 129280)");
-  cmd->add_option("--tokenizer-dir", opts->tokenizer_dir, "directory with tokenizer.json, tokenizer_config.json")
-      ->default_str(default_tokenizer_dir());
+  cmd
+    ->add_option("--tokenizer-dir", opts->tokenizer_dir,
+                 "directory with tokenizer.json, tokenizer_config.json")
+    ->default_str(default_tokenizer_dir());
   cmd->add_option("--out", opts->out, "output directory")->required();
   cmd->callback([opts] {
     opts->progress = opts->preset == "small";
@@ -461,7 +470,8 @@ void add_make_model(CLI::App& app) {
     make_model(*opts);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("make-model: wrote %s (preset %s%s, seed %llu) in %.1f s\n", opts->out.c_str(),
-                opts->preset.c_str(), opts->fp8 ? ", fp8" : "", static_cast<unsigned long long>(opts->seed), secs);
+                opts->preset.c_str(), opts->fp8 ? ", fp8" : "", static_cast<unsigned long long>(opts->seed),
+                secs);
   });
 }
 

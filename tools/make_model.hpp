@@ -13,14 +13,14 @@
 namespace moe::tools {
 
 struct make_model_options {
-  std::string preset = "tiny";                 // "tiny" or "small"
-  uint64_t seed = 0;                           // same seed -> byte-identical files
-  bool fp8 = false;                            // F8_E4M3 linear weights + 128x128 F32 block scales
-  int64_t num_shards = 1;                      // > 1: model-0000i-of-0000K + index.json
-  std::optional<int64_t> vocab_size;           // default 129280
-  std::filesystem::path tokenizer_dir;         // empty -> default_tokenizer_dir()
+  std::string preset = "tiny";          // "tiny" or "small"
+  uint64_t seed = 0;                    // same seed -> byte-identical files
+  bool fp8 = false;                     // F8_E4M3 linear weights + 128x128 F32 block scales
+  int64_t num_shards = 1;               // > 1: model-0000i-of-0000K + index.json
+  std::optional<int64_t> vocab_size;    // default 129280
+  std::filesystem::path tokenizer_dir;  // empty -> default_tokenizer_dir()
   std::filesystem::path out;
-  bool progress = false;                       // tensor count / bytes written to stderr
+  bool progress = false;  // tensor count / bytes written to stderr
 };
 
 /// The config.json a preset produces (validated); throws input_error for an unknown preset.

@@ -20,7 +20,8 @@ namespace moe::tools {
 /// FLOPs of one query attending to one cached key, over all layers and heads: absorbed, its
 /// score against [c_kv | k_rope] and the key's c_kv added into the weighted sum; naive, its score
 /// against [k_nope | k_rope] and the key's v added in.
-[[nodiscard]] double key_attention_flops(const model_config& c, attention_form form = attention_form::absorbed);
+[[nodiscard]] double key_attention_flops(const model_config& c,
+                                         attention_form form = attention_form::absorbed);
 /// FLOPs of a prefill of `prompt_len` tokens from an empty cache (the token at position p
 /// attends to p + 1 keys) with logits for the last token only, so the last layer runs past its
 /// q / kv projections for that token alone, in the decode form, as the forward pass does.

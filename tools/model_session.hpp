@@ -17,8 +17,8 @@ namespace moe::tools {
 
 /// How a verb loads the weights: where their bytes live, and what is quantised at load.
 struct weight_options {
-  bool mmap = false;                        // map the files instead of copying into huge pages
-  bool lm_head_fp8 = false;                 // quantise a non-FP8 lm_head to FP8 at load
+  bool mmap = false;         // map the files instead of copying into huge pages
+  bool lm_head_fp8 = false;  // quantise a non-FP8 lm_head to FP8 at load
 };
 
 /// Adds --mmap-weights (weight_memory::mmap instead of the default copy) and --lm-head-fp8.
@@ -30,9 +30,9 @@ void add_weight_options(CLI::App& cmd, weight_options& opts);
 
 struct session_options {
   std::string model_dir;
-  bool reference = false;                   // plain-loop CPU reference instead of the fast path
-  int threads = 0;                          // 0: all cores
-  int64_t kv_blocks = 0;                    // 0: enough for max_context tokens
+  bool reference = false;  // plain-loop CPU reference instead of the fast path
+  int threads = 0;         // 0: all cores
+  int64_t kv_blocks = 0;   // 0: enough for max_context tokens
   int64_t block_size = 64;
   int64_t max_context = 8192;               // tokens one sequence may hold
   std::string attention = "prefill-naive";  // or "naive", "absorbed" (every token)
@@ -47,7 +47,7 @@ void add_session_options(CLI::App& cmd, session_options& opts, bool reference_by
 
 struct model_session {
   model_weights weights;
-  std::shared_ptr<const tokenizer> tok;     // null when the model dir has no tokenizer.json
+  std::shared_ptr<const tokenizer> tok;  // null when the model dir has no tokenizer.json
   std::unique_ptr<backend> device;
   std::unique_ptr<kv_cache> cache;
   std::unique_ptr<model_runner> runner;
@@ -57,7 +57,6 @@ struct model_session {
 [[nodiscard]] std::unique_ptr<model_session> load_model(const session_options& opts, bool need_tokenizer);
 
 /// Opens and loads everything; throws input_error with a clear message on bad input.
-[[nodiscard]] std::unique_ptr<model_session> open_session(const session_options& opts,
-                                                          bool need_tokenizer);
+[[nodiscard]] std::unique_ptr<model_session> open_session(const session_options& opts, bool need_tokenizer);
 
 }  // namespace moe::tools

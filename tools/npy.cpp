@@ -14,9 +14,9 @@ void write_npy(const std::filesystem::path& path, const std::vector<float>& data
   for (int64_t d : shape)
     dims += std::to_string(d) + ", ";
   if (shape.size() > 1)
-    dims.resize(dims.size() - 1);                          // "(3, 4)", but "(3,)"
+    dims.resize(dims.size() - 1);  // "(3, 4)", but "(3,)"
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
-  const size_t unpadded = 10 + header.size() + 1;          // magic+version+len, header, '\n'
+  const size_t unpadded = 10 + header.size() + 1;  // magic+version+len, header, '\n'
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
   std::ofstream out(path, std::ios::binary);

@@ -66,7 +66,7 @@ void op_timing_backend::moe_gate(const moe_gate_params& p) {
 }
 
 void op_timing_backend::moe_experts(const moe_experts_params& p) {
-  std::set<int32_t> used;                   // each routed-to expert's weights are read once
+  std::set<int32_t> used;  // each routed-to expert's weights are read once
   for (int64_t i = 0; i < p.num_tokens * p.top_k; ++i)
     if (p.topk_ids[i] >= p.expert_begin && p.topk_ids[i] < p.expert_end)
       used.insert(p.topk_ids[i]);
@@ -80,7 +80,8 @@ void op_timing_backend::moe_experts(const moe_experts_params& p) {
 
 void op_timing_backend::print(std::FILE* out, int64_t steps, const char* unit) const {
   std::vector<std::pair<std::string, op_total>> rows(totals_.begin(), totals_.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double all = 0.0;
   for (const auto& [label, t] : rows)
     all += t.seconds;
@@ -89,7 +90,8 @@ void op_timing_backend::print(std::FILE* out, int64_t steps, const char* unit) c
   std::fprintf(out, "  %-50s %9s %6s %6s %9s %9s\n", "op", ms.c_str(), "share", "calls", mb.c_str(), "GB/s");
   for (const auto& [label, t] : rows) {
     std::fprintf(out, "  %-50s %9.3f %5.1f%% %6.1f %9.2f", label.c_str(), 1e3 * t.seconds / n,
-                 all > 0.0 ? 100.0 * t.seconds / all : 0.0, static_cast<double>(t.calls) / n, 1e-6 * t.weight_bytes / n);
+                 all > 0.0 ? 100.0 * t.seconds / all : 0.0, static_cast<double>(t.calls) / n,
+                 1e-6 * t.weight_bytes / n);
     if (t.weight_bytes > 0.0 && t.seconds > 0.0)
       std::fprintf(out, " %9.1f", 1e-9 * t.weight_bytes / t.seconds);
     std::fprintf(out, "\n");

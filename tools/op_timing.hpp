@@ -15,13 +15,13 @@
 namespace moe::tools {
 
 class op_timing_backend : public backend {
-public:
+ public:
   /// Times ops run on `inner`, which must outlive this.
   explicit op_timing_backend(backend& inner) : inner_(inner) {}
 
   struct op_total {
     double seconds = 0.0;
-    double weight_bytes = 0.0;              // weights (with FP8 block scales) the calls read
+    double weight_bytes = 0.0;  // weights (with FP8 block scales) the calls read
     int64_t calls = 0;
   };
   /// Totals per op label since construction or clear(): "linear 1024x1024 f8_e4m3",
@@ -46,7 +46,7 @@ public:
   void moe_gate(const moe_gate_params& p) override;
   void moe_experts(const moe_experts_params& p) override;
 
-private:
+ private:
   template <class Fn>
   void timed(const std::string& label, double weight_bytes, Fn&& run) {
     const auto start = std::chrono::steady_clock::now();

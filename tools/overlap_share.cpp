@@ -24,7 +24,7 @@ neighbour_shares shares_against_neighbours(const std::vector<step_sample>& steps
   std::nth_element(comm.begin(), comm.begin() + static_cast<std::ptrdiff_t>(comm.size() / 2), comm.end());
   const double least = 0.5 * comm[comm.size() / 2];
   const size_t n = steps.size();
-  for (size_t i = 1; i < n; ++i) {         // steps[0]: the run's first, no pair nor neighbour
+  for (size_t i = 1; i < n; ++i) {  // steps[0]: the run's first, no pair nor neighbour
     if (!(steps[i].comm_s > 0.0) || steps[i].comm_s < least)
       continue;
     double step_s = 0, wait_s = 0;
@@ -45,9 +45,9 @@ neighbour_shares shares_against_neighbours(const std::vector<step_sample>& steps
       continue;
     const step_sample& on = steps[i];
     out.hidden.push_back(
-        hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.step_s - step_s / num_off}));
+      hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.step_s - step_s / num_off}));
     out.by_waits.push_back(
-        hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.wait_s - wait_s / num_off}));
+      hidden_share({.comm_s = on.comm_s, .compute_s = on.moe_s, .exposed_s = on.wait_s - wait_s / num_off}));
   }
   return out;
 }

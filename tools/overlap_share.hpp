@@ -9,9 +9,9 @@ namespace moe::tools {
 
 /// One step (or one phase's median step) as bench-cluster measures it, in seconds.
 struct overlap_sample {
-  double comm_s = 0;          // the link's busy time (the +link run's trace: its comm lane)
-  double compute_s = 0;       // the compute the link can run under: the MoE layers' stages
-  double exposed_s = 0;       // what the link added: the step (or its waits) with it minus without
+  double comm_s = 0;     // the link's busy time (the +link run's trace: its comm lane)
+  double compute_s = 0;  // the compute the link can run under: the MoE layers' stages
+  double exposed_s = 0;  // what the link added: the step (or its waits) with it minus without
 };
 
 /// (comm - exposed) / min(compute, comm): the share of min(compute, comm) hidden. A schedule that
@@ -25,10 +25,10 @@ struct overlap_sample {
 /// One step of a run whose link carries only every other step's messages
 /// (link_model_config::even_steps_only), in seconds, from the trace.
 struct step_sample {
-  double step_s = 0;          // the step's wall time
-  double wait_s = 0;          // its time outside compute spans
-  double moe_s = 0;           // its compute in the MoE layers' stages
-  double comm_s = 0;          // the link's busy time in it: 0 for a step off the link
+  double step_s = 0;  // the step's wall time
+  double wait_s = 0;  // its time outside compute spans
+  double moe_s = 0;   // its compute in the MoE layers' stages
+  double comm_s = 0;  // the link's busy time in it: 0 for a step off the link
 };
 
 /// hidden_share of every step on the link against its neighbours off it, in step order: the

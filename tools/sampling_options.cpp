@@ -15,15 +15,14 @@ void add_sampling_options(CLI::App& cmd, sampling_flags& f) {
   cmd.add_option("--top-p", p.top_p, "nucleus sampling mass, (0, 1]")->capture_default_str();
   cmd.add_option("--top-k", p.top_k, "keep the k most likely tokens (-1: all)")->capture_default_str();
   cmd.add_option("--min-p", p.min_p, "drop tokens below min_p * max prob")->capture_default_str();
-  cmd.add_option("--seed", f.seed, "sampling seed (default: random)")
-      ->check(non_negative_integer);
+  cmd.add_option("--seed", f.seed, "sampling seed (default: random)")->check(non_negative_integer);
   cmd.add_option("--repetition-penalty", p.repetition_penalty, "> 1 discourages repeats")
-      ->capture_default_str();
+    ->capture_default_str();
   cmd.add_option("--presence-penalty", p.presence_penalty, "[-2, 2]")->capture_default_str();
   cmd.add_option("--frequency-penalty", p.frequency_penalty, "[-2, 2]")->capture_default_str();
   cmd.add_option("--stop", p.stop, "stop string (repeatable); not included in the output");
   cmd.add_option("--stop-token-ids", f.stop_token_ids, "token ids that end generation, e.g. 1,2")
-      ->check(token_id_list);
+    ->check(token_id_list);
   cmd.add_flag("--ignore-eos", p.ignore_eos, "keep generating after the EOS token");
 }
 

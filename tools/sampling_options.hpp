@@ -11,7 +11,7 @@ namespace moe::tools {
 
 struct sampling_flags {
   sampling_params params;
-  std::string stop_token_ids;               // "1,2"
+  std::string stop_token_ids;  // "1,2"
   uint64_t seed = 0;
 };
 

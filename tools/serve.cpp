@@ -30,12 +30,12 @@ struct serve_options {
   net::server_limits limits;
   net::auth_keys keys;
   double idle_timeout_s = 300.0, read_timeout_s = 30.0;
-  int64_t log_stats_interval_s = 10;        // 0: no stats lines
+  int64_t log_stats_interval_s = 10;  // 0: no stats lines
 };
 
 const CLI::Validator non_empty_key(
-    [](const std::string& key) { return key.empty() ? std::string("an empty key is no key") : std::string(); },
-    "KEY");
+  [](const std::string& key) { return key.empty() ? std::string("an empty key is no key") : std::string(); },
+  "KEY");
 
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
@@ -52,14 +52,14 @@ void run(serve_options& o) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);           // before any thread starts
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts
 
   const topology_config topo = resolve_topology(o.topology);
   if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
     throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
-  validate_for_model(topo, load_model_config(o.model_dir));   // before minutes of loading
+  validate_for_model(topo, load_model_config(o.model_dir));  // before minutes of loading
   auto weights = std::make_shared<const model_weights>(load_weights(o.model_dir, o.weights, o.reference));
   auto tok = tokenizer::load(o.model_dir);
   o.limits.idle_timeout = millis(o.idle_timeout_s);
@@ -74,23 +74,28 @@ void run(serve_options& o) {
   const auto stop_cluster = [](const cluster* x) { x->stop(); };
   const std::unique_ptr<const cluster, decltype(stop_cluster)> stopper(&c, stop_cluster);
   net::serving_target target{
-      .handles = c, .tok = tok, .vocab_size = weights->config.vocab_size,
-      .max_context = static_cast<size_t>(served_context(topo, weights->config.max_position_embeddings)),
-      .model_name = std::filesystem::path(o.model_dir).lexically_normal().filename().string()};
+    .handles = c,
+    .tok = tok,
+    .vocab_size = weights->config.vocab_size,
+    .max_context = static_cast<size_t>(served_context(topo, weights->config.max_position_embeddings)),
+    .model_name = std::filesystem::path(o.model_dir).lexically_normal().filename().string()};
   if (target.model_name.empty())
     target.model_name = std::filesystem::path(o.model_dir).parent_path().filename().string();
   {
     net::rpc_server server(sys, target,
-                           {.host = topo.host, .port = static_cast<uint16_t>(topo.port),
-                            .limits = o.limits, .keys = o.keys,
+                           {.host = topo.host,
+                            .port = static_cast<uint16_t>(topo.port),
+                            .limits = o.limits,
+                            .keys = o.keys,
                             .log_stats_interval = std::chrono::seconds(o.log_stats_interval_s)});
     // the context served, which may be less than --max-context (the model's or a KV pool's limit)
-    std::printf("moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks, context %zu tokens%s)\n",
-                server.address().c_str(), target.model_name.c_str(),
-                static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks),
-                target.max_context, o.keys.api_key.empty() ? "" : ", api key required");
+    std::printf(
+      "moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks, context %zu tokens%s)\n",
+      server.address().c_str(), target.model_name.c_str(), static_cast<long long>(topo.prefill_ranks),
+      static_cast<long long>(topo.decode_ranks), target.max_context,
+      o.keys.api_key.empty() ? "" : ", api key required");
     std::fflush(stdout);
-    if (static_cast<int64_t>(target.max_context) < topo.max_context)   // vLLM refuses; we say so
+    if (static_cast<int64_t>(target.max_context) < topo.max_context)  // vLLM refuses; we say so
       net::server_log().warn("serving a context of {} tokens, less than --max-context {}: the model's "
                              "max_position_embeddings is {}, one rank's KV pool {} ({} blocks x {})",
                              target.max_context, topo.max_context, weights->config.max_position_embeddings,
@@ -107,46 +112,56 @@ void run(serve_options& o) {
 void add_serve(CLI::App& app) {
   auto o = std::make_shared<serve_options>();
   CLI::App* cmd = app.add_subcommand("serve", "serve a model over MessagePack-RPC (TCP)");
-  cmd->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
-      ->required();
+  cmd
+    ->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
+    ->required();
   add_topology_options(*cmd, o->topology, /*listen=*/true);
   cmd->add_flag("--reference", o->reference, "run the plain-loop CPU reference backend on every rank");
   add_weight_options(*cmd, o->weights);
   auto& l = o->limits;
   cmd->add_option("--max-connections", l.max_connections, "open connections at most (default 256)")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
-  cmd->add_option("--max-in-flight", l.max_in_flight,
-                  "generate requests in flight per connection (default 64)")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
-  cmd->add_option("--log-stats-interval", o->log_stats_interval_s,
-                  "seconds between stats lines on stderr (throughput, KV in use) while serving; 0: none "
-                  "(default 10)")
-      ->check(CLI::Range(int64_t{0}, int64_t{86400}));
-  cmd->add_option("--idle-timeout", o->idle_timeout_s,
-                  "seconds a connection may sit with nothing in flight (default 300)")
-      ->check(CLI::Range(0.001, 1e7));
-  cmd->add_option("--read-timeout", o->read_timeout_s,
-                  "seconds a started message has to arrive whole (default 30)")
-      ->check(CLI::Range(0.001, 1e7));
-  cmd->add_option("--max-write-buffer", l.max_write_buffer,
-                  "unsent bytes per connection before it is dropped as too slow (default 16 MiB)")
-      ->check(CLI::Range(size_t{1} << 12, size_t{1} << 34));
+    ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd
+    ->add_option("--max-in-flight", l.max_in_flight,
+                 "generate requests in flight per connection (default 64)")
+    ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd
+    ->add_option("--log-stats-interval", o->log_stats_interval_s,
+                 "seconds between stats lines on stderr (throughput, KV in use) while serving; 0: none "
+                 "(default 10)")
+    ->check(CLI::Range(int64_t{0}, int64_t{86400}));
+  cmd
+    ->add_option("--idle-timeout", o->idle_timeout_s,
+                 "seconds a connection may sit with nothing in flight (default 300)")
+    ->check(CLI::Range(0.001, 1e7));
+  cmd
+    ->add_option("--read-timeout", o->read_timeout_s,
+                 "seconds a started message has to arrive whole (default 30)")
+    ->check(CLI::Range(0.001, 1e7));
+  cmd
+    ->add_option("--max-write-buffer", l.max_write_buffer,
+                 "unsent bytes per connection before it is dropped as too slow (default 16 MiB)")
+    ->check(CLI::Range(size_t{1} << 12, size_t{1} << 34));
   cmd->add_option("--max-frame-bytes", l.frames.max_frame_bytes, "bytes of one message (default 2 MiB)")
-      ->check(CLI::Range(size_t{64}, size_t{1} << 30));
-  cmd->add_option("--api-key", o->keys.api_key,
-                  "clients must send `auth` with this key first (else 401); env MOESERVE_API_KEY")
-      ->envname("MOESERVE_API_KEY")
-      ->check(non_empty_key);
-  cmd->add_option("--admin-key", o->keys.admin_key,
-                  "`auth` with this key makes a connection admin (client access too); env MOESERVE_ADMIN_KEY")
-      ->envname("MOESERVE_ADMIN_KEY")
-      ->check(non_empty_key);
-  cmd->add_option("--max-auth-failures", l.max_auth_failures,
-                  "wrong auth tokens before a connection is closed (default 3)")
-      ->check(CLI::Range(1, 1000));
-  cmd->add_option("--max-tokens-limit", l.requests.max_tokens,
-                  "the largest max_tokens a request may ask for (default 32768)")
-      ->check(CLI::Range(1, 1 << 24));
+    ->check(CLI::Range(size_t{64}, size_t{1} << 30));
+  cmd
+    ->add_option("--api-key", o->keys.api_key,
+                 "clients must send `auth` with this key first (else 401); env MOESERVE_API_KEY")
+    ->envname("MOESERVE_API_KEY")
+    ->check(non_empty_key);
+  cmd
+    ->add_option("--admin-key", o->keys.admin_key,
+                 "`auth` with this key makes a connection admin (client access too); env MOESERVE_ADMIN_KEY")
+    ->envname("MOESERVE_ADMIN_KEY")
+    ->check(non_empty_key);
+  cmd
+    ->add_option("--max-auth-failures", l.max_auth_failures,
+                 "wrong auth tokens before a connection is closed (default 3)")
+    ->check(CLI::Range(1, 1000));
+  cmd
+    ->add_option("--max-tokens-limit", l.requests.max_tokens,
+                 "the largest max_tokens a request may ask for (default 32768)")
+    ->check(CLI::Range(1, 1 << 24));
   cmd->callback([o] { run(*o); });
 }
 

@@ -20,8 +20,8 @@ struct in_flight {
   size_t spec = 0;
   sequence_kv kv;
   std::unique_ptr<sampler> pick;
-  int64_t prefilled = 0;                    // prompt tokens in the KV
-  int32_t last = -1;                        // the token to feed next, once prefilled
+  int64_t prefilled = 0;  // prompt tokens in the KV
+  int32_t last = -1;      // the token to feed next, once prefilled
   clock_type::time_point submitted;
 };
 
@@ -49,8 +49,8 @@ cluster_run run_single_rank(model_runner& runner, const std::vector<request_spec
   kv_cache& cache = runner.cache();
   cluster_run run;
   run.requests.resize(specs.size());
-  std::deque<in_flight> flying;             // in admission order
-  struct release_all {                      // a forward that throws leaves no block taken
+  std::deque<in_flight> flying;  // in admission order
+  struct release_all {           // a forward that throws leaves no block taken
     std::deque<in_flight>& flying;
     kv_cache& cache;
     ~release_all() {
@@ -63,7 +63,8 @@ cluster_run run_single_rank(model_runner& runner, const std::vector<request_spec
   while (next_spec < specs.size() || !flying.empty()) {
     while (next_spec < specs.size() && static_cast<int64_t>(flying.size()) < options.concurrency) {
       const request_spec& s = specs[next_spec];
-      in_flight f{.spec = next_spec, .pick = std::make_unique<sampler>(s.sampling, s.prompt_ids),
+      in_flight f{.spec = next_spec,
+                  .pick = std::make_unique<sampler>(s.sampling, s.prompt_ids),
                   .submitted = clock_type::now()};
       const int64_t tokens = static_cast<int64_t>(s.prompt_ids.size()) + s.sampling.max_tokens;
       if (!f.kv.reserve(cache, tokens))
@@ -77,7 +78,7 @@ cluster_run run_single_rank(model_runner& runner, const std::vector<request_spec
     }
     // one forward call: every decoding request's token, then prompt chunks within the budget
     std::vector<batch_entry> batch;
-    std::vector<in_flight*> owner;           // per entry; null: a prompt chunk with no logits
+    std::vector<in_flight*> owner;  // per entry; null: a prompt chunk with no logits
     int64_t budget = options.token_budget;
     for (in_flight& f : flying)
       if (f.last >= 0) {
@@ -92,8 +93,10 @@ cluster_run run_single_rank(model_runner& runner, const std::vector<request_spec
         continue;
       const int64_t n = std::min(left, budget);
       const bool final_chunk = n == left;
-      batch.push_back({.tokens = std::span(prompt).subspan(static_cast<size_t>(f.prefilled), static_cast<size_t>(n)),
-                       .kv = &f.kv, .no_logits = !final_chunk});
+      batch.push_back(
+        {.tokens = std::span(prompt).subspan(static_cast<size_t>(f.prefilled), static_cast<size_t>(n)),
+         .kv = &f.kv,
+         .no_logits = !final_chunk});
       owner.push_back(final_chunk ? &f : nullptr);
       f.prefilled += n;
       budget -= n;

@@ -15,8 +15,8 @@
 namespace moe::tools {
 
 struct single_rank_options {
-  int64_t concurrency = 1;                  // requests in flight
-  int64_t token_budget = 512;               // tokens per forward call (decode tokens first)
+  int64_t concurrency = 1;     // requests in flight
+  int64_t token_budget = 512;  // tokens per forward call (decode tokens first)
 };
 
 /// Runs `specs` to completion (max_tokens each, or a stop token id) and times them as

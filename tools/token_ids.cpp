@@ -24,13 +24,13 @@ std::string read_ids(const std::string& text, bool allow_empty, std::vector<int3
     ++p;
   while (end > p && space(end[-1]))
     --end;
-  if (p < end && *p == '[') {                    // a JSON array: brackets around the whole list only
+  if (p < end && *p == '[') {  // a JSON array: brackets around the whole list only
     if (end[-1] != ']' || end - p < 2)
       return fail("the '[' is never closed");
     ++p;
     --end;
   }
-  bool want_id = true;                           // after the start or a comma
+  bool want_id = true;  // after the start or a comma
   for (;;) {
     while (p < end && space(*p))
       ++p;
@@ -45,12 +45,13 @@ std::string read_ids(const std::string& text, bool allow_empty, std::vector<int3
     }
     int32_t id = 0;
     const auto [next, ec] = std::isdigit(static_cast<unsigned char>(*p)) != 0
-                                ? std::from_chars(p, end, id)
-                                : std::from_chars_result{p, std::errc::invalid_argument};   // no signs
+                              ? std::from_chars(p, end, id)
+                              : std::from_chars_result{p, std::errc::invalid_argument};  // no signs
     if (ec == std::errc::result_out_of_range)
       return fail("an id past 2^31-1");
     if (ec != std::errc{})
-      return fail(std::string("cannot read '") + std::string(p, std::min<size_t>(12, static_cast<size_t>(end - p))) + "'");
+      return fail(std::string("cannot read '") +
+                  std::string(p, std::min<size_t>(12, static_cast<size_t>(end - p))) + "'");
     ids.push_back(id);
     want_id = false;
     p = next;

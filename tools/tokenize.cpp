@@ -48,7 +48,8 @@ void run_tokenize(const tokenize_options& opts) {
 
 void run_detokenize(const tokenize_options& opts) {
   const auto tok = tokenizer::load(opts.model_dir);
-  const std::vector<int32_t> ids = parse_ids(opts.text_given ? opts.text : read_stdin(), "ids", /*allow_empty=*/true);
+  const std::vector<int32_t> ids = parse_ids(opts.text_given ? opts.text : read_stdin(), "ids",
+                                             /*allow_empty=*/true);
   // any id the model can produce (its vocabulary may be larger than the tokenizer's: V3 has
   // 129280 rows for 128815 tokens); ids without a token decode to nothing, as in HF
   int64_t vocab = tok->vocab_size();
@@ -65,9 +66,10 @@ void run_detokenize(const tokenize_options& opts) {
 
 void add_model_option(CLI::App& cmd, tokenize_options& opts) {
   opts.model_dir = default_tokenizer_dir();
-  cmd.add_option("--model", opts.model_dir,
-                 "checkpoint directory holding tokenizer.json (default: the set-up tokenizer)")
-      ->type_name("DIR");
+  cmd
+    .add_option("--model", opts.model_dir,
+                "checkpoint directory holding tokenizer.json (default: the set-up tokenizer)")
+    ->type_name("DIR");
 }
 
 }  // namespace
@@ -75,21 +77,21 @@ void add_model_option(CLI::App& cmd, tokenize_options& opts) {
 void add_tokenize(CLI::App& app) {
   auto opts = std::make_shared<tokenize_options>();
   CLI::App* tokenize = app.add_subcommand(
-      "tokenize", "print the token ids of TEXT (or of stdin, byte for byte) as a JSON array");
+    "tokenize", "print the token ids of TEXT (or of stdin, byte for byte) as a JSON array");
   add_model_option(*tokenize, *opts);
   tokenize->add_option("text", opts->text, "text to encode; stdin when absent");
   auto* bos = tokenize->add_flag("--add-bos", opts->add_bos, "prepend the BOS id");
-  tokenize->add_flag("--chat", opts->chat,
-                     "encode the chat template with TEXT as the user message (BOS included)")
-      ->excludes(bos);
+  tokenize
+    ->add_flag("--chat", opts->chat, "encode the chat template with TEXT as the user message (BOS included)")
+    ->excludes(bos);
   tokenize->callback([opts, tokenize] {
     opts->text_given = tokenize->count("text") > 0;
     run_tokenize(*opts);
   });
 
   auto dopts = std::make_shared<tokenize_options>();
-  CLI::App* detokenize = app.add_subcommand(
-      "detokenize", "print the text of IDS (\"1,2,3\" or a JSON array; stdin when absent)");
+  CLI::App* detokenize =
+    app.add_subcommand("detokenize", "print the text of IDS (\"1,2,3\" or a JSON array; stdin when absent)");
   add_model_option(*detokenize, *dopts);
   detokenize->add_option("ids", dopts->text, "token ids; stdin when absent");
   detokenize->add_flag("--skip-special", dopts->skip_special, "leave special tokens out");

@@ -27,18 +27,19 @@ std::string with_default(const std::string& what, const auto& value) {
 void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
   const topology_config d;
   app.add_option("--config", o.config_file, "topology TOML file (see config/topology.toml)")
-      ->check(CLI::ExistingFile);
+    ->check(CLI::ExistingFile);
   app.add_option("--prefill-ranks", o.prefill_ranks, with_default("prefill ranks", d.prefill_ranks));
   app.add_option("--decode-ranks", o.decode_ranks, with_default("decode ranks", d.decode_ranks));
   app.add_option("--ranks-per-node", o.ranks_per_node, with_default("ranks per node", d.ranks_per_node));
   app.add_option("--redundant-experts,--ep-num-redundant-experts", o.redundant_experts,
                  with_default("extra physical expert slots per EP group", d.redundant_experts));
-  auto* tbo = app.add_option("--two-batch-overlap", o.two_batch_overlap,
-                             with_default("two micro-batches overlapping EP communication: on|off", d.two_batch_overlap ? "on" : "off"))
-                  ->check(CLI::IsMember({"on", "off"}));
-  app.add_flag("--enable-two-batch-overlap", o.enable_two_batch_overlap,
-               "same as --two-batch-overlap on")
-      ->excludes(tbo);
+  auto* tbo = app
+                .add_option("--two-batch-overlap", o.two_batch_overlap,
+                            with_default("two micro-batches overlapping EP communication: on|off",
+                                         d.two_batch_overlap ? "on" : "off"))
+                ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--enable-two-batch-overlap", o.enable_two_batch_overlap, "same as --two-batch-overlap on")
+    ->excludes(tbo);
   app.add_option("--chunked-prefill-size", o.chunked_prefill_size,
                  with_default("prompt tokens per sequence per prefill step", d.chunked_prefill_size));
   app.add_option("--max-prefill-tokens", o.max_prefill_tokens,
@@ -50,21 +51,29 @@ void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
   app.add_option("--kv-blocks", o.kv_blocks, with_default("KV blocks per rank", d.kv_blocks));
   app.add_option("--page-size", o.page_size, with_default("tokens per KV block", d.page_size));
   app.add_option("--max-context", o.max_context, with_default("prompt + generated tokens", d.max_context));
-  app.add_option("--dispatch-dtype", o.dispatch_dtype, 
-                 with_default("EP dispatch payload: fp8|bf16|fp32", d.dispatch_dtype))
-      ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
-  app.add_option("--combine", o.combine,
-                 "EP combine: exact (per expert output, same numbers on any topology) or reduced "
-                 "(DeepEP: one sum per token and rank, fewer bytes); default " + d.combine)
-      ->check(CLI::IsMember({"exact", "reduced"}));
-  app.add_option("--threads-per-rank", o.threads_per_rank, with_default("CPU threads per rank", d.threads_per_rank));
-  app.add_option("--link-model", o.link_model,
-                 with_default("charge EP messages link latency and bandwidth: on|off", d.link_model ? "on" : "off"))
-      ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--intra-node-latency-us", o.intra_node_latency_us, with_default("microseconds per message (DeepEP, NVLink)", d.intra_node.latency_us));
+  app
+    .add_option("--dispatch-dtype", o.dispatch_dtype,
+                with_default("EP dispatch payload: fp8|bf16|fp32", d.dispatch_dtype))
+    ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
+  app
+    .add_option("--combine", o.combine,
+                "EP combine: exact (per expert output, same numbers on any topology) or reduced "
+                "(DeepEP: one sum per token and rank, fewer bytes); default " +
+                  d.combine)
+    ->check(CLI::IsMember({"exact", "reduced"}));
+  app.add_option("--threads-per-rank", o.threads_per_rank,
+                 with_default("CPU threads per rank", d.threads_per_rank));
+  app
+    .add_option("--link-model", o.link_model,
+                with_default("charge EP messages link latency and bandwidth: on|off",
+                             d.link_model ? "on" : "off"))
+    ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--intra-node-latency-us", o.intra_node_latency_us,
+                 with_default("microseconds per message (DeepEP, NVLink)", d.intra_node.latency_us));
   app.add_option("--intra-node-bandwidth-gbs", o.intra_node_bandwidth_gb_s,
                  with_default("GB/s, 0 = unlimited (DeepEP, NVLink)", d.intra_node.bandwidth_gb_s));
-  app.add_option("--inter-node-latency-us", o.inter_node_latency_us, with_default("microseconds per message (DeepEP, RDMA)", d.inter_node.latency_us));
+  app.add_option("--inter-node-latency-us", o.inter_node_latency_us,
+                 with_default("microseconds per message (DeepEP, RDMA)", d.inter_node.latency_us));
   app.add_option("--inter-node-bandwidth-gbs", o.inter_node_bandwidth_gb_s,
                  with_default("GB/s, 0 = unlimited (DeepEP, RDMA)", d.inter_node.bandwidth_gb_s));
   if (!listen)

@@ -30,7 +30,7 @@ void balanced_packing(const matrix<double>& weight, int64_t num_packs, matrix<in
   pack_index = matrix<int32_t>(weight.rows, n);
   rank_in_pack = matrix<int32_t>(weight.rows, n);
   for (int64_t r = 0; r < weight.rows; ++r) {
-    if (per_pack == 1) {                                     // identity, no sorting
+    if (per_pack == 1) {  // identity, no sorting
       for (int64_t j = 0; j < n; ++j)
         pack_index(r, j) = static_cast<int32_t>(j);
       continue;
@@ -63,7 +63,7 @@ void replicate_experts(const matrix<double>& weight, int64_t num_physical, matri
     for (int64_t j = 0; j < num_logical; ++j)
       phy2log(r, j) = static_cast<int32_t>(j);
     for (int64_t i = num_logical; i < num_physical; ++i) {
-      int64_t best = 0;                                      // argmax load / count, first on ties
+      int64_t best = 0;  // argmax load / count, first on ties
       for (int64_t j = 1; j < num_logical; ++j)
         if (weight(r, j) / logcnt(r, j) > weight(r, best) / logcnt(r, best))
           best = j;
@@ -92,7 +92,7 @@ void hierarchical(const matrix<double>& w, int64_t P, int64_t G, int64_t N, int6
     for (int64_t e = 0; e < E; ++e) {
       const int64_t g = e / group_size;
       log2mlog(l, e) = static_cast<int32_t>(
-          (group_pack(l, g) * groups_per_node + group_rank(l, g)) * group_size + e % group_size);
+        (group_pack(l, g) * groups_per_node + group_rank(l, g)) * group_size + e % group_size);
     }
   const matrix<int32_t> mlog2log = inverse(log2mlog);
   // 2. replicas inside each node: rows are (layer, node)
@@ -141,16 +141,16 @@ expert_plan rebalance_experts(const matrix<double>& load, int64_t num_physical, 
   if (E <= 0 || num_physical < E || num_ranks <= 0 || num_physical % num_ranks != 0 || num_nodes <= 0 ||
       num_groups <= 0)
     throw std::invalid_argument(
-        "rebalance_experts: need experts > 0, num_physical >= experts and num_physical % num_ranks == 0");
+      "rebalance_experts: need experts > 0, num_physical >= experts and num_physical % num_ranks == 0");
   // the node and group conditions bind the hierarchical policy only; the global one places
   // over one group and one node
   const bool hierarchical_policy = num_groups % num_nodes == 0;
   if (hierarchical_policy && (num_ranks % num_nodes != 0 || E % num_groups != 0))
     throw std::invalid_argument(
-        "rebalance_experts: the hierarchical policy (groups % nodes == 0) needs num_ranks % num_nodes == 0 "
-        "and experts % num_groups == 0");
+      "rebalance_experts: the hierarchical policy (groups % nodes == 0) needs num_ranks % num_nodes == 0 "
+      "and experts % num_groups == 0");
   expert_plan plan;
-  if (load.rows == 0) {                     // no MoE layers: nothing to place
+  if (load.rows == 0) {  // no MoE layers: nothing to place
     plan.phy2log = matrix<int32_t>(0, num_physical);
     plan.logcnt = matrix<int32_t>(0, E);
     return plan;

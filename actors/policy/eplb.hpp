@@ -26,9 +26,9 @@ struct matrix {
 /// Where each physical expert slot lives and which logical expert it holds, per MoE layer.
 /// Slot p lives on rank p / (num_physical / num_ranks).
 struct expert_plan {
-  matrix<int32_t> phy2log;                  // [num_layers, num_physical]
-  std::vector<matrix<int32_t>> log2phy;     // per layer: [num_logical, max_count], padded with -1
-  matrix<int32_t> logcnt;                   // [num_layers, num_logical] replicas per logical expert
+  matrix<int32_t> phy2log;               // [num_layers, num_physical]
+  std::vector<matrix<int32_t>> log2phy;  // per layer: [num_logical, max_count], padded with -1
+  matrix<int32_t> logcnt;                // [num_layers, num_logical] replicas per logical expert
 };
 
 /// Packs each row's n items into m packs of exactly n/m items, heaviest first into the lightest

@@ -19,13 +19,12 @@ clock::duration to_duration(double us) {
 clock::duration serialization_time(const link_spec& spec, size_t num_bytes) {
   if (spec.bandwidth_gb_s <= 0.0)
     return clock::duration::zero();
-  return to_duration(static_cast<double>(num_bytes) / (spec.bandwidth_gb_s * 1e3));   // bytes per µs
+  return to_duration(static_cast<double>(num_bytes) / (spec.bandwidth_gb_s * 1e3));  // bytes per µs
 }
 
 }  // namespace
 
-link_model::link_model(link_model_config cfg, int64_t num_ranks)
-    : cfg_(cfg), num_ranks_(num_ranks) {
+link_model::link_model(link_model_config cfg, int64_t num_ranks) : cfg_(cfg), num_ranks_(num_ranks) {
   if (cfg_.ranks_per_node <= 0)
     throw std::invalid_argument("link_model: ranks_per_node must be positive");
   if (num_ranks_ <= 0)

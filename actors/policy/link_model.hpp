@@ -28,7 +28,7 @@ struct link_model_config {
 /// max(now, port busy_until), occupies the port for bytes/bandwidth, and arrives `latency` after
 /// it leaves the port. Thread-safe.
 class link_model {
-public:
+ public:
   using clock = std::chrono::steady_clock;
 
   /// Throws std::invalid_argument unless ranks_per_node > 0 and num_ranks > 0.
@@ -44,13 +44,13 @@ public:
   /// Whether the messages of EP step `step` take the link (all steps unless even_steps_only).
   [[nodiscard]] bool carries(int64_t step) const noexcept { return !cfg_.even_steps_only || step % 2 == 0; }
 
-private:
+ private:
   [[nodiscard]] const link_spec& spec_between(int64_t a, int64_t b) const noexcept;
 
   link_model_config cfg_;
   int64_t num_ranks_;
   std::mutex mutex_;
-  std::vector<clock::time_point> busy_until_;   // [num_ranks, 2]: per sender, intra then inter port
+  std::vector<clock::time_point> busy_until_;  // [num_ranks, 2]: per sender, intra then inter port
 };
 
 }  // namespace moe

@@ -14,19 +14,21 @@ double attention_cost(const prefill_segment& s) noexcept {
 
 step_cost step_cost_of(const model_config& c, bool absorbed) noexcept {
   const auto d = static_cast<double>(c.hidden_size), heads = static_cast<double>(c.num_attention_heads);
-  const auto qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim), v = static_cast<double>(c.v_head_dim);
+  const auto qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim),
+             v = static_cast<double>(c.v_head_dim);
   const auto kv = static_cast<double>(c.kv_lora_rank);
-  const double q = c.q_lora_rank ? d * static_cast<double>(*c.q_lora_rank) + static_cast<double>(*c.q_lora_rank) * heads * qk
+  const double q = c.q_lora_rank ? d * static_cast<double>(*c.q_lora_rank) +
+                                     static_cast<double>(*c.q_lora_rank) * heads * qk
                                  : d * heads * qk;
   const double attention = q + d * (kv + static_cast<double>(c.qk_rope_head_dim)) +
                            kv * heads * (static_cast<double>(c.qk_nope_head_dim) + v) + heads * v * d;
   double per_token = 0.0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const double ffn = c.is_moe_layer(l)
-                           ? 3.0 * d * static_cast<double>(c.moe_intermediate_size) *
-                                     static_cast<double>(c.num_experts_per_tok + c.n_shared_experts) +
-                                 d * static_cast<double>(c.n_routed_experts)
-                           : 3.0 * d * static_cast<double>(c.intermediate_size);
+                         ? 3.0 * d * static_cast<double>(c.moe_intermediate_size) *
+                               static_cast<double>(c.num_experts_per_tok + c.n_shared_experts) +
+                             d * static_cast<double>(c.n_routed_experts)
+                         : 3.0 * d * static_cast<double>(c.intermediate_size);
     per_token += 2.0 * (attention + ffn);
   }
   const double key = absorbed ? 2.0 * kv + static_cast<double>(c.qk_rope_head_dim) : qk + v;
@@ -38,7 +40,7 @@ double segment_cost(const prefill_segment& s, const step_cost& cost) noexcept {
 }
 
 std::array<std::vector<prefill_segment>, 2> split_micro_batches(const std::vector<prefill_segment>& batch,
-                                                               const step_cost& cost, double first_share) {
+                                                                const step_cost& cost, double first_share) {
   if (!(first_share > 0.0 && first_share < 1.0))
     throw std::invalid_argument("split_micro_batches: first_share must be in (0, 1), got " +
                                 std::to_string(first_share));
@@ -62,7 +64,7 @@ std::array<std::vector<prefill_segment>, 2> split_micro_batches(const std::vecto
     double best_gap = std::fabs(acc - target);
     for (int64_t k = 1; k <= s.num_tokens; ++k) {
       const double gap = std::fabs(acc + segment_cost({s.request_idx, s.start, k}, cost) - target);
-      if (gap <= best_gap) {                                 // ties: more tokens in micro-batch 0
+      if (gap <= best_gap) {  // ties: more tokens in micro-batch 0
         best_gap = gap;
         best_k = k;
       }

@@ -33,7 +33,7 @@ struct step_cost {
 /// A run of new tokens of one request: positions [start, start + num_tokens).
 struct prefill_segment {
   int64_t request_idx = 0;
-  int64_t start = 0;                        // absolute position of the first token
+  int64_t start = 0;  // absolute position of the first token
   int64_t num_tokens = 0;
 };
 
@@ -65,6 +65,6 @@ inline constexpr double prefill_first_share = 0.53;
 /// (its first part in micro-batch 0). A batch of one token puts it in micro-batch 0 and leaves
 /// micro-batch 1 empty. Throws std::invalid_argument unless 0 < first_share < 1.
 [[nodiscard]] std::array<std::vector<prefill_segment>, 2> split_micro_batches(
-    const std::vector<prefill_segment>& batch, const step_cost& cost = {}, double first_share = 0.5);
+  const std::vector<prefill_segment>& batch, const step_cost& cost = {}, double first_share = 0.5);
 
 }  // namespace moe

@@ -28,8 +28,7 @@ int64_t pick_prefill_rank(const std::vector<prefill_load>& loads, int64_t num_un
   return best;
 }
 
-std::optional<int64_t> pick_decode_rank(const std::vector<decode_load>& loads,
-                                        int64_t num_blocks_needed) {
+std::optional<int64_t> pick_decode_rank(const std::vector<decode_load>& loads, int64_t num_blocks_needed) {
   std::optional<int64_t> best;
   double best_score = std::numeric_limits<double>::infinity();
   int64_t max_running = 1;

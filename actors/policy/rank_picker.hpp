@@ -11,8 +11,8 @@ namespace moe {
 
 /// What a prefill rank has queued: core-attention cost and input tokens not yet prefilled.
 struct prefill_load {
-  double attention_cost = 0.0;              // sum over queued prompts of uncached_len^2
-  int64_t num_tokens = 0;                   // queued uncached input tokens (dispatch send load)
+  double attention_cost = 0.0;  // sum over queued prompts of uncached_len^2
+  int64_t num_tokens = 0;       // queued uncached input tokens (dispatch send load)
 };
 
 /// The prefill rank that keeps both objectives most even after adding a prompt with
@@ -25,7 +25,7 @@ struct decode_load {
   int64_t num_used_blocks = 0;
   int64_t num_blocks = 0;
   int64_t num_running = 0;
-  int64_t max_running = 0;                  // 0: unlimited
+  int64_t max_running = 0;  // 0: unlimited
 };
 
 /// The decode rank for a request needing `num_blocks_needed` KV blocks: among ranks with room

@@ -35,7 +35,7 @@ std::vector<fs::path> files_from_index(const fs::path& dir, const fs::path& inde
   json root;
   try {
     root = json::parse(in);
-  } catch (const json::exception& e) {         // parse_error, out_of_range (1e400)
+  } catch (const json::exception& e) {  // parse_error, out_of_range (1e400)
     throw input_error(index_path.string() + ": malformed JSON: " + e.what());
   }
   auto map_it = root.is_object() ? root.find("weight_map") : root.end();
@@ -48,8 +48,8 @@ std::vector<fs::path> files_from_index(const fs::path& dir, const fs::path& inde
                         "\"]: expected a file name string, got " + file.dump());
     const std::string file_name = file.get<std::string>();
     if (file_name.find('/') != std::string::npos || !fs::is_regular_file(dir / file_name))
-      throw input_error(index_path.string() + ": tensor \"" + tensor + "\" maps to shard \"" +
-                        file_name + "\", which does not exist in " + dir.string());
+      throw input_error(index_path.string() + ": tensor \"" + tensor + "\" maps to shard \"" + file_name +
+                        "\", which does not exist in " + dir.string());
     weight_map.emplace(tensor, file_name);
     names.insert(file_name);
   }
@@ -105,7 +105,7 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     throw input_error(dir.string() + ": no model.safetensors, model.safetensors.index.json or "
                                      "*.safetensors files");
 
-  std::vector<uint64_t> sizes;               // for progress; a missing file is reported by open
+  std::vector<uint64_t> sizes;  // for progress; a missing file is reported by open
   for (const fs::path& path : files) {
     std::error_code ec;
     const uint64_t size = fs::file_size(path, ec);
@@ -117,9 +117,10 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
   if (memory == weight_memory::copy)
     for (const fs::path& path : files)
       needed -= std::min(needed, safetensors_skipped_bytes(path, skip));
-  if (memory == weight_memory::copy)        // before reading a byte: not killed half-way through
-    require_memory(needed, dir.string() + ": copying the weights (" + std::to_string(files.size()) +
-                              (files.size() == 1 ? " file)" : " files)"),
+  if (memory == weight_memory::copy)  // before reading a byte: not killed half-way through
+    require_memory(needed,
+                   dir.string() + ": copying the weights (" + std::to_string(files.size()) +
+                     (files.size() == 1 ? " file)" : " files)"),
                    ": map the files instead (moeserve --mmap-weights: the page cache, slower decode) "
                    "or use a machine with more memory");
   uint64_t loaded = 0;
@@ -133,8 +134,8 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
     for (const auto& [name, info] : ckpt->files_.back()->tensors()) {
       auto [it, inserted] = ckpt->index_.emplace(name, &info);
       if (!inserted)
-        throw input_error(dir.string() + ": tensor \"" + name + "\" appears in both " +
-                          it->second->file + " and " + info.file);
+        throw input_error(dir.string() + ": tensor \"" + name + "\" appears in both " + it->second->file +
+                          " and " + info.file);
     }
   }
   for (const auto& [tensor, file_name] : weight_map) {
@@ -148,15 +149,12 @@ std::shared_ptr<const checkpoint> checkpoint::open(const fs::path& dir, weight_m
   return ckpt;
 }
 
-bool checkpoint::contains(std::string_view name) const noexcept {
-  return index_.find(name) != index_.end();
-}
+bool checkpoint::contains(std::string_view name) const noexcept { return index_.find(name) != index_.end(); }
 
 const tensor_info& checkpoint::tensor(std::string_view name) const {
   auto it = index_.find(name);
   if (it == index_.end())
-    throw input_error(dir_.string() + ": tensor \"" + std::string(name) +
-                      "\" not found in the checkpoint");
+    throw input_error(dir_.string() + ": tensor \"" + std::string(name) + "\" not found in the checkpoint");
   return *it->second;
 }
 

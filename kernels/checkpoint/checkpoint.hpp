@@ -24,11 +24,11 @@ struct tensor_info {
   std::string name;
   dtype type = dtype::f32;
   std::vector<int64_t> shape;
-  const std::byte* data = nullptr;          // inside the mapping; may be unaligned
+  const std::byte* data = nullptr;  // inside the mapping; may be unaligned
   int64_t num_bytes = 0;
   /// row_major as stored, or fp8_panels where the loader repacked it (FP8 2-D, see open).
   weight_layout layout = weight_layout::row_major;
-  std::string file;                         // file name, for error messages
+  std::string file;  // file name, for error messages
 };
 
 /// Where a checkpoint's bytes live while the model runs.
@@ -53,7 +53,7 @@ using tensor_filter = std::function<bool(std::string_view name)>;
 
 /// One loaded .safetensors file with its parsed header.
 class safetensors_file {
-public:
+ public:
   /// Loads (see weight_memory) and parses `path`; throws input_error naming the file on a
   /// truncated file, malformed header JSON, an unknown dtype, offsets out of range / not
   /// matching the shape, or a kept tensor holding a NaN or an infinity (check_finite, on every
@@ -76,7 +76,7 @@ public:
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
-private:
+ private:
   safetensors_file() = default;
   std::filesystem::path path_;
   void* map_ = nullptr;
@@ -86,14 +86,15 @@ private:
 
 /// Bytes of `path`'s tensors that `skip` names, from its header alone; 0 when the header cannot
 /// be read (open reports why).
-[[nodiscard]] uint64_t safetensors_skipped_bytes(const std::filesystem::path& path, const tensor_filter& skip);
+[[nodiscard]] uint64_t safetensors_skipped_bytes(const std::filesystem::path& path,
+                                                 const tensor_filter& skip);
 
 /// A checkpoint directory. Tensor look-ups check presence and shape and throw input_error with
 /// the tensor's name and file (or the directory when missing). Tensors of layers past
 /// num_hidden_layers (the MTP module) are checked in their headers, then left out: not read in
 /// copy mode, not in the index.
 class checkpoint {
-public:
+ public:
   /// `fp8_panels`: see safetensors_file::open (the fast CPU kernels' layout for FP8 weights).
   static std::shared_ptr<const checkpoint> open(const std::filesystem::path& dir,
                                                 weight_memory memory = weight_memory::copy,
@@ -105,11 +106,10 @@ public:
   /// The tensor `name`; throws input_error when missing.
   [[nodiscard]] const tensor_info& tensor(std::string_view name) const;
   /// The tensor `name`, which must have exactly `shape`; throws input_error otherwise.
-  [[nodiscard]] const tensor_info& tensor(std::string_view name,
-                                          const std::vector<int64_t>& shape) const;
+  [[nodiscard]] const tensor_info& tensor(std::string_view name, const std::vector<int64_t>& shape) const;
   [[nodiscard]] std::vector<std::string> tensor_names() const;
 
-private:
+ private:
   std::filesystem::path dir_;
   model_config config_;
   std::vector<std::unique_ptr<safetensors_file>> files_;
@@ -118,7 +118,7 @@ private:
 
 /// Builds a safetensors file in memory and writes it (make-model, tests).
 class safetensors_writer {
-public:
+ public:
   /// Producer of a tensor's bytes at write time; it must fill the whole span.
   using filler = std::function<void(std::span<std::byte>)>;
 
@@ -131,12 +131,12 @@ public:
   [[nodiscard]] int64_t data_bytes() const noexcept;
   [[nodiscard]] std::vector<std::string> names() const;
 
-private:
+ private:
   struct entry {
     std::string name;
     dtype type;
     std::vector<int64_t> shape;
-    std::vector<std::byte> bytes;           // empty when `fill` produces them
+    std::vector<std::byte> bytes;  // empty when `fill` produces them
     filler fill;
     int64_t num_bytes = 0;
   };

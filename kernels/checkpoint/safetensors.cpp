@@ -36,8 +36,7 @@ using json = nlohmann::json;
   throw input_error(path.string() + ": tensor \"" + std::string(name) + "\": " + what);
 }
 
-std::vector<int64_t> parse_shape(const json& v, const std::filesystem::path& path,
-                                 std::string_view name) {
+std::vector<int64_t> parse_shape(const json& v, const std::filesystem::path& path, std::string_view name) {
   if (!v.is_array())
     tensor_error(path, name, "\"shape\" must be an array of non-negative integers, got " + v.dump());
   std::vector<int64_t> shape;
@@ -71,8 +70,9 @@ tensor_info parse_entry(const std::string& name, const json& entry, const std::f
   if (dtype_it == entry.end() || !dtype_it->is_string())
     tensor_error(path, name, "missing \"dtype\" string");
   if (!parse_dtype(dtype_it->get<std::string>(), t.type))
-    tensor_error(path, name, "unknown dtype \"" + dtype_it->get<std::string>() +
-                                 "\" (expected F32, F16, BF16, F8_E4M3, I64 or I32)");
+    tensor_error(path, name,
+                 "unknown dtype \"" + dtype_it->get<std::string>() +
+                   "\" (expected F32, F16, BF16, F8_E4M3, I64 or I32)");
   auto shape_it = entry.find("shape");
   if (shape_it == entry.end())
     tensor_error(path, name, "missing \"shape\"");
@@ -83,18 +83,19 @@ tensor_info parse_entry(const std::string& name, const json& entry, const std::f
     tensor_error(path, name, "\"data_offsets\" must be [begin, end] of non-negative integers");
   const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
   if (begin > end)
-    tensor_error(path, name, "data_offsets begin " + std::to_string(begin) + " > end " +
-                                 std::to_string(end));
+    tensor_error(path, name, "data_offsets begin " + std::to_string(begin) + " > end " + std::to_string(end));
   if (end > data_size)
-    tensor_error(path, name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                                 ") run past the end of the data (" + std::to_string(data_size) +
-                                 " bytes; file truncated?)");
+    tensor_error(path, name,
+                 "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                   ") run past the end of the data (" + std::to_string(data_size) +
+                   " bytes; file truncated?)");
   const int64_t want = expected_bytes(t.shape, t.type);
   if (want < 0)
     tensor_error(path, name, "shape " + shape_it->dump() + " holds more bytes than a 64-bit size");
   if (static_cast<uint64_t>(want) != end - begin)
-    tensor_error(path, name, "data_offsets span " + std::to_string(end - begin) +
-                                 " bytes but shape and dtype need " + std::to_string(want));
+    tensor_error(path, name,
+                 "data_offsets span " + std::to_string(end - begin) + " bytes but shape and dtype need " +
+                   std::to_string(want));
   t.data = data_begin + begin;
   t.num_bytes = want;
   return t;
@@ -135,9 +136,8 @@ void check_finite_tensors(std::map<std::string, tensor_info, std::less<>>& tenso
   std::vector<tensor_info*> todo;
   for (auto& [name, t] : tensors)
     todo.push_back(&t);
-  std::stable_sort(todo.begin(), todo.end(), [](const tensor_info* a, const tensor_info* b) {
-    return a->num_bytes > b->num_bytes;
-  });
+  std::stable_sort(todo.begin(), todo.end(),
+                   [](const tensor_info* a, const tensor_info* b) { return a->num_bytes > b->num_bytes; });
   for_each_tensor_parallel(todo, [](tensor_info& t) { check_finite(t); });
 }
 
@@ -154,9 +154,11 @@ std::byte* allocate_huge_pages(uint64_t size, const std::filesystem::path& path,
   mapped = (size + huge - 1) / huge * huge;
   void* raw = ::mmap(nullptr, mapped + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED)
-    file_error(path, "cannot allocate " + std::to_string(mapped) + " bytes for its weights: " + std::strerror(errno));
+    file_error(path, "cannot allocate " + std::to_string(mapped) +
+                       " bytes for its weights: " + std::strerror(errno));
   auto* const first = static_cast<std::byte*>(raw);
-  auto* const base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(first) + huge - 1) & ~uintptr_t{huge - 1});
+  auto* const base =
+    reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(first) + huge - 1) & ~uintptr_t{huge - 1});
   if (base > first)
     ::munmap(first, static_cast<size_t>(base - first));
   if (first + huge > base)
@@ -176,7 +178,7 @@ void read_span(int fd, std::byte* base, uint64_t begin, uint64_t end, const std:
       continue;
     if (n <= 0)
       file_error(path, "cannot read at byte " + std::to_string(done) + ": " +
-                           (n < 0 ? std::strerror(errno) : "the file ended early (changed while loading?)"));
+                         (n < 0 ? std::strerror(errno) : "the file ended early (changed while loading?)"));
     done += static_cast<uint64_t>(n);
     if (on_bytes)
       on_bytes(done);
@@ -190,7 +192,7 @@ uint64_t header_length(const std::byte* bytes, uint64_t size, const std::filesys
     header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
   if (header_len > size - 8)
     file_error(path, "header length " + std::to_string(header_len) + " runs past the end of the " +
-                         std::to_string(size) + "-byte file (truncated or not a safetensors file)");
+                       std::to_string(size) + "-byte file (truncated or not a safetensors file)");
   return header_len;
 }
 
@@ -205,7 +207,7 @@ json parse_header(const char* header, uint64_t header_len, const std::filesystem
   };
   try {
     root = json::parse(header, header + header_len, no_duplicates);
-  } catch (const json::exception& e) {         // parse_error, out_of_range (1e400)
+  } catch (const json::exception& e) {  // parse_error, out_of_range (1e400)
     file_error(path, std::string("malformed header JSON: ") + e.what());
   }
   if (!root.is_object())
@@ -219,24 +221,27 @@ json parse_header(const char* header, uint64_t header_len, const std::filesystem
 // tensor as another (and, in copy mode, repack shared FP8 bytes twice): both fail here.
 void check_tiling(const std::map<std::string, tensor_info, std::less<>>& tensors,
                   const std::filesystem::path& path, const std::byte* data_begin, uint64_t data_size) {
-  std::vector<std::tuple<uint64_t, uint64_t, const std::string*>> spans;   // begin, bytes, name
+  std::vector<std::tuple<uint64_t, uint64_t, const std::string*>> spans;  // begin, bytes, name
   for (const auto& [name, t] : tensors)
     spans.emplace_back(static_cast<uint64_t>(t.data - data_begin), static_cast<uint64_t>(t.num_bytes), &name);
   std::sort(spans.begin(), spans.end());
   uint64_t covered = 0;
   for (const auto& [begin, bytes, name] : spans) {
     if (begin < covered)
-      tensor_error(path, *name, "data_offsets begin at byte " + std::to_string(begin) +
-                                    ", inside the tensor before it (tensors may not overlap)");
+      tensor_error(path, *name,
+                   "data_offsets begin at byte " + std::to_string(begin) +
+                     ", inside the tensor before it (tensors may not overlap)");
     if (begin > covered)
-      tensor_error(path, *name, "data_offsets begin at byte " + std::to_string(begin) + ", leaving bytes " +
-                                    std::to_string(covered) + ".." + std::to_string(begin) +
-                                    " of the data to no tensor (the data must be the tensors back to back)");
+      tensor_error(path, *name,
+                   "data_offsets begin at byte " + std::to_string(begin) + ", leaving bytes " +
+                     std::to_string(covered) + ".." + std::to_string(begin) +
+                     " of the data to no tensor (the data must be the tensors back to back)");
     covered = begin + bytes;
   }
   if (covered != data_size)
     file_error(path, "the tensors cover " + std::to_string(covered) + " bytes of a " +
-                         std::to_string(data_size) + "-byte data area (header length wrong, or bytes after the last tensor)");
+                       std::to_string(data_size) +
+                       "-byte data area (header length wrong, or bytes after the last tensor)");
 }
 
 // The file open for reading and its size, checked to hold the header length.
@@ -258,19 +263,20 @@ opened_file open_file(const std::filesystem::path& path) {
   if (size < 8) {
     ::close(fd);
     file_error(path, "file is " + std::to_string(size) +
-                         " bytes, shorter than the 8-byte safetensors header length");
+                       " bytes, shorter than the 8-byte safetensors header length");
   }
   return {fd, size};
 }
 
 }  // namespace
 
-std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path, weight_memory memory,
+std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path,
+                                                         weight_memory memory,
                                                          const std::function<void(uint64_t)>& on_bytes,
                                                          bool fp8_panels, const tensor_filter& skip) {
   const auto [fd, size] = open_file(path);
   const fd_guard guard{fd};
-  std::unique_ptr<safetensors_file> file(new safetensors_file());   // unmaps on a throw below
+  std::unique_ptr<safetensors_file> file(new safetensors_file());  // unmaps on a throw below
   file->path_ = path;
   std::byte* bytes = nullptr;
   uint64_t header_len = 0;
@@ -308,20 +314,20 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
     std::erase_if(file->tensors_, [&](const auto& entry) { return skip(entry.first); });
 
   if (memory == weight_memory::copy) {
-    std::vector<std::pair<uint64_t, uint64_t>> spans;      // file offsets of the kept tensors, merged
+    std::vector<std::pair<uint64_t, uint64_t>> spans;  // file offsets of the kept tensors, merged
     for (const auto& [name, t] : file->tensors_)
       spans.emplace_back(t.data - bytes, t.data - bytes + t.num_bytes);
     std::sort(spans.begin(), spans.end());
     uint64_t at = 8 + header_len;
     for (const auto& [begin, end] : spans) {
       if (begin > at && on_bytes)
-        on_bytes(begin);                                   // skipped bytes count as done
+        on_bytes(begin);  // skipped bytes count as done
       read_span(fd, bytes, std::max(begin, at), std::max(end, at), path, on_bytes);
       at = std::max(end, at);
     }
-    if (on_bytes && at < size)                             // skipped tensors at the end
+    if (on_bytes && at < size)  // skipped tensors at the end
       on_bytes(size);
-    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   // the copy is what runs
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the copy is what runs
   }
   check_finite_tensors(file->tensors_);
   if (memory == weight_memory::copy) {
@@ -358,7 +364,7 @@ uint64_t safetensors_skipped_bytes(const std::filesystem::path& path, const tens
     }
     return std::min(skipped, size);
   } catch (const input_error&) {
-    return 0;                                              // open names what is wrong
+    return 0;  // open names what is wrong
   }
 }
 

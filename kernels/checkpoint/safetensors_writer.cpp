@@ -32,8 +32,8 @@ void safetensors_writer::add(std::string name, dtype type, std::vector<int64_t> 
                              std::vector<std::byte> bytes) {
   const int64_t n = shape_bytes(shape, type);
   if (n != static_cast<int64_t>(bytes.size()))
-    throw input_error("safetensors_writer: tensor \"" + name + "\" has " +
-                      std::to_string(bytes.size()) + " bytes but its shape needs " + std::to_string(n));
+    throw input_error("safetensors_writer: tensor \"" + name + "\" has " + std::to_string(bytes.size()) +
+                      " bytes but its shape needs " + std::to_string(n));
   entries_.push_back({std::move(name), type, std::move(shape), std::move(bytes), nullptr, n});
 }
 
@@ -67,13 +67,12 @@ void safetensors_writer::write(const std::filesystem::path& path) const {
     header["__metadata__"] = metadata_;
   int64_t offset = 0;
   for (const entry& e : entries_) {
-    header[e.name] = {{"dtype", dtype_name(e.type)},
-                      {"shape", e.shape},
-                      {"data_offsets", {offset, offset + e.num_bytes}}};
+    header[e.name] = {
+      {"dtype", dtype_name(e.type)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.num_bytes}}};
     offset += e.num_bytes;
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');         // data starts at 8 + N, a multiple of 8
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts at 8 + N, a multiple of 8
 
   std::unique_ptr<std::FILE, file_closer> f(std::fopen(path.c_str(), "wb"));
   auto fail = [&](const char* what, int err = errno) {
@@ -84,7 +83,8 @@ void safetensors_writer::write(const std::filesystem::path& path) const {
   uint8_t len[8];
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  if (std::fwrite(len, 1, 8, f.get()) != 8 || std::fwrite(text.data(), 1, text.size(), f.get()) != text.size())
+  if (std::fwrite(len, 1, 8, f.get()) != 8 ||
+      std::fwrite(text.data(), 1, text.size(), f.get()) != text.size())
     fail("write failed");
   // Generated tensors alternate between two buffers: one is filled while the other is written.
   int64_t max_fill_bytes = 0;
@@ -93,7 +93,7 @@ void safetensors_writer::write(const std::filesystem::path& path) const {
       max_fill_bytes = std::max(max_fill_bytes, e.num_bytes);
   std::unique_ptr<std::byte[]> buffers[2];
   int next_buffer = 0;
-  std::future<int> pending;                              // the write in flight -> errno or 0
+  std::future<int> pending;  // the write in flight -> errno or 0
   for (const entry& e : entries_) {
     std::span<const std::byte> bytes = e.bytes;
     if (e.fill) {

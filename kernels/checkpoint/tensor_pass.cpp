@@ -38,7 +38,8 @@ int64_t first_all_ones(const std::byte* data, int64_t n, U mask) {
 
 }  // namespace
 
-void for_each_tensor_parallel(const std::vector<tensor_info*>& todo, const std::function<void(tensor_info&)>& fn) {
+void for_each_tensor_parallel(const std::vector<tensor_info*>& todo,
+                              const std::function<void(tensor_info&)>& fn) {
   std::vector<std::exception_ptr> errors(todo.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -89,7 +90,8 @@ void check_finite(const tensor_info& t) {
                                             : f16_to_f32(static_cast<uint16_t>(bits));
     std::snprintf(value, sizeof value, "%s", std::isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity");
   }
-  throw input_error(t.file + ": tensor \"" + t.name + "\": " + where + " is " + value + " (expected a finite number)");
+  throw input_error(t.file + ": tensor \"" + t.name + "\": " + where + " is " + value +
+                    " (expected a finite number)");
 }
 
 }  // namespace moe

@@ -13,7 +13,8 @@ namespace moe {
 /// fn(*t) for every t in `todo`, spread over all cores. If some calls throw, the exception of
 /// the one earliest in `todo` is rethrown once all have finished (the same error whatever the
 /// thread timing).
-void for_each_tensor_parallel(const std::vector<tensor_info*>& todo, const std::function<void(tensor_info&)>& fn);
+void for_each_tensor_parallel(const std::vector<tensor_info*>& todo,
+                              const std::function<void(tensor_info&)>& fn);
 
 /// Throws input_error naming the file, the tensor, the first offending element (its flat index,
 /// and its row and column for a matrix) and its value when an F32, F16 or BF16 tensor holds a NaN

@@ -38,8 +38,8 @@ std::vector<double> expand_keys(const mla_attention_params& p, const int32_t* ta
   const linear_weight& w = *p.kv_b_proj;
   std::vector<double> kv(static_cast<size_t>((last + 1) * H * width));
   for (int64_t j = 0; j <= last; ++j) {
-    const float* entry = p.cache.slot(table, j);           // [c_kv (C) | k_rope (dr)]
-    for (int64_t r = 0; r < H * width; ++r) {              // W_UK[h] c_kv, then W_UV[h] c_kv
+    const float* entry = p.cache.slot(table, j);  // [c_kv (C) | k_rope (dr)]
+    for (int64_t r = 0; r < H * width; ++r) {     // W_UK[h] c_kv, then W_UV[h] c_kv
       double k = 0.0;
       for (int64_t c = 0; c < C; ++c)
         k += static_cast<double>(w.at(r, c)) * entry[c];
@@ -59,7 +59,7 @@ void attend_naive(const mla_attention_params& p, const float* q, const int32_t* 
     const double* k_nope = kv + j * stride + h * (dn + dv);
     const float* entry = p.cache.slot(table, j);
     double s = 0.0;
-    for (int64_t d = 0; d < dn; ++d)                       // q_nope . k_nope
+    for (int64_t d = 0; d < dn; ++d)  // q_nope . k_nope
       s += q[d] * k_nope[d];
     for (int64_t r = 0; r < p.rope_dim; ++r)
       s += static_cast<double>(q[dn + r]) * entry[C + r];
@@ -76,11 +76,11 @@ void attend_naive(const mla_attention_params& p, const float* q, const int32_t* 
 }
 
 // One head of one token, absorbed form: attention in the latent space.
-void attend_absorbed(const mla_attention_params& p, const float* q, const int32_t* table,
-                     int64_t pos, int64_t h, float* out) {
+void attend_absorbed(const mla_attention_params& p, const float* q, const int32_t* table, int64_t pos,
+                     int64_t h, float* out) {
   const int64_t C = p.kv_lora_rank, dn = p.nope_dim, dv = p.v_dim, row0 = h * (dn + dv);
   const linear_weight& w = *p.kv_b_proj;
-  std::vector<double> q_abs(static_cast<size_t>(C), 0.0);   // W_UK[h]^T q_nope
+  std::vector<double> q_abs(static_cast<size_t>(C), 0.0);  // W_UK[h]^T q_nope
   for (int64_t d = 0; d < dn; ++d)
     for (int64_t c = 0; c < C; ++c)
       q_abs[c] += static_cast<double>(w.at(row0 + d, c)) * q[d];
@@ -95,13 +95,13 @@ void attend_absorbed(const mla_attention_params& p, const float* q, const int32_
     scores[j] = s * p.softmax_scale;
   }
   softmax(scores);
-  std::vector<double> o_lat(static_cast<size_t>(C), 0.0);   // sum_j P_j c_kv(j)
+  std::vector<double> o_lat(static_cast<size_t>(C), 0.0);  // sum_j P_j c_kv(j)
   for (int64_t j = 0; j <= pos; ++j) {
     const float* entry = p.cache.slot(table, j);
     for (int64_t c = 0; c < C; ++c)
       o_lat[c] += scores[j] * entry[c];
   }
-  for (int64_t d = 0; d < dv; ++d) {                       // W_UV[h] o_lat
+  for (int64_t d = 0; d < dv; ++d) {  // W_UV[h] o_lat
     double v = 0.0;
     for (int64_t c = 0; c < C; ++c)
       v += static_cast<double>(w.at(row0 + dn + d, c)) * o_lat[c];

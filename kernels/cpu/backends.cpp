@@ -4,14 +4,12 @@
 
 #include "kernels/cpu/reference_backend.hpp"
 #ifdef MOE_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.hpp"
+#  include "kernels/cuda/cuda_backend.hpp"
 #endif
 
 namespace moe {
 
-std::unique_ptr<backend> make_cpu_reference_backend() {
-  return std::make_unique<cpu_reference_backend>();
-}
+std::unique_ptr<backend> make_cpu_reference_backend() { return std::make_unique<cpu_reference_backend>(); }
 
 bool cpu_fast_path_supported() noexcept {
   __builtin_cpu_init();
@@ -26,7 +24,8 @@ std::unique_ptr<backend> make_cpu_backend(bool reference, int num_threads) {
     return make_cpu_reference_backend();
   if (cpu_fast_path_supported())
     return make_cpu_fast_backend(num_threads);
-  std::fprintf(stderr, "warning: this CPU lacks AVX-512 BF16, VBMI or GFNI; using the (slow) reference backend\n");
+  std::fprintf(stderr,
+               "warning: this CPU lacks AVX-512 BF16, VBMI or GFNI; using the (slow) reference backend\n");
   return make_cpu_reference_backend();
 }
 

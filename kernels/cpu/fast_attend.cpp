@@ -12,7 +12,7 @@
 namespace moe::fast {
 namespace {
 
-constexpr int64_t key_block = 32;           // keys scored per step (two zmm of scores per row)
+constexpr int64_t key_block = 32;  // keys scored per step (two zmm of scores per row)
 
 // kt[d0 + d][j] = part[j][d] for j < nk (0 beyond), d < dim: 16x16 transposes of one key part.
 void transpose_part(const float* const* part, int64_t nk, int64_t dim, float* kt) {
@@ -32,8 +32,8 @@ void transpose_part(const float* const* part, int64_t nk, int64_t dim, float* kt
 }
 
 // scores[r * ld + j] = (q[r] . kt[:, j]) * scale for 8 rows from r0 (fewer at the end), j < 32.
-void score_rows(const attention_rows& rows, int64_t r0, const float* kt, int64_t kv_dim,
-                float scale, float* scores, int64_t ld) {
+void score_rows(const attention_rows& rows, int64_t r0, const float* kt, int64_t kv_dim, float scale,
+                float* scores, int64_t ld) {
   constexpr int R = 8;
   const int64_t n = std::min<int64_t>(R, rows.num_rows - r0);
   const float* q[R];
@@ -68,7 +68,8 @@ void softmax_row(float* scores, int64_t valid, int64_t width, float& max, float&
   const __m512 m = _mm512_set1_ps(max);
   __m512 total = _mm512_setzero_ps();
   for (int64_t j = 0; j < width; j += 16) {
-    const __m512 p = _mm512_maskz_mov_ps(tail_mask16(valid - j), exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), m)));
+    const __m512 p = _mm512_maskz_mov_ps(tail_mask16(valid - j),
+                                         exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), m)));
     _mm512_storeu_ps(scores + j, p);
     total = _mm512_add_ps(total, p);
   }
@@ -76,8 +77,8 @@ void softmax_row(float* scores, int64_t valid, int64_t width, float& max, float&
 }
 
 // o[r][c] = sum_j p[r * ld + j] * values[j][c], j < nk, c < C: 4 rows x 64 columns a tile.
-void accumulate_values(int64_t num_rows, const float* probs, int64_t ld, const float* const* values, int64_t nk,
-                       int64_t C, float* o) {
+void accumulate_values(int64_t num_rows, const float* probs, int64_t ld, const float* const* values,
+                       int64_t nk, int64_t C, float* o) {
   for (int64_t c0 = 0; c0 < C; c0 += 64) {
     __mmask16 mask[4];
     for (int i = 0; i < 4; ++i)
@@ -125,7 +126,7 @@ void attend_range(const attention_rows& rows, const attention_keys& keys, float 
   for (int64_t r = 0; r < R; ++r)
     max_pos = std::max(max_pos, rows.row[r].pos);
   const int64_t end = std::min(ke, max_pos + 1), nk = end - kb;
-  const int64_t ld = round_up(nk, key_block);       // scores a row
+  const int64_t ld = round_up(nk, key_block);  // scores a row
   float* kt = s.tile_a.get<float>(key_dim * key_block);
   float* scores = s.tile_b.get<float>(R * (ld + C));  // [R][ld], then the sums [R][C]
   float* o = scores + R * ld;
@@ -188,9 +189,9 @@ void attend_chunk(const attention_rows& rows, const attention_keys& keys, float 
 }
 
 void merge_partial(attention_partial& into, const attention_partial& next, int64_t dim) noexcept {
-  if (next.sum == 0.0f)                             // an empty chunk
+  if (next.sum == 0.0f)  // an empty chunk
     return;
-  if (into.sum == 0.0f) {                           // the first chunk: taken as it is
+  if (into.sum == 0.0f) {  // the first chunk: taken as it is
     std::copy_n(next.o, dim, into.o);
     into.max = next.max;
     into.sum = next.sum;

@@ -15,9 +15,9 @@ namespace moe::fast {
 
 /// One query row (token, head) and where its result goes.
 struct query_row {
-  const float* q = nullptr;                 // [key width]: [q_abs | q_rope] or [q_nope | q_rope]
-  float* out = nullptr;                     // [value width]: o_lat or the head's output
-  int64_t pos = 0;                          // the token's position: keys 0 .. pos are visible
+  const float* q = nullptr;  // [key width]: [q_abs | q_rope] or [q_nope | q_rope]
+  float* out = nullptr;      // [value width]: o_lat or the head's output
+  int64_t pos = 0;           // the token's position: keys 0 .. pos are visible
 };
 
 /// Where one part of key j lies: `base + (j - first) * stride + offset` (a buffer holding keys
@@ -35,20 +35,24 @@ struct attention_keys {
   key_part a, b, v;
 
   [[nodiscard]] const float* at(const key_part& part, int64_t j) const noexcept {
-    return part.base ? part.base + (j - part.first) * part.stride + part.offset : cache.slot(table, j) + part.offset;
+    return part.base ? part.base + (j - part.first) * part.stride + part.offset
+                     : cache.slot(table, j) + part.offset;
   }
   [[nodiscard]] int64_t key_dim() const noexcept { return a.dim + b.dim; }
 };
 
 /// The absorbed form's keys: the cached rows [c_kv (C) | k_rope], values c_kv.
 [[nodiscard]] inline attention_keys latent_keys(const kv_layer_view& cache, const int32_t* table, int64_t C) {
-  return {.cache = cache, .table = table, .a = {.dim = C}, .b = {.offset = C, .dim = cache.kv_dim - C},
+  return {.cache = cache,
+          .table = table,
+          .a = {.dim = C},
+          .b = {.offset = C, .dim = cache.kv_dim - C},
           .v = {.dim = C}};
 }
 
 struct attention_rows {
   int64_t num_rows = 0;
-  const query_row* row = nullptr;           // [num_rows]
+  const query_row* row = nullptr;  // [num_rows]
 };
 
 /// Keys per chunk. Attention over more keys is computed chunk by chunk, each chunk from a fresh

@@ -42,9 +42,14 @@ uint64_t fingerprint(const linear_weight& w, const mla_attention_params& p) {
     for (size_t i = 0; i < n; ++i)
       h = (h ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
   };
-  const int64_t fields[] = {static_cast<int64_t>(w.type), static_cast<int64_t>(w.layout), w.out_features,
-                            w.in_features, p.num_heads,
-                            p.nope_dim, p.v_dim, p.kv_lora_rank,
+  const int64_t fields[] = {static_cast<int64_t>(w.type),
+                            static_cast<int64_t>(w.layout),
+                            w.out_features,
+                            w.in_features,
+                            p.num_heads,
+                            p.nope_dim,
+                            p.v_dim,
+                            p.kv_lora_rank,
                             static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.scale_inv))};
   mix(fields, sizeof(fields));
   const int64_t bytes = w.num_bytes(), window = std::min<int64_t>(64, bytes);
@@ -99,10 +104,17 @@ bool absorb_fp8(const linear_weight& w, int64_t H, int64_t dn, int64_t dv, int64
     return false;
   }
   for (int64_t h = 0; h < H; ++h) {
-    ab.uk_t.push_back({.type = dtype::f8_e4m3, .data = ab.fp8.data() + h * C * dn, .layout = weight_layout::fp8_panels,
-                       .out_features = C, .in_features = dn, .scale_inv = ab.fp8_scales.data() + scale_at[2 * h]});
-    ab.uv.push_back({.type = dtype::f8_e4m3, .data = ab.fp8.data() + H * C * dn + h * dv * C,
-                     .layout = weight_layout::fp8_panels, .out_features = dv, .in_features = C,
+    ab.uk_t.push_back({.type = dtype::f8_e4m3,
+                       .data = ab.fp8.data() + h * C * dn,
+                       .layout = weight_layout::fp8_panels,
+                       .out_features = C,
+                       .in_features = dn,
+                       .scale_inv = ab.fp8_scales.data() + scale_at[2 * h]});
+    ab.uv.push_back({.type = dtype::f8_e4m3,
+                     .data = ab.fp8.data() + H * C * dn + h * dv * C,
+                     .layout = weight_layout::fp8_panels,
+                     .out_features = dv,
+                     .in_features = C,
                      .scale_inv = ab.fp8_scales.data() + scale_at[2 * h + 1]});
   }
   return true;
@@ -147,12 +159,16 @@ const absorbed_kv_b& cpu_fast_backend::absorbed(const mla_attention_params& p) {
   auto* base = exact ? static_cast<void*>(ab->f32.data()) : static_cast<void*>(ab->bf16.data());
   const int64_t elem = dtype_size(type);
   for (int64_t h = 0; h < H; ++h) {
-    ab->uk_t.push_back({.type = type, .data = static_cast<uint8_t*>(base) + h * C * dn * elem,
-                        .out_features = C, .in_features = dn});
-    ab->uv.push_back({.type = type, .data = static_cast<uint8_t*>(base) + (H * C * dn + h * dv * C) * elem,
-                      .out_features = dv, .in_features = C});
+    ab->uk_t.push_back({.type = type,
+                        .data = static_cast<uint8_t*>(base) + h * C * dn * elem,
+                        .out_features = C,
+                        .in_features = dn});
+    ab->uv.push_back({.type = type,
+                      .data = static_cast<uint8_t*>(base) + (H * C * dn + h * dv * C) * elem,
+                      .out_features = dv,
+                      .in_features = C});
   }
-  if (!exact) {                             // BF16 goes through the GEMM's tile: packed once here
+  if (!exact) {  // BF16 goes through the GEMM's tile: packed once here
     std::vector<linear_weight*> all;
     for (int64_t h = 0; h < H; ++h)
       all.insert(all.end(), {&ab->uk_t[h], &ab->uv[h]});
@@ -168,10 +184,10 @@ namespace {
 // (the query rows one task takes per head).
 struct token_blocks {
   struct block {
-    int64_t seq, first, count, max_pos;     // tokens seq_tokens[seq][first .. first + count)
+    int64_t seq, first, count, max_pos;  // tokens seq_tokens[seq][first .. first + count)
   };
   std::vector<std::vector<int64_t>> seq_tokens;
-  std::vector<block> blocks;                // each sequence's in order
+  std::vector<block> blocks;  // each sequence's in order
 };
 
 token_blocks block_tokens(const mla_attention_params& p, int64_t block_tokens) {
@@ -201,7 +217,7 @@ token_blocks block_tokens(const mla_attention_params& p, int64_t block_tokens) {
 // blocks sorted longest keys first, for the dynamic schedule.
 struct attention_plan : token_blocks {
   int64_t head_group = 0, head_groups = 0;
-  bool fused = false;                       // every sequence fits one block: one pass per task
+  bool fused = false;  // every sequence fits one block: one pass per task
   // > 1: fewer (block, head group) tasks than threads and keys in at least two chunks per thread
   // (decode at batch 1 with a long context): phase B runs a task per (block, head group, key
   // chunk), each chunk's rows from a fresh softmax state, and phase C merges each row's chunks
@@ -221,14 +237,15 @@ attention_plan plan_attention(const mla_attention_params& p, int num_threads) {
   const int64_t token_block = std::max<int64_t>(1, max_task_rows / head_group);
   attention_plan plan{block_tokens(p, token_block)};
   plan.head_group = head_group;
-  plan.fused = std::all_of(plan.seq_tokens.begin(), plan.seq_tokens.end(),
-                           [&](const auto& toks) { return static_cast<int64_t>(toks.size()) <= token_block; });
+  plan.fused = std::all_of(plan.seq_tokens.begin(), plan.seq_tokens.end(), [&](const auto& toks) {
+    return static_cast<int64_t>(toks.size()) <= token_block;
+  });
   std::stable_sort(plan.blocks.begin(), plan.blocks.end(),
                    [](const auto& a, const auto& b) { return a.max_pos > b.max_pos; });
   const auto num_blocks = static_cast<int64_t>(plan.blocks.size());
   const int64_t chunks = num_blocks > 0 ? plan.blocks.front().max_pos / fast::attend_chunk_keys + 1 : 1;
-  if (num_blocks * ((H + plan.head_group - 1) / plan.head_group) < num_threads) {   // fill threads
-    if (chunks >= 2 * num_threads) {        // fewer chunks split unevenly (300 keys: 256 + 44)
+  if (num_blocks * ((H + plan.head_group - 1) / plan.head_group) < num_threads) {  // fill threads
+    if (chunks >= 2 * num_threads) {  // fewer chunks split unevenly (300 keys: 256 + 44)
       plan.key_chunks = chunks;
       plan.fused = false;
     } else {
@@ -279,7 +296,7 @@ void cpu_fast_backend::mla_attention(const mla_attention_params& p) {
     cpu_reference_backend::mla_attention(p);
     return;
   }
-  std::vector<int64_t> by_form[2];          // tokens of naive, absorbed sequences
+  std::vector<int64_t> by_form[2];  // tokens of naive, absorbed sequences
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const attention_form f = p.seq_form ? p.seq_form[p.layout.seq_idx[t]] : p.form;
     by_form[f == attention_form::naive ? 0 : 1].push_back(t);
@@ -288,7 +305,7 @@ void cpu_fast_backend::mla_attention(const mla_attention_params& p) {
     return attention_naive(p);
   if (by_form[0].empty())
     return attention_absorbed(p);
-  for (int f = 0; f < 2; ++f) {             // both: each form's tokens as a call of their own
+  for (int f = 0; f < 2; ++f) {  // both: each form's tokens as a call of their own
     token_subset sub(p, by_form[f]);
     (f == 0 ? attention_naive(sub.p) : attention_absorbed(sub.p));
     sub.scatter_out(p, by_form[f]);
@@ -306,14 +323,14 @@ void cpu_fast_backend::attention_absorbed(const mla_attention_params& p) {
 
 void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
   const int64_t T = p.num_tokens, H = p.num_heads, dn = p.nope_dim, dr = p.rope_dim, dq = dn + dr;
-  const int64_t dv = p.v_dim, C = p.kv_lora_rank, width = H * (dn + dv);   // an expanded key's floats
+  const int64_t dv = p.v_dim, C = p.kv_lora_rank, width = H * (dn + dv);  // an expanded key's floats
   const int64_t chunk_keys = fast::attend_chunk_keys;
   const auto [seq_tokens, blocks] = block_tokens(p, naive_block_tokens);
   const auto num_seqs = static_cast<int64_t>(seq_tokens.size());
   std::vector<int64_t> seq_max(static_cast<size_t>(num_seqs), -1), key_row(static_cast<size_t>(num_seqs));
   for (const auto& b : blocks)
     seq_max[b.seq] = std::max(seq_max[b.seq], b.max_pos);
-  int64_t num_chunks = 0, chunk_rows = 0;   // the most keys one chunk expands
+  int64_t num_chunks = 0, chunk_rows = 0;  // the most keys one chunk expands
   for (int64_t sq = 0; sq < num_seqs; ++sq)
     if (seq_max[sq] >= 0) {
       num_chunks = std::max(num_chunks, seq_max[sq] / chunk_keys + 1);
@@ -323,8 +340,13 @@ void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
   // the pointers to their latents.
   const int64_t rows = T * H, part_bytes = static_cast<int64_t>(sizeof(fast::attention_partial));
   uint8_t* cursor = naive_buf_.get<uint8_t>(round_up(rows * part_bytes, 64) + round_up(rows * dv * 4, 64) +
-                                            round_up(chunk_rows * width * 4, 64) + round_up(chunk_rows * 8, 64));
-  auto take = [&](int64_t bytes) { uint8_t* at = cursor; cursor += round_up(bytes, 64); return at; };
+                                            round_up(chunk_rows * width * 4, 64) +
+                                            round_up(chunk_rows * 8, 64));
+  auto take = [&](int64_t bytes) {
+    uint8_t* at = cursor;
+    cursor += round_up(bytes, 64);
+    return at;
+  };
   auto* state = reinterpret_cast<fast::attention_partial*>(take(rows * part_bytes));
   auto* values = reinterpret_cast<float*>(take(rows * dv * 4));
   auto* expanded = reinterpret_cast<float*>(take(chunk_rows * width * 4));
@@ -332,7 +354,7 @@ void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
   for (int64_t i = 0; i < rows; ++i)
     state[i] = {.o = values + i * dv, .max = -std::numeric_limits<float>::infinity(), .sum = 0.0f};
 
-  std::vector<int64_t> live;                // blocks with keys in the chunk
+  std::vector<int64_t> live;  // blocks with keys in the chunk
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t kb = c * chunk_keys;
     // expanded[key_row[s] + j - kb] = kv_b_proj c_kv(j): [k_nope | v] per head, for the chunk's
@@ -357,7 +379,7 @@ void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
       const int64_t* toks = seq_tokens[b.seq].data() + b.first;
       fast::thread_scratch& s = scratch_[thread];
       auto* row = s.rows_b.get<query_row>(b.count);
-      const int64_t parts_bytes = round_up(b.count * part_bytes, 64);    // this chunk of each row
+      const int64_t parts_bytes = round_up(b.count * part_bytes, 64);  // this chunk of each row
       uint8_t* buf = s.attn_state.get<uint8_t>(parts_bytes + b.count * dv * 4);
       auto* part = reinterpret_cast<fast::attention_partial*>(buf);
       auto* part_values = reinterpret_cast<float*>(buf + parts_bytes);
@@ -366,10 +388,12 @@ void cpu_fast_backend::attention_naive(const mla_attention_params& p) {
         part[j] = {.o = part_values + j * dv};
       }
       const float* mine = expanded + key_row[b.seq] * width + h * (dn + dv);
-      const fast::attention_keys keys{.cache = p.cache, .table = p.layout.block_tables[b.seq],
-                                      .a = {.base = mine, .first = kb, .stride = width, .dim = dn},
-                                      .b = {.offset = C, .dim = dr},
-                                      .v = {.base = mine, .first = kb, .stride = width, .offset = dn, .dim = dv}};
+      const fast::attention_keys keys{
+        .cache = p.cache,
+        .table = p.layout.block_tables[b.seq],
+        .a = {.base = mine, .first = kb, .stride = width, .dim = dn},
+        .b = {.offset = C, .dim = dr},
+        .v = {.base = mine, .first = kb, .stride = width, .offset = dn, .dim = dv}};
       fast::attend_chunk({.num_rows = b.count, .row = row}, keys, p.softmax_scale, c, part, s);
       for (int64_t j = 0; j < b.count; ++j)
         fast::merge_partial(state[toks[j] * H + h], part[j], dv);
@@ -387,33 +411,34 @@ void cpu_fast_backend::attention_fused(const mla_attention_params& p, const abso
                                        const attention_plan& plan) {
   const int64_t H = p.num_heads, dn = p.nope_dim, dr = p.rope_dim, dq = dn + dr, dv = p.v_dim;
   const int64_t C = p.kv_lora_rank, kv_dim = C + dr;
-  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups, [&](int64_t task, int thread) {
+  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups, [&](int64_t task,
+                                                                                      int thread) {
     const auto& b = plan.blocks[task / plan.head_groups];
     const int64_t h0 = (task % plan.head_groups) * plan.head_group;
     const int64_t nh = std::min(plan.head_group, H - h0), n = b.count * nh;
     const int64_t* toks = plan.seq_tokens[b.seq].data() + b.first;
     fast::thread_scratch& s = scratch_[thread];
-    float* q = s.attn_q.get<float>(n * kv_dim);           // [count][nh][kv_dim]
-    float* o = s.attn_o.get<float>(n * C + b.count * dv); // [count][nh][C], then [count][dv]
+    float* q = s.attn_q.get<float>(n * kv_dim);            // [count][nh][kv_dim]
+    float* o = s.attn_o.get<float>(n * C + b.count * dv);  // [count][nh][C], then [count][dv]
     float* v = o + n * C;
     auto** in = s.attn_ptrs.get<const float*>(b.count);
     auto* row = s.rows_b.get<query_row>(n);
-    for (int64_t hh = 0; hh < nh; ++hh) {                 // q_abs = W_UK[h]^T q_nope, q_rope
+    for (int64_t hh = 0; hh < nh; ++hh) {  // q_abs = W_UK[h]^T q_nope, q_rope
       const int64_t h = h0 + hh;
       for (int64_t j = 0; j < b.count; ++j) {
         in[j] = p.q + (toks[j] * H + h) * dq;
         std::copy_n(in[j] + dn, dr, q + (j * nh + hh) * kv_dim + C);
       }
-      fast::linear_rows({.num_rows = b.count, .k = dn, .f32 = in}, ab.uk_t[h], 0, C,
-                        q + hh * kv_dim, nh * kv_dim, s);
+      fast::linear_rows({.num_rows = b.count, .k = dn, .f32 = in}, ab.uk_t[h], 0, C, q + hh * kv_dim,
+                        nh * kv_dim, s);
     }
     for (int64_t j = 0; j < b.count; ++j)
       for (int64_t hh = 0; hh < nh; ++hh)
-        row[j * nh + hh] = {.q = q + (j * nh + hh) * kv_dim, .out = o + (j * nh + hh) * C,
-                            .pos = p.layout.positions[toks[j]]};
+        row[j * nh + hh] = {
+          .q = q + (j * nh + hh) * kv_dim, .out = o + (j * nh + hh) * C, .pos = p.layout.positions[toks[j]]};
     fast::attend({.num_rows = n, .row = row}, fast::latent_keys(p.cache, p.layout.block_tables[b.seq], C),
                  p.softmax_scale, s);
-    for (int64_t hh = 0; hh < nh; ++hh) {                 // out = W_UV[h] o_lat
+    for (int64_t hh = 0; hh < nh; ++hh) {  // out = W_UV[h] o_lat
       const int64_t h = h0 + hh;
       for (int64_t j = 0; j < b.count; ++j)
         in[j] = o + (j * nh + hh) * C;
@@ -433,14 +458,19 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
   // Buffers: qc [T, H, kv_dim] = [q_abs | q_rope]; o_lat [T, H, C]; row pointers.
   const int64_t rows = T * H, K = plan.key_chunks;
   const int64_t part_bytes = static_cast<int64_t>(sizeof(fast::attention_partial));
-  const int64_t split_bytes = K > 1 ? round_up(rows * K * part_bytes, 64) + round_up(rows * K * C * 4, 64) : 0;
+  const int64_t split_bytes = K > 1 ? round_up(rows * K * part_bytes, 64) + round_up(rows * K * C * 4, 64)
+                                    : 0;
   uint8_t* cursor = attn_buf_.get<uint8_t>(round_up(rows * kv_dim * 4, 64) + round_up(rows * C * 4, 64) +
                                            2 * round_up(rows * 8, 64) + split_bytes);
-  auto take = [&](int64_t bytes) { uint8_t* at = cursor; cursor += round_up(bytes, 64); return at; };
+  auto take = [&](int64_t bytes) {
+    uint8_t* at = cursor;
+    cursor += round_up(bytes, 64);
+    return at;
+  };
   auto* qc = reinterpret_cast<float*>(take(rows * kv_dim * 4));
   auto* o_lat = reinterpret_cast<float*>(take(rows * C * 4));
-  auto** q_nope = reinterpret_cast<const float**>(take(rows * 8));      // [H][T], head-major
-  auto** lat_in = reinterpret_cast<const float**>(take(rows * 8));      // [H][T]
+  auto** q_nope = reinterpret_cast<const float**>(take(rows * 8));  // [H][T], head-major
+  auto** lat_in = reinterpret_cast<const float**>(take(rows * 8));  // [H][T]
   // key chunks split over tasks: row (t, h)'s chunk c at parts[(t * H + h) * K + c]
   fast::attention_partial* parts = nullptr;
   if (K > 1) {
@@ -455,7 +485,7 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
       lat_in[h * T + t] = o_lat + (t * H + h) * C;
     }
   for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(p.q + r * dq + dn, dr, qc + r * kv_dim + C);         // q_rope after q_abs
+    std::copy_n(p.q + r * dq + dn, dr, qc + r * kv_dim + C);  // q_rope after q_abs
 
   // A. q_abs[t, h] = W_UK[h]^T q_nope[t, h], a task per head.
   pool_.parallel_for(H, [&](int64_t h, int thread) {
@@ -464,7 +494,8 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
   });
 
   // B. attention over (sequence, token block, head group[, key chunk]) tasks.
-  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups * K, [&](int64_t task, int thread) {
+  pool_.parallel_for(static_cast<int64_t>(plan.blocks.size()) * plan.head_groups * K, [&](int64_t task,
+                                                                                          int thread) {
     const int64_t chunk = task % K, bg = task / K;
     const auto& b = plan.blocks[bg / plan.head_groups];
     const int64_t h0 = (bg % plan.head_groups) * plan.head_group;
@@ -474,19 +505,21 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
     auto* row = s.rows_b.get<query_row>(n);
     for (int64_t j = 0; j < b.count; ++j)
       for (int64_t h = 0; h < nh; ++h)
-        row[j * nh + h] = {.q = qc + (toks[j] * H + h0 + h) * kv_dim, .out = o_lat + (toks[j] * H + h0 + h) * C,
+        row[j * nh + h] = {.q = qc + (toks[j] * H + h0 + h) * kv_dim,
+                           .out = o_lat + (toks[j] * H + h0 + h) * C,
                            .pos = p.layout.positions[toks[j]]};
     if (K == 1) {
       fast::attend({.num_rows = n, .row = row}, fast::latent_keys(p.cache, p.layout.block_tables[b.seq], C),
-                 p.softmax_scale, s);
+                   p.softmax_scale, s);
       return;
     }
-    auto* part = s.attn_ptrs.get<fast::attention_partial>(n);   // this chunk of each row
+    auto* part = s.attn_ptrs.get<fast::attention_partial>(n);  // this chunk of each row
     for (int64_t j = 0; j < b.count; ++j)
       for (int64_t h = 0; h < nh; ++h)
         part[j * nh + h] = parts[(toks[j] * H + h0 + h) * K + chunk];
-    fast::attend_chunk({.num_rows = n, .row = row}, fast::latent_keys(p.cache, p.layout.block_tables[b.seq], C),
-                       p.softmax_scale, chunk, part, s);
+    fast::attend_chunk({.num_rows = n, .row = row},
+                       fast::latent_keys(p.cache, p.layout.block_tables[b.seq], C), p.softmax_scale, chunk,
+                       part, s);
     for (int64_t j = 0; j < b.count; ++j)
       for (int64_t h = 0; h < nh; ++h)
         parts[(toks[j] * H + h0 + h) * K + chunk] = part[j * nh + h];

@@ -36,9 +36,12 @@ void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w
   const int64_t num_m = (x.num_rows + m_chunk - 1) / m_chunk;
   pool_.parallel_for(num_spans * num_m, [&](int64_t task, int thread) {
     const int64_t p = task / num_m, m0 = (task % num_m) * m_chunk;
-    const act_rows part{.num_rows = std::min(m_chunk, x.num_rows - m0), .k = x.k,
-                        .f32 = x.f32 + m0, .bf16 = x.bf16 ? x.bf16 + m0 : nullptr,
-                        .fma = x.fma ? x.fma + m0 : nullptr, .factor = x.factor};
+    const act_rows part{.num_rows = std::min(m_chunk, x.num_rows - m0),
+                        .k = x.k,
+                        .f32 = x.f32 + m0,
+                        .bf16 = x.bf16 ? x.bf16 + m0 : nullptr,
+                        .fma = x.fma ? x.fma + m0 : nullptr,
+                        .factor = x.factor};
     const int64_t r0 = p * span;
     fast::linear_rows(part, w, r0, std::min(span, n - r0), out + m0 * ldo + r0, ldo, scratch_[thread]);
   });
@@ -71,7 +74,7 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
   const int64_t chunks = std::min(std::clamp<int64_t>(bytes >> 16, 1, threads), granules);
   auto share = [&](int64_t task) { return granules / chunks + (task < granules % chunks ? 1 : 0); };
   std::vector<gemv_piece> pieces;
-  int64_t task = 0, left = share(0);       // granules the current task still takes
+  int64_t task = 0, left = share(0);  // granules the current task still takes
   for (size_t i = 0; i < w.size(); ++i)
     for (int64_t r0 = 0; r0 < w[i]->out_features;) {
       const int64_t avail = (w[i]->out_features - r0 + granule - 1) / granule;
@@ -91,7 +94,7 @@ std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int t
 void cpu_fast_backend::parallel_gemv(const act_rows& x, std::span<const linear_weight* const> w,
                                      std::span<float* const> out, int64_t ldo) {
   const std::vector<gemv_piece> pieces = plan_gemv(w, pool_.size());
-  if (pieces.empty())                       // no rows at all
+  if (pieces.empty())  // no rows at all
     return;
   // a task's pieces are adjacent: find its first by binary search on the task index
   pool_.parallel_for(pieces.back().task + 1, [&](int64_t task, int thread) {
@@ -153,7 +156,8 @@ void cpu_fast_backend::linear_group(const linear_group_params& p) {
   check_linear_group(p);
   const int64_t m = p.num_tokens;
   const bool one_pass = !p.w.empty() && m <= fast::gemv_max_rows &&
-                        std::all_of(p.w.begin(), p.w.end(), [](const linear_weight* w) { return fast::fast_supports(*w); });
+                        std::all_of(p.w.begin(), p.w.end(),
+                                    [](const linear_weight* w) { return fast::fast_supports(*w); });
   if (!one_pass || m == 0)
     return backend::linear_group(p);
   const int64_t k = p.w.front()->in_features;

@@ -18,7 +18,7 @@
 
 namespace moe {
 
-struct attention_plan;                      // kernels/cpu/fast_attention.cpp
+struct attention_plan;  // kernels/cpu/fast_attention.cpp
 
 /// kv_b_proj split per head for the absorbed form, dequantised once (BF16 for BF16 / FP8
 /// weights, F32 for F32 / F16): W_UK[h]^T [C, dn] and W_UV[h] [dv, C] as linear weights.
@@ -33,21 +33,21 @@ struct absorbed_kv_b {
   std::vector<float> fp8_scales;
   std::vector<uint16_t> bf16;
   std::vector<float> f32;
-  std::shared_ptr<void> panels;             // bf16: uk_t and uv packed for the GEMM (gemm_panels)
-  std::vector<linear_weight> uk_t;          // [H] -> [C, dn]
-  std::vector<linear_weight> uv;            // [H] -> [dv, C]
+  std::shared_ptr<void> panels;     // bf16: uk_t and uv packed for the GEMM (gemm_panels)
+  std::vector<linear_weight> uk_t;  // [H] -> [C, dn]
+  std::vector<linear_weight> uv;    // [H] -> [dv, C]
 };
 
 /// The (token, k) slots of one moe_experts call grouped by expert: a stable counting sort, so
 /// expert e's slots sit at positions offsets[e] .. offsets[e + 1] in slot order.
 struct expert_grouping {
-  std::vector<int64_t> offsets;             // [E + 1], E = expert_end - expert_begin
-  std::vector<int64_t> pos_slot;            // [P] position -> slot t * K + k
-  std::vector<int64_t> slot_pos;            // [T * K] slot -> position; -1 outside the range
-  std::vector<int64_t> active;              // experts with slots, most slots first
-  std::vector<int64_t> fill;                // scratch
+  std::vector<int64_t> offsets;   // [E + 1], E = expert_end - expert_begin
+  std::vector<int64_t> pos_slot;  // [P] position -> slot t * K + k
+  std::vector<int64_t> slot_pos;  // [T * K] slot -> position; -1 outside the range
+  std::vector<int64_t> active;    // experts with slots, most slots first
+  std::vector<int64_t> fill;      // scratch
 };
-void group_by_expert(const moe_experts_params& p, expert_grouping& g);   // fast_experts.cpp
+void group_by_expert(const moe_experts_params& p, expert_grouping& g);  // fast_experts.cpp
 
 /// One piece of a GEMV task: rows [r0, r0 + num_rows) of weight `weight`.
 struct gemv_piece {
@@ -61,16 +61,16 @@ struct gemv_piece {
 [[nodiscard]] std::vector<gemv_piece> plan_gemv(std::span<const linear_weight* const> w, int threads);
 
 class cpu_fast_backend : public cpu_reference_backend {
-public:
+ public:
   /// num_threads <= 0: every hardware thread.
   explicit cpu_fast_backend(int num_threads);
 
   [[nodiscard]] std::string_view name() const noexcept override { return "cpu"; }
-  void linear(const linear_params& p) override;                  // kernels/cpu/fast_backend.cpp
+  void linear(const linear_params& p) override;  // kernels/cpu/fast_backend.cpp
   void linear_group(const linear_group_params& p) override;
-  void moe_experts(const moe_experts_params& p) override;        // kernels/cpu/fast_experts.cpp
-  void mla_attention(const mla_attention_params& p) override;    // kernels/cpu/fast_attention.cpp
-  void embedding(const embedding_params& p) override;            // kernels/cpu/fast_elementwise.cpp
+  void moe_experts(const moe_experts_params& p) override;      // kernels/cpu/fast_experts.cpp
+  void mla_attention(const mla_attention_params& p) override;  // kernels/cpu/fast_attention.cpp
+  void embedding(const embedding_params& p) override;          // kernels/cpu/fast_elementwise.cpp
   void rms_norm(const rms_norm_params& p) override;
   void rope(const rope_params& p) override;
   void silu_mul(const silu_mul_params& p) override;
@@ -86,7 +86,7 @@ public:
   /// tests.
   [[nodiscard]] const absorbed_kv_b& absorbed(const mla_attention_params& p);
 
-private:
+ private:
   /// Runs fn(begin, end) over [0, n) split across the pool when n * cost is large.
   template <class Fn>
   void split(int64_t n, int64_t cost, Fn&& fn);
@@ -101,13 +101,11 @@ private:
                      std::span<float* const> out, int64_t ldo);
   void attention_absorbed(const mla_attention_params& p);
   void attention_naive(const mla_attention_params& p);
-  void attention_fused(const mla_attention_params& p, const absorbed_kv_b& ab,
-                       const attention_plan& plan);
-  void attention_phased(const mla_attention_params& p, const absorbed_kv_b& ab,
-                        const attention_plan& plan);
+  void attention_fused(const mla_attention_params& p, const absorbed_kv_b& ab, const attention_plan& plan);
+  void attention_phased(const mla_attention_params& p, const absorbed_kv_b& ab, const attention_plan& plan);
 
   thread_pool pool_;
-  std::vector<fast::thread_scratch> scratch_;   // one per pool thread
+  std::vector<fast::thread_scratch> scratch_;  // one per pool thread
   // Per-call buffers, kept to avoid reallocating on every op (one caller at a time).
   fast::scratch_buffer x_bf16_, x_ptrs_, x_bf16_ptrs_, x_fma_, x_fma_ptrs_, moe_buf_, attn_buf_, naive_buf_;
   expert_grouping grouping_;
@@ -117,15 +115,14 @@ private:
 
 template <class Fn>
 void cpu_fast_backend::split(int64_t n, int64_t cost, Fn&& fn) {
-  constexpr int64_t min_parallel_cost = 1 << 15;   // below this a dispatch costs more than it saves
+  constexpr int64_t min_parallel_cost = 1 << 15;  // below this a dispatch costs more than it saves
   if (n * cost < min_parallel_cost || n < 2) {
     fn(int64_t{0}, n);
     return;
   }
   const int64_t pieces = std::min<int64_t>(n, 4 * pool_.size()), step = (n + pieces - 1) / pieces;
-  pool_.parallel_for((n + step - 1) / step, [&](int64_t task, int) {
-    fn(task * step, std::min(n, (task + 1) * step));
-  });
+  pool_.parallel_for((n + step - 1) / step,
+                     [&](int64_t task, int) { fn(task * step, std::min(n, (task + 1) * step)); });
 }
 
 }  // namespace moe

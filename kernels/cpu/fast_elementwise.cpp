@@ -57,8 +57,8 @@ void cpu_fast_backend::add(const add_params& p) {
   split(p.n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i += 16) {
       const __mmask16 m = tail_mask16(end - i);
-      _mm512_mask_storeu_ps(p.out + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p.out + i),
-                                                        _mm512_maskz_loadu_ps(m, p.x + i)));
+      _mm512_mask_storeu_ps(
+        p.out + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p.out + i), _mm512_maskz_loadu_ps(m, p.x + i)));
     }
   });
 }
@@ -78,7 +78,7 @@ void cpu_fast_backend::embedding(const embedding_params& p) {
         continue;
       }
       const uint16_t* row = static_cast<const uint16_t*>(table.data) + p.ids[t] * dim;
-      for (int64_t i = 0; i < dim; i += 16) {            // bf16 -> f32: the high half of the bits
+      for (int64_t i = 0; i < dim; i += 16) {  // bf16 -> f32: the high half of the bits
         const __mmask16 m = tail_mask16(dim - i);
         const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + i));
         _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));

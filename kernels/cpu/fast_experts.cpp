@@ -65,7 +65,7 @@ void group_by_expert(const moe_experts_params& p, expert_grouping& g) {
   g.slot_pos.assign(static_cast<size_t>(slots), -1);
   g.pos_slot.resize(static_cast<size_t>(g.offsets[E]));
   g.fill.assign(g.offsets.begin(), g.offsets.end() - 1);
-  for (int64_t s = 0; s < slots; ++s) {                 // in slot order: stable
+  for (int64_t s = 0; s < slots; ++s) {  // in slot order: stable
     const int64_t e = p.topk_ids[s] - p.expert_begin;
     if (e >= 0 && e < E) {
       g.slot_pos[s] = g.fill[e];
@@ -96,7 +96,7 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   const int64_t I = experts[p.expert_begin].gate_proj.out_features;
   expert_grouping& g = grouping_;
   group_by_expert(p, g);
-  if (g.active.empty()) {                   // no token routes into [expert_begin, expert_end)
+  if (g.active.empty()) {  // no token routes into [expert_begin, expert_end)
     std::fill_n(p.out, p.num_tokens * p.hidden, 0.0f);
     return;
   }
@@ -109,7 +109,7 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   const linear_weight& first_gate = experts[p.expert_begin].gate_proj;
   const bool rounded = first_gate.type == dtype::bf16 || first_gate.type == dtype::f8_e4m3;
   const float factor = fast::act_factor(first_gate);
-  auto rows_of = [&](int64_t e) { return g.offsets[e + 1] - g.offsets[e]; };   // active: largest first
+  auto rows_of = [&](int64_t e) { return g.offsets[e + 1] - g.offsets[e]; };  // active: largest first
   const int64_t ldd = rounded && rows_of(g.active.back()) < fast::fma_min_rows ? round_up(D, 32) : 0;
   const int64_t ldf = rounded && rows_of(g.active.front()) >= fast::fma_min_rows ? round_up(D, 16) : 0;
   const int64_t ldi = round_up(I, 32);
@@ -151,8 +151,12 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   auto gate_up = [&](int64_t e, int64_t r0, int64_t nr, fast::thread_scratch& s) {
     const int64_t begin = g.offsets[e], m = g.offsets[e + 1] - begin;
     const mlp_weights& w = experts[p.expert_begin + e];
-    const act_rows a{.num_rows = m, .k = D, .f32 = x_f32 + begin, .bf16 = ldd > 0 ? x_bf16 + begin : nullptr,
-                     .fma = ldf > 0 ? x_fma + begin : nullptr, .factor = factor};
+    const act_rows a{.num_rows = m,
+                     .k = D,
+                     .f32 = x_f32 + begin,
+                     .bf16 = ldd > 0 ? x_bf16 + begin : nullptr,
+                     .fma = ldf > 0 ? x_fma + begin : nullptr,
+                     .factor = factor};
     float* gate = s.tile_a.get<float>(m * nr);
     float* up = s.tile_b.get<float>(m * nr);
     fast::linear_rows(a, w.gate_proj, r0, nr, gate, nr, s);
@@ -161,7 +165,7 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
     for (int64_t i = 0; i < m; ++i) {
       uint16_t* hb_row = hb + (begin + i) * ldi;
       silu_mul_row(gate + i * nr, up + i * nr, nr, h + (begin + i) * I + r0, bf16_h ? hb_row + r0 : nullptr);
-      if (bf16_h && r0 + nr == I)               // bf16 padding, read by the GEMM's last chunk
+      if (bf16_h && r0 + nr == I)  // bf16 padding, read by the GEMM's last chunk
         std::fill(hb_row + I, hb_row + ldi, uint16_t{0});
     }
   };
@@ -169,7 +173,8 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
   auto down = [&](int64_t e, int64_t r0, int64_t nr, fast::thread_scratch& s) {
     const int64_t begin = g.offsets[e];
     const int64_t m = g.offsets[e + 1] - begin;
-    const act_rows a{.num_rows = m, .k = I, .f32 = h_f32 + begin, .bf16 = keeps_bf16_h(m) ? h_bf16 + begin : nullptr};
+    const act_rows a{
+      .num_rows = m, .k = I, .f32 = h_f32 + begin, .bf16 = keeps_bf16_h(m) ? h_bf16 + begin : nullptr};
     fast::linear_rows(a, experts[p.expert_begin + e].down_proj, r0, nr, y + begin * D + r0, D, s);
   };
 
@@ -186,7 +191,8 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
     for (const bool up_phase : {true, false}) {
       const int64_t rows = up_phase ? I : D;
       const int64_t panels = (rows + fast::panel_rows - 1) / fast::panel_rows;
-      const int64_t per_expert = std::clamp<int64_t>((4 * pool_.size() + num_active - 1) / num_active, 1, panels);
+      const int64_t per_expert = std::clamp<int64_t>((4 * pool_.size() + num_active - 1) / num_active, 1,
+                                                     panels);
       const int64_t chunk = (panels + per_expert - 1) / per_expert * fast::panel_rows;
       const int64_t chunks = (rows + chunk - 1) / chunk;
       pool_.parallel_for(num_active * chunks, [&](int64_t task, int thread) {

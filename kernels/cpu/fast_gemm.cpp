@@ -20,7 +20,6 @@
 namespace moe::fast {
 namespace {
 
-
 [[nodiscard]] inline __mmask32 tail_mask32(int64_t n) noexcept {
   return n <= 0 ? __mmask32{0} : n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
 }
@@ -28,7 +27,7 @@ namespace {
 // Stores 16 rows' worth of 32-column chunks, v[j] = row j's columns as bf16 pairs, into the
 // panel at column pair kp0 for rows g * 16 ..: a 16x16 transpose of 32-bit pairs.
 inline void store_transposed(__m512i v[16], uint16_t* panel, int64_t kp0, int64_t g) noexcept {
-  transpose16x16_epi32(v);                      // v[i]: column pair kp0 + i of the 16 rows
+  transpose16x16_epi32(v);  // v[i]: column pair kp0 + i of the 16 rows
   for (int64_t i = 0; i < 16; ++i)
     _mm512_store_si512(panel + ((kp0 + i) * panel_rows + g * 16) * 2, v[i]);
 }
@@ -99,10 +98,11 @@ void pack_panel_fp8_panels(const linear_weight& w, int64_t r0, int64_t n, uint16
   if (r0 % fp8_panel_rows != 0) {
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < k; ++i)
-        panel[((i / 2) * panel_rows + j) * 2 + i % 2] = fp8_to_bf16_scaled(data[fp8_panel_offset(r0 + j, i, k)]);
+        panel[((i / 2) * panel_rows + j) * 2 + i % 2] =
+          fp8_to_bf16_scaled(data[fp8_panel_offset(r0 + j, i, k)]);
     return;
   }
-  const uint8_t* src = data + r0 * k;       // the stored panel: k / 2 pairs of 128 bytes
+  const uint8_t* src = data + r0 * k;  // the stored panel: k / 2 pairs of 128 bytes
   for (int64_t kp = 0; kp < k / 2; ++kp) {
     _mm_prefetch(reinterpret_cast<const char*>(src + kp * 128) + pack_prefetch_bytes, _MM_HINT_T0);
     __m512i u[4];
@@ -128,9 +128,9 @@ constexpr int64_t tile_prefetch_bytes = 8192;
 // BF16: stored at the end; FP8: block by block of kb.pairs pairs, each block's sums from zero
 // added into out by fp8_block_sum.
 template <int MR, bool Prefetch>
-void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out,
-                 int64_t ldo, int64_t n, kblock_scales kb) noexcept {
-  if (num_kp == 0)                          // no inputs: zeros (and no scale to read)
+void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out, int64_t ldo,
+                 int64_t n, kblock_scales kb) noexcept {
+  if (num_kp == 0)  // no inputs: zeros (and no scale to read)
     kb = {};
   const int32_t* ap[MR];
   for (int m = 0; m < MR; ++m)
@@ -169,8 +169,10 @@ void tile_kernel(const uint16_t* const* a, const uint16_t* panel, int64_t num_kp
         if (kb.scales == nullptr)
           _mm512_mask_storeu_ps(o, mask[j], acc[m][j]);
         else
-          _mm512_mask_storeu_ps(o, mask[j], fp8_block_sum(acc[m][j], kb.scales[b0 / step],
-                                                          b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], o)));
+          _mm512_mask_storeu_ps(o, mask[j],
+                                fp8_block_sum(acc[m][j], kb.scales[b0 / step],
+                                              b0 == 0 ? _mm512_setzero_ps()
+                                                      : _mm512_maskz_loadu_ps(mask[j], o)));
       }
     }
   }
@@ -209,8 +211,8 @@ void tile_kernel_1x2(const uint16_t* a, const uint16_t* b0, const uint16_t* b1, 
 }
 
 template <bool Prefetch>
-void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel, int64_t num_kp,
-                     float* out, int64_t ldo, int64_t n, kblock_scales kb) noexcept {
+void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel, int64_t num_kp, float* out,
+                     int64_t ldo, int64_t n, kblock_scales kb) noexcept {
   switch (mr) {
     case 1: tile_kernel<1, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
     case 2: tile_kernel<2, Prefetch>(a, panel, num_kp, out, ldo, n, kb); break;
@@ -231,7 +233,8 @@ void tile_kernel_any(int64_t mr, const uint16_t* const* a, const uint16_t* panel
 
 // The bytes the panel of rows [p0, min(p0 + 64, end)) is made from: its packed copy, or the
 // weight's rows (row-major and FP8 panels alike hold them contiguously); empty past `end`.
-[[nodiscard]] std::span<const char> panel_source_bytes(const linear_weight& w, int64_t p0, int64_t end) noexcept {
+[[nodiscard]] std::span<const char> panel_source_bytes(const linear_weight& w, int64_t p0,
+                                                       int64_t end) noexcept {
   if (p0 >= end)
     return {};
   if (const uint16_t* ready = packed_panel(w, p0))
@@ -272,7 +275,7 @@ void gemm_rows_typed(const act_rows& x, const linear_weight& w, int64_t r0, int6
     } else {
       pack_panel_fp8(w, p0, n, panel);
     }
-    if constexpr (T == dtype::bf16) {            // batch 1 over packed panels: two at a time
+    if constexpr (T == dtype::bf16) {  // batch 1 over packed panels: two at a time
       const int64_t p1 = p0 + panel_rows;
       const uint16_t* next = p1 < r0 + nr ? packed_panel(w, p1) : nullptr;
       if (x.num_rows == 1 && from_memory && n == panel_rows && next != nullptr) {
@@ -311,13 +314,13 @@ void pack_gemm_panels_into(const linear_weight& w, uint16_t* dst) {
   if (w.type != dtype::bf16)
     throw std::invalid_argument("pack_gemm_panels: only BF16 weights are packed ahead");
   const int64_t panels = (w.out_features + panel_rows - 1) / panel_rows, size = panel_size(w.in_features);
-  std::fill_n(dst, panels * size, uint16_t{0});            // a short last panel's missing rows
+  std::fill_n(dst, panels * size, uint16_t{0});  // a short last panel's missing rows
   for (int64_t p = 0; p < panels; ++p)
     pack_panel_bf16(w, p * panel_rows, std::min(panel_rows, w.out_features - p * panel_rows), dst + p * size);
 }
 
-void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
-               int64_t ldo, thread_scratch& s) {
+void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out, int64_t ldo,
+               thread_scratch& s) {
   if (w.type == dtype::bf16)
     gemm_rows_typed<dtype::bf16>(x, w, r0, nr, out, ldo, s);
   else

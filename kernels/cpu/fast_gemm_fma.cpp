@@ -15,8 +15,8 @@
 namespace moe::fast {
 namespace {
 
-constexpr int64_t chunk_pairs = 256;         // column pairs widened at a time: 128 KiB of fp32 panel
-                                             // (FP8: rounded down to whole scale blocks)
+constexpr int64_t chunk_pairs = 256;  // column pairs widened at a time: 128 KiB of fp32 panel
+                                      // (FP8: rounded down to whole scale blocks)
 
 // out[m][j] (+)= sum over the chunk's columns t of a[m][t] * wide[t][j], for m < MR, j < n,
 // as the vdpbf16ps tile sums them. BF16 (no scales): starting from zero for the chunk that
@@ -30,24 +30,26 @@ constexpr int64_t chunk_pairs = 256;         // column pairs widened at a time: 
 // into L2 spread over its steps: the bytes of the call's next panel, which would otherwise be
 // read from memory while nothing computes.
 template <int MR, bool Widen>
-void fma_tile(const float* const* a, const uint16_t* pairs, float* wide, int64_t num_kp, float* out, int64_t ldo,
-              int64_t n, bool first, kblock_scales kb, const char* pf, int64_t pf_bytes) noexcept {
+void fma_tile(const float* const* a, const uint16_t* pairs, float* wide, int64_t num_kp, float* out,
+              int64_t ldo, int64_t n, bool first, kblock_scales kb, const char* pf,
+              int64_t pf_bytes) noexcept {
   const int64_t pf_step = Widen ? round_up((pf_bytes + num_kp - 1) / num_kp, 64) : 0;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __mmask16 mask[4];
   for (int j = 0; j < 4; ++j)
     mask[j] = tail_mask16(n - 16 * j);
   const int64_t step = kb.scales ? kb.pairs : num_kp;
-  for (int64_t b0 = 0; b0 < num_kp; b0 += step) {     // BF16: one pass
+  for (int64_t b0 = 0; b0 < num_kp; b0 += step) {  // BF16: one pass
     __m512 acc[MR][4];
     for (int m = 0; m < MR; ++m)
       for (int j = 0; j < 4; ++j)
-        acc[m][j] = first || kb.scales ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], out + m * ldo + 16 * j);
+        acc[m][j] = first || kb.scales ? _mm512_setzero_ps()
+                                       : _mm512_maskz_loadu_ps(mask[j], out + m * ldo + 16 * j);
     for (int64_t kp = b0; kp < std::min(num_kp, b0 + step); ++kp) {
       if constexpr (Widen)
         for (int64_t at = kp * pf_step; at < std::min(pf_bytes, (kp + 1) * pf_step); at += 64)
           _mm_prefetch(pf + at, _MM_HINT_T1);
-      for (int64_t t = 2 * kp; t < 2 * kp + 2; ++t) {     // the odd column, then the even one
+      for (int64_t t = 2 * kp; t < 2 * kp + 2; ++t) {  // the odd column, then the even one
         float* b = wide + t * panel_rows;
         __m512 bv[4];
         for (int q = 0; q < 4; ++q) {
@@ -70,9 +72,10 @@ void fma_tile(const float* const* a, const uint16_t* pairs, float* wide, int64_t
       for (int j = 0; j < 4; ++j) {
         float* o = out + m * ldo + 16 * j;
         if (kb.scales)
-          _mm512_mask_storeu_ps(o, mask[j], fp8_block_sum(acc[m][j], kb.scales[b0 / step],
-                                                          first && b0 == 0 ? _mm512_setzero_ps()
-                                                                           : _mm512_maskz_loadu_ps(mask[j], o)));
+          _mm512_mask_storeu_ps(o, mask[j],
+                                fp8_block_sum(acc[m][j], kb.scales[b0 / step],
+                                              first && b0 == 0 ? _mm512_setzero_ps()
+                                                               : _mm512_maskz_loadu_ps(mask[j], o)));
         else
           _mm512_mask_storeu_ps(o, mask[j], acc[m][j]);
       }
@@ -98,8 +101,9 @@ void fma_tile_any(int64_t mr, const float* const* a, const uint16_t* pairs, floa
 }  // namespace
 
 void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel, int64_t num_kp, float* out,
-                     int64_t ldo, int64_t n, kblock_scales kb, std::span<const char> next, thread_scratch& s) {
-  if (num_kp == 0) {                                  // no inputs: zeros, as the vdpbf16ps tile
+                     int64_t ldo, int64_t n, kblock_scales kb, std::span<const char> next,
+                     thread_scratch& s) {
+  if (num_kp == 0) {  // no inputs: zeros, as the vdpbf16ps tile
     for (int64_t m = 0; m < rows; ++m)
       std::fill_n(out + m * ldo, n, 0.0f);
     return;
@@ -113,8 +117,8 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
   for (int64_t kp0 = 0; kp0 < num_kp; kp0 += chunk) {
     const int64_t kp1 = std::min(num_kp, kp0 + chunk);
     const bool first = kp0 == 0;
-    const kblock_scales chunk_kb = kb.scales ? kblock_scales{.scales = kb.scales + kp0 / kb.pairs, .pairs = kb.pairs}
-                                             : kb;
+    const kblock_scales chunk_kb =
+      kb.scales ? kblock_scales{.scales = kb.scales + kp0 / kb.pairs, .pairs = kb.pairs} : kb;
     // the chunk's share of the next panel's bytes, fetched during the chunk's first tile
     const int64_t pf0 = next_bytes * kp0 / num_kp, pf1 = next_bytes * kp1 / num_kp;
     const uint16_t* pairs = panel + kp0 * panel_rows * 2;
@@ -123,11 +127,10 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
         tile_a[m] = a[m0 + m] + 2 * kp0;
       float* o = out + m0 * ldo;
       if (i == 0)
-        fma_tile_any<true>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, chunk_kb,
-                           next.data() + pf0, pf1 - pf0);
+        fma_tile_any<true>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, chunk_kb, next.data() + pf0,
+                           pf1 - pf0);
       else
-        fma_tile_any<false>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, chunk_kb,
-                            nullptr, 0);
+        fma_tile_any<false>(mr, tile_a, pairs, wide, kp1 - kp0, o, ldo, n, first, chunk_kb, nullptr, 0);
     });
   }
 }

@@ -8,7 +8,7 @@
 namespace moe::fast {
 namespace {
 
-constexpr int group_rows = 4;               // weight rows per register tile
+constexpr int group_rows = 4;  // weight rows per register tile
 
 template <dtype T>
 [[nodiscard]] inline __m512 load_f32(const void* row, int64_t k, __mmask16 mask) noexcept {
@@ -42,8 +42,8 @@ void dot_group_f32(const void* const rows[group_rows], const float* const* a, in
 }
 
 template <dtype T>
-void gemv_rows_f32_typed(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr,
-                         float* out, int64_t ldo) {
+void gemv_rows_f32_typed(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
+                         int64_t ldo) {
   const int64_t row_bytes = x.k * dtype_size(T);
   const auto* base = static_cast<const uint8_t*>(w.data);
   for (int64_t g = r0; g < r0 + nr; g += group_rows) {

@@ -25,7 +25,7 @@ namespace {
 // its pass: a row's result must not depend on how a topology batches it (the cluster's
 // micro-batches against one rank's whole batch).
 constexpr int64_t max_pass_rows = 4;
-constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous panel bytes
+constexpr int64_t prefetch_bytes = 8192;  // ahead in the task's contiguous panel bytes
 
 // acc[i][q] (lanes: rows 16q .. 16q + 15 of a panel) = a panel's rows dotted with an activation
 // row, for NT <= 4 activation rows against NP panels `panel_bytes` apart (NT * NP <= 4; i =
@@ -38,13 +38,13 @@ constexpr int64_t prefetch_bytes = 8192;    // ahead in the task's contiguous pa
 // 129280-row lm_head in FP8: 21.0 -> 23.1 and 24.9 -> 26.6 GB/s against a plain read's
 // 28.6 and 31.9, alternated in one run); four panels measured no faster than one.
 template <int NT, int NP>
-void panel_dot(const uint8_t* panel, int64_t panel_bytes, const uint32_t* const* a, int64_t k, kblock_scales kb,
-               const char* prefetch_to, __m512 out[max_pass_rows][4]) noexcept {
+void panel_dot(const uint8_t* panel, int64_t panel_bytes, const uint32_t* const* a, int64_t k,
+               kblock_scales kb, const char* prefetch_to, __m512 out[max_pass_rows][4]) noexcept {
   static_assert(NT * NP <= max_pass_rows);
   for (int i = 0; i < NT * NP; ++i)
     for (int j = 0; j < 4; ++j)
       out[i][j] = _mm512_setzero_ps();
-  const int64_t num_kp = k / 2;             // k % 64 == 0, kb.pairs % 16 == 0: whole steps of two pairs
+  const int64_t num_kp = k / 2;  // k % 64 == 0, kb.pairs % 16 == 0: whole steps of two pairs
   for (int64_t b0 = 0; b0 < num_kp; b0 += kb.pairs) {
     __m512 acc[NT * NP][4];
     for (auto& row : acc)
@@ -55,7 +55,8 @@ void panel_dot(const uint8_t* panel, int64_t panel_bytes, const uint32_t* const*
         // each panel's stream runs on into the same panel of the next pass (NP panels on)
         const int64_t ahead = kp * 128 + prefetch_bytes;
         const char* f = reinterpret_cast<const char*>(
-            panel + (ahead < panel_bytes ? p * panel_bytes + ahead : (p + NP) * panel_bytes + ahead - panel_bytes));
+          panel +
+          (ahead < panel_bytes ? p * panel_bytes + ahead : (p + NP) * panel_bytes + ahead - panel_bytes));
         if (prefetch_to != nullptr && f < prefetch_to)
           for (int i = 0; i < 4; ++i)
             _mm_prefetch(f + 64 * i, _MM_HINT_T0);
@@ -116,7 +117,7 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
   const flush_subnormals flush;
   for (int64_t p = first; p <= last; ++p) {
     const int64_t row0 = p * fp8_panel_rows;
-    const kblock_scales kb = kblock_scales_for(w, row0);     // block_rows % 64 == 0 (fast_supports)
+    const kblock_scales kb = kblock_scales_for(w, row0);  // block_rows % 64 == 0 (fast_supports)
     const uint8_t* panel = base + p * panel_bytes;
     // one activation row: this panel and the next together when they share a scale row block
     if (x.num_rows == 1 && p < last && (row0 + fp8_panel_rows) / w.block_rows == row0 / w.block_rows) {
@@ -128,7 +129,7 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
     }
     for (int64_t m0 = 0; m0 < x.num_rows; m0 += max_pass_rows) {
       const int64_t nt = std::min(max_pass_rows, x.num_rows - m0);
-      const char* prefetch_to = m0 == 0 ? end : nullptr;       // later passes read from cache
+      const char* prefetch_to = m0 == 0 ? end : nullptr;  // later passes read from cache
       __m512 sums[max_pass_rows][4];
       switch (nt) {
         case 1: panel_dot<1, 1>(panel, panel_bytes, a + m0, k, kb, prefetch_to, sums); break;

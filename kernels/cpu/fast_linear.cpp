@@ -55,8 +55,8 @@ bool fast_supports(const linear_weight& w) noexcept {
   }
 }
 
-void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
-                 int64_t ldo, thread_scratch& s) {
+void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out, int64_t ldo,
+                 thread_scratch& s) {
   if (w.type == dtype::f32 || w.type == dtype::f16)
     gemv_rows_f32(x, w, r0, nr, out, ldo);
   else if (uses_gemm(w, x.num_rows))

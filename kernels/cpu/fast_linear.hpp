@@ -42,32 +42,33 @@ inline constexpr int64_t panel_rows = 64;
 /// of an activation and an e4m3 value below 2^-62 are dropped) and activations of up to 2^72 fit.
 inline constexpr int fp8_gemv_act_shift = 56;
 /// The factors on either side: into the activations, and onto each block's scale (2^(120 - 56)).
-inline constexpr float fp8_gemv_act_factor = 72057594037927936.0f;        // 2^56
-inline constexpr float fp8_gemv_out_factor = 18446744073709551616.0f;     // 2^64
+inline constexpr float fp8_gemv_act_factor = 72057594037927936.0f;     // 2^56
+inline constexpr float fp8_gemv_out_factor = 18446744073709551616.0f;  // 2^64
 static_assert(fp8_gemv_act_factor == float(uint64_t{1} << fp8_gemv_act_shift));
-static_assert(fp8_gemv_out_factor == 2.0f * float(uint64_t{1} << (fp8_scaled_shift - fp8_gemv_act_shift - 1)));
+static_assert(fp8_gemv_out_factor ==
+              2.0f * float(uint64_t{1} << (fp8_scaled_shift - fp8_gemv_act_shift - 1)));
 
 /// The activation rows of one matmul: `num_rows` rows of `k` fp32 values, and optionally the
 /// same rows already rounded to bf16 and zero-padded to round_up(k, 32) (GEMM inputs).
 struct act_rows {
   int64_t num_rows = 0;
   int64_t k = 0;
-  const float* const* f32 = nullptr;        // [num_rows] -> k floats
-  const uint16_t* const* bf16 = nullptr;    // [num_rows] -> round_up(k, 32) bf16, or null
-  const float* const* fma = nullptr;        // [num_rows] -> round_up(k, 16) f32_row_to_fma_pairs, or null
-  float factor = 1.0f;                      // what bf16 / fma were multiplied by before rounding
+  const float* const* f32 = nullptr;      // [num_rows] -> k floats
+  const uint16_t* const* bf16 = nullptr;  // [num_rows] -> round_up(k, 32) bf16, or null
+  const float* const* fma = nullptr;      // [num_rows] -> round_up(k, 16) f32_row_to_fma_pairs, or null
+  float factor = 1.0f;                    // what bf16 / fma were multiplied by before rounding
 };
 
 /// Per-thread working memory of the kernels.
 struct thread_scratch {
-  scratch_buffer panel;                     // packed weight panel
-  scratch_buffer act;                       // activations converted to bf16
+  scratch_buffer panel;  // packed weight panel
+  scratch_buffer act;    // activations converted to bf16
   scratch_buffer act_ptrs;
-  scratch_buffer tile_a, tile_b;            // callers' output tiles (experts, attention)
-  scratch_buffer rows_a, rows_b;            // callers' row-pointer lists
-  scratch_buffer attn_q, attn_o, attn_ptrs; // fused attention tasks
-  scratch_buffer attn_state, attn_chunk, attn_rows;   // attend's key chunks (fast_attend.hpp)
-  scratch_buffer fma_act, fma_act_ptrs, fma_panel, fma_tile_ptrs;   // the FMA tiles' fp32 inputs
+  scratch_buffer tile_a, tile_b;                     // callers' output tiles (experts, attention)
+  scratch_buffer rows_a, rows_b;                     // callers' row-pointer lists
+  scratch_buffer attn_q, attn_o, attn_ptrs;          // fused attention tasks
+  scratch_buffer attn_state, attn_chunk, attn_rows;  // attend's key chunks (fast_attend.hpp)
+  scratch_buffer fma_act, fma_act_ptrs, fma_panel, fma_tile_ptrs;  // the FMA tiles' fp32 inputs
 };
 
 /// True when the fast kernels handle `w` (else callers use the reference).
@@ -85,8 +86,8 @@ struct thread_scratch {
 }
 
 /// out[m * ldo + (r - r0)] = sum_k x[m][k] * W[r][k] for m < x.num_rows, r in [r0, r0 + nr).
-void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
-                 int64_t ldo, thread_scratch& s);
+void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out, int64_t ldo,
+                 thread_scratch& s);
 
 /// What the kernels multiply a weight's activations by before rounding them to bf16:
 /// fp8_gemv_act_factor for FP8 weights, else 1 (exact: a power of two).
@@ -100,8 +101,8 @@ void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t 
 [[nodiscard]] int64_t panel_size(int64_t k) noexcept;
 
 // The kernels behind linear_rows.
-void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
-               int64_t ldo, thread_scratch& s);
+void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out, int64_t ldo,
+               thread_scratch& s);
 void gemv_rows_f32(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr, float* out,
                    int64_t ldo);
 /// Activation rows a GEMM register tile holds at most.
@@ -145,13 +146,13 @@ struct kblock_scales {
 /// exception masked, flush-to-zero and denormals-are-zero. The FMA tiles run under it, and every
 /// FP8 kernel adds its block sums under it, so all of them give the same bits.
 class flush_subnormals {
-public:
+ public:
   flush_subnormals() noexcept : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~0x6000u) | 0x9fc0u); }
   ~flush_subnormals() { _mm_setcsr(saved_); }
   flush_subnormals(const flush_subnormals&) = delete;
   flush_subnormals& operator=(const flush_subnormals&) = delete;
 
-private:
+ private:
   unsigned saved_;
 };
 

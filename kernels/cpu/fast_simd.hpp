@@ -71,9 +71,7 @@ inline void fp8x64_to_bf16_scaled(__m512i codes, __m512i& out0, __m512i& out1) n
 }
 
 /// 16 fp32 -> 16 bf16, round to nearest even.
-[[nodiscard]] inline __m256i f32x16_to_bf16(__m512 v) noexcept {
-  return (__m256i)_mm512_cvtneps_pbh(v);
-}
+[[nodiscard]] inline __m256i f32x16_to_bf16(__m512 v) noexcept { return (__m256i)_mm512_cvtneps_pbh(v); }
 
 /// put(i, v) for i = 0, 16, .. < k with v = src[i .. i + 16) * factor (zeros past k); `factor` is
 /// a power of two (the FP8 kernels' 2^56), so the product is exact.
@@ -120,8 +118,8 @@ inline void transpose16x16_epi32(__m512i r[16]) noexcept {
   }
   // Now r[4g + j] holds, in each 128-bit lane L, element j of rows 4g..4g+3 at columns 4L + j.
   for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);       // lanes 0,2 of r[i] | 0,2 of r[i+4]
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);   // lanes 1,3
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);      // lanes 0,2 of r[i] | 0,2 of r[i+4]
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);  // lanes 1,3
     t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
     t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
   }
@@ -137,14 +135,18 @@ inline void transpose16x16_epi32(__m512i r[16]) noexcept {
 /// ops, against ~8 per vector summed alone).
 [[nodiscard]] inline __m512 reduce16(const __m512 v[16]) noexcept {
   __m512 t[8], u[4];
-  for (int i = 0; i < 8; ++i)        // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
-    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  for (int j = 0; j < 4; ++j) {      // per 128-bit lane: [a, b, c, d] partial sums
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int j = 0; j < 4; ++j) {  // per 128-bit lane: [a, b, c, d] partial sums
     const __m512d x = _mm512_castps_pd(t[2 * j]), y = _mm512_castps_pd(t[2 * j + 1]);
-    u[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    u[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
   }
-  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
+                                  _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
+  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
+                                  _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
   return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xdd));
 }
 
@@ -168,7 +170,7 @@ inline void transpose16x16_epi32(__m512i r[16]) noexcept {
 
 /// A growable 64-byte-aligned scratch buffer (contents are not kept on growth).
 class scratch_buffer {
-public:
+ public:
   scratch_buffer() = default;
   scratch_buffer(const scratch_buffer&) = delete;
   scratch_buffer& operator=(const scratch_buffer&) = delete;
@@ -187,7 +189,7 @@ public:
     return static_cast<T*>(data_);
   }
 
-private:
+ private:
   void* data_ = nullptr;
   size_t size_ = 0;
 };

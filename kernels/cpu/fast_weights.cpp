@@ -19,30 +19,32 @@ namespace moe::fast {
 
 std::shared_ptr<void> huge_page_buffer(size_t bytes) {
   constexpr size_t huge = size_t{2} << 20;
-  const bool big = bytes >= huge;           // smaller ones: 64-byte aligned, not rounded to 2 MiB
+  const bool big = bytes >= huge;  // smaller ones: 64-byte aligned, not rounded to 2 MiB
   const size_t align = big ? huge : 64, rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
   void* data = std::aligned_alloc(align, rounded);
   if (data == nullptr)
     throw std::bad_alloc();
   if (big)
-    (void)::madvise(data, rounded, MADV_HUGEPAGE);         // best effort: THP may be off
+    (void)::madvise(data, rounded, MADV_HUGEPAGE);  // best effort: THP may be off
   return {data, [](void* p) { std::free(p); }};
 }
 
 void pad_fp8_panels_into(const linear_weight& w, uint8_t* dst) {
   if (w.type != dtype::f8_e4m3 || w.layout != weight_layout::row_major || w.in_features % 64 != 0 ||
       w.out_features <= 0)
-    throw std::invalid_argument("pad_fp8_panels: needs a row-major FP8 weight with in_features a multiple of 64");
+    throw std::invalid_argument(
+      "pad_fp8_panels: needs a row-major FP8 weight with in_features a multiple of 64");
   const int64_t out = w.out_features, in = w.in_features;
   std::memset(dst, 0, static_cast<size_t>(fp8_panels_bytes(out, in)));
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; i += 2)                     // a column pair's two bytes sit together
+    for (int64_t i = 0; i < in; i += 2)  // a column pair's two bytes sit together
       std::memcpy(dst + fp8_panel_offset(o, i, in), src + o * in + i, 2);
 }
 
 std::shared_ptr<const uint8_t> pad_fp8_panels(const linear_weight& w) {
-  std::shared_ptr<void> buffer = huge_page_buffer(static_cast<size_t>(fp8_panels_bytes(w.out_features, w.in_features)));
+  std::shared_ptr<void> buffer =
+    huge_page_buffer(static_cast<size_t>(fp8_panels_bytes(w.out_features, w.in_features)));
   pad_fp8_panels_into(w, static_cast<uint8_t*>(buffer.get()));
   return {buffer, static_cast<const uint8_t*>(buffer.get())};
 }
@@ -70,8 +72,8 @@ void prepare_fast_weights(model_weights& w) {
   };
   add(w.lm_head);
   for (layer_weights& l : w.layers) {
-    for (linear_weight* x : {&l.attn.q_a_proj, &l.attn.q_b_proj, &l.attn.q_proj, &l.attn.kv_a_proj_with_mqa,
-                             &l.attn.o_proj})
+    for (linear_weight* x :
+         {&l.attn.q_a_proj, &l.attn.q_b_proj, &l.attn.q_proj, &l.attn.kv_a_proj_with_mqa, &l.attn.o_proj})
       add(*x);
     add_mlp(l.mlp);
     add(l.moe.gate);
@@ -89,10 +91,12 @@ std::shared_ptr<void> lay_out(std::span<linear_weight* const> todo) {
   std::vector<size_t> offset(todo.size() + 1, 0);
   for (size_t i = 0; i < todo.size(); ++i) {
     const linear_weight& x = *todo[i];
-    const int64_t bytes = x.type == dtype::bf16 ? gemm_panels_bytes(x) : fp8_panels_bytes(x.out_features, x.in_features);
+    const int64_t bytes = x.type == dtype::bf16 ? gemm_panels_bytes(x)
+                                                : fp8_panels_bytes(x.out_features, x.in_features);
     offset[i + 1] = offset[i] + (static_cast<size_t>(bytes) + 63) / 64 * 64;
   }
-  require_memory(offset.back(), "the fast CPU path's own copies of the weights (BF16 GEMM panels, FP8 GEMV panels)",
+  require_memory(offset.back(),
+                 "the fast CPU path's own copies of the weights (BF16 GEMM panels, FP8 GEMV panels)",
                  ": use a machine with more memory");
   std::shared_ptr<void> buffer = huge_page_buffer(offset.back());
   auto* base = static_cast<uint8_t*>(buffer.get());

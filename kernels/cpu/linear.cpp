@@ -11,7 +11,7 @@ void cpu_reference_backend::linear(const linear_params& p) {
   const linear_weight& w = *p.w;
   std::vector<float> row(static_cast<size_t>(w.in_features));
   for (int64_t o = 0; o < w.out_features; ++o) {
-    for (int64_t i = 0; i < w.in_features; ++i)            // dequantise W[o, :]
+    for (int64_t i = 0; i < w.in_features; ++i)  // dequantise W[o, :]
       row[i] = w.at(o, i);
     for (int64_t t = 0; t < p.num_tokens; ++t) {
       const float* x = p.x + t * w.in_features;

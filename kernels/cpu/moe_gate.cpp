@@ -29,12 +29,11 @@ void cpu_reference_backend::moe_gate(const moe_gate_params& p) {
   std::vector<float> scores(num_experts), choice(num_experts), group_scores(p.num_groups);
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     for (int64_t e = 0; e < num_experts; ++e) {
-      scores[e] = 1.0f / (1.0f + std::exp(-p.logits[t * num_experts + e]));   // sigmoid
+      scores[e] = 1.0f / (1.0f + std::exp(-p.logits[t * num_experts + e]));  // sigmoid
       choice[e] = scores[e] + (p.bias ? p.bias[e] : 0.0f);
     }
-    for (int64_t g = 0; g < p.num_groups; ++g) {             // group score: sum of its top-2
-      std::vector<float> members(choice.begin() + g * per_group,
-                                 choice.begin() + (g + 1) * per_group);
+    for (int64_t g = 0; g < p.num_groups; ++g) {  // group score: sum of its top-2
+      std::vector<float> members(choice.begin() + g * per_group, choice.begin() + (g + 1) * per_group);
       float sum = 0.0f;
       for (int32_t i : top_k_indices(members, std::min<int64_t>(2, per_group)))
         sum += members[i];

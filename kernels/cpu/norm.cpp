@@ -12,7 +12,7 @@ void cpu_reference_backend::rms_norm(const rms_norm_params& p) {
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const float* x = p.x + t * stride;
     float* out = p.out + t * stride;
-    double sum_sq = 0.0;                                   // mean of squares over dim
+    double sum_sq = 0.0;  // mean of squares over dim
     for (int64_t i = 0; i < p.dim; ++i)
       sum_sq += static_cast<double>(x[i]) * x[i];
     const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / p.dim + p.eps));

@@ -10,7 +10,7 @@ void cpu_reference_backend::rope(const rope_params& p) {
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const double pos = p.positions[t];
     for (int64_t i = 0; i < p.rope_dim / 2; ++i) {
-      const double angle = pos * static_cast<double>(p.inv_freq[i]);   // fp64: exact for long contexts
+      const double angle = pos * static_cast<double>(p.inv_freq[i]);  // fp64: exact for long contexts
       const float c = static_cast<float>(std::cos(angle)) * p.attention_factor;
       const float s = static_cast<float>(std::sin(angle)) * p.attention_factor;
       for (int64_t h = 0; h < p.num_heads; ++h) {

@@ -63,7 +63,7 @@ void thread_pool::run(int64_t num_tasks, task_fn fn, void* ctx) {
   j.num_tasks.store(num_tasks, std::memory_order_relaxed);
   num_done_.store(0, std::memory_order_relaxed);
   claim_.store(uint64_t{gen} << 32, std::memory_order_release);
-  published_.store(gen);                         // seq_cst: pairs with the sleepers' check
+  published_.store(gen);  // seq_cst: pairs with the sleepers' check
   if (num_sleeping_.load() > 0)
     published_.notify_all();
   take_tasks(gen, 0);
@@ -72,19 +72,19 @@ void thread_pool::run(int64_t num_tasks, task_fn fn, void* ctx) {
     if (spins < 4000)
       _mm_pause();
     else
-      std::this_thread::yield();                 // the claimer lost its core to another process
+      std::this_thread::yield();  // the claimer lost its core to another process
   }
 }
 
 void thread_pool::worker_loop(int thread_idx) {
-  uint32_t seen = 0;                             // the generation at construction
+  uint32_t seen = 0;  // the generation at construction
   for (;;) {
     // Poll for a newer generation, then sleep until one is published.
     auto start = std::chrono::steady_clock::now();
     for (int spins = 1; published_.load(std::memory_order_acquire) == seen; ++spins) {
       _mm_pause();
       if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > spin_budget) {
-        num_sleeping_.fetch_add(1);              // seq_cst: the publisher sees us or we see it
+        num_sleeping_.fetch_add(1);  // seq_cst: the publisher sees us or we see it
         published_.wait(seen);
         num_sleeping_.fetch_sub(1);
         start = std::chrono::steady_clock::now();

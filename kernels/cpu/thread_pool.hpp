@@ -18,7 +18,7 @@
 namespace moe {
 
 class thread_pool {
-public:
+ public:
   /// num_threads <= 0 means every hardware thread.
   explicit thread_pool(int num_threads);
   ~thread_pool();
@@ -32,14 +32,14 @@ public:
   template <class Fn>
   void parallel_for(int64_t num_tasks, Fn&& fn) {
     using fn_type = std::remove_reference_t<Fn>;
-    run(num_tasks,
-        [](void* ctx, int64_t task, int thread) { (*static_cast<fn_type*>(ctx))(task, thread); },
-        const_cast<void*>(static_cast<const void*>(&fn)));
+    run(
+      num_tasks, [](void* ctx, int64_t task, int thread) { (*static_cast<fn_type*>(ctx))(task, thread); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
-private:
+ private:
   using task_fn = void (*)(void*, int64_t, int);
-  struct job {                              // written by the caller, read by claimers
+  struct job {  // written by the caller, read by claimers
     std::atomic<task_fn> fn{nullptr};
     std::atomic<void*> ctx{nullptr};
     std::atomic<int64_t> num_tasks{0};
@@ -51,10 +51,10 @@ private:
   void take_tasks(uint32_t gen, int thread_idx);
 
   std::vector<std::thread> workers_;
-  job jobs_[2];                             // the job of generation g lives in jobs_[g % 2]
-  uint32_t generation_ = 0;                 // the caller's count of published jobs
-  alignas(64) std::atomic<uint64_t> claim_{0};    // generation << 32 | next task index
-  alignas(64) std::atomic<int64_t> num_done_{0};  // tasks of the current job finished
+  job jobs_[2];                                     // the job of generation g lives in jobs_[g % 2]
+  uint32_t generation_ = 0;                         // the caller's count of published jobs
+  alignas(64) std::atomic<uint64_t> claim_{0};      // generation << 32 | next task index
+  alignas(64) std::atomic<int64_t> num_done_{0};    // tasks of the current job finished
   alignas(64) std::atomic<uint32_t> published_{0};  // futex word: the latest generation
   std::atomic<int> num_sleeping_{0};
   std::atomic<bool> stop_{false};

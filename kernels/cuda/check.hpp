@@ -18,9 +18,9 @@ namespace moe::cuda {
 }  // namespace moe::cuda
 
 /// Throws std::runtime_error when a CUDA runtime call fails.
-#define MOE_CUDA_CHECK(expr)                                                          \
-  do {                                                                                \
-    const cudaError_t moe_cuda_err_ = (expr);                                         \
-    if (moe_cuda_err_ != cudaSuccess)                                                 \
-      ::moe::cuda::throw_cuda_error(moe_cuda_err_, #expr, __FILE__, __LINE__);        \
+#define MOE_CUDA_CHECK(expr)                                                   \
+  do {                                                                         \
+    const cudaError_t moe_cuda_err_ = (expr);                                  \
+    if (moe_cuda_err_ != cudaSuccess)                                          \
+      ::moe::cuda::throw_cuda_error(moe_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -35,7 +35,7 @@ void rms_norm(const rms_norm_params& p, cudaStream_t stream) {
 
 void moe_gate(const moe_gate_params& p, cudaStream_t stream) {
   moe_gate(moe_gate_args{p.logits, p.bias, p.topk_ids, p.topk_weights, p.num_tokens, p.num_experts,
-            p.num_groups, p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor},
+                         p.num_groups, p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor},
            stream);
 }
 
@@ -100,11 +100,11 @@ void cuda_backend::rms_norm(const rms_norm_params& p) {
   auto* x = reinterpret_cast<float*>(base + align_up(row_bytes));
   auto* out = in_place ? x : reinterpret_cast<float*>(base + align_up(row_bytes) + rows_bytes);
   MOE_CUDA_CHECK(cudaMemcpyAsync(weight, p.weight, row_bytes, cudaMemcpyHostToDevice, stream_));
-  MOE_CUDA_CHECK(cudaMemcpy2DAsync(x, pitch, p.x, pitch, row_bytes, p.num_tokens,
-                                   cudaMemcpyHostToDevice, stream_));
+  MOE_CUDA_CHECK(
+    cudaMemcpy2DAsync(x, pitch, p.x, pitch, row_bytes, p.num_tokens, cudaMemcpyHostToDevice, stream_));
   cuda::rms_norm(cuda::rms_norm_args{x, weight, out, p.num_tokens, p.dim, p.stride, p.eps}, stream_);
-  MOE_CUDA_CHECK(cudaMemcpy2DAsync(p.out, pitch, out, pitch, row_bytes, p.num_tokens,
-                                   cudaMemcpyDeviceToHost, stream_));
+  MOE_CUDA_CHECK(
+    cudaMemcpy2DAsync(p.out, pitch, out, pitch, row_bytes, p.num_tokens, cudaMemcpyDeviceToHost, stream_));
   MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -118,8 +118,8 @@ void cuda_backend::moe_gate(const moe_gate_params& p) {
   const size_t ids_bytes = static_cast<size_t>(p.num_tokens * p.top_k) * sizeof(int32_t);
   const size_t weights_bytes = static_cast<size_t>(p.num_tokens * p.top_k) * sizeof(float);
   MOE_CUDA_CHECK(cudaSetDevice(device_));
-  char* base = static_cast<char*>(scratch(align_up(logits_bytes) + align_up(bias_bytes) +
-                                          align_up(ids_bytes) + align_up(weights_bytes)));
+  char* base = static_cast<char*>(
+    scratch(align_up(logits_bytes) + align_up(bias_bytes) + align_up(ids_bytes) + align_up(weights_bytes)));
   auto* logits = reinterpret_cast<float*>(base);
   auto* bias = p.bias == nullptr ? nullptr : reinterpret_cast<float*>(base + align_up(logits_bytes));
   auto* ids = reinterpret_cast<int32_t*>(base + align_up(logits_bytes) + align_up(bias_bytes));
@@ -127,9 +127,8 @@ void cuda_backend::moe_gate(const moe_gate_params& p) {
   MOE_CUDA_CHECK(cudaMemcpyAsync(logits, p.logits, logits_bytes, cudaMemcpyHostToDevice, stream_));
   if (bias != nullptr)
     MOE_CUDA_CHECK(cudaMemcpyAsync(bias, p.bias, bias_bytes, cudaMemcpyHostToDevice, stream_));
-  cuda::moe_gate(cuda::moe_gate_args{logits, bias, ids, weights, p.num_tokens, p.num_experts,
-                                     p.num_groups, p.topk_group, p.top_k, p.norm_topk_prob,
-                                     p.routed_scaling_factor},
+  cuda::moe_gate(cuda::moe_gate_args{logits, bias, ids, weights, p.num_tokens, p.num_experts, p.num_groups,
+                                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor},
                  stream_);
   MOE_CUDA_CHECK(cudaMemcpyAsync(p.topk_ids, ids, ids_bytes, cudaMemcpyDeviceToHost, stream_));
   MOE_CUDA_CHECK(cudaMemcpyAsync(p.topk_weights, weights, weights_bytes, cudaMemcpyDeviceToHost, stream_));
@@ -140,7 +139,7 @@ std::vector<std::unique_ptr<backend>> make_cuda_backends() {
   std::vector<std::unique_ptr<backend>> out;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();                     // clear it; any error means "no GPU"
+    cudaGetLastError();  // clear it; any error means "no GPU"
     return out;
   }
   for (int d = 0; d < count; ++d)

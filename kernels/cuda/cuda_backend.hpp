@@ -14,14 +14,14 @@
 namespace moe {
 
 class cuda_backend : public backend {
-public:
+ public:
   /// Creates a stream on `device`; throws std::runtime_error when the device is unusable.
   explicit cuda_backend(int device);
   ~cuda_backend() override;
   cuda_backend(const cuda_backend&) = delete;
   cuda_backend& operator=(const cuda_backend&) = delete;
 
-  [[nodiscard]] std::string_view name() const noexcept override { return name_; }   // "cuda:N"
+  [[nodiscard]] std::string_view name() const noexcept override { return name_; }  // "cuda:N"
   [[nodiscard]] bool supports(op_kind op) const noexcept override;
   [[nodiscard]] int device() const noexcept { return device_; }
 
@@ -36,7 +36,7 @@ public:
   void moe_gate(const moe_gate_params& p) override;
   void moe_experts(const moe_experts_params& p) override;
 
-private:
+ private:
   /// Device scratch of at least `bytes`, grown (never shrunk) on demand.
   void* scratch(size_t bytes);
 

@@ -36,8 +36,8 @@ void moe_gate(const moe_gate_args& a, cudaStream_t stream) {
   const int warps = moe_gate_warps_per_block(a.num_experts, a.num_groups);
   const int64_t blocks = (a.num_tokens + warps - 1) / warps;
   require(blocks <= INT32_MAX, "num_tokens too large");
-  const size_t smem = sizeof(float) * static_cast<size_t>(
-      warps * moe_gate_smem_floats_per_warp(a.num_experts, a.num_groups));
+  const size_t smem = sizeof(float) *
+                      static_cast<size_t>(warps * moe_gate_smem_floats_per_warp(a.num_experts, a.num_groups));
   moe_gate_kernel<<<static_cast<unsigned>(blocks), warps * warp_size, smem, stream>>>(a, warps);
   MOE_CUDA_CHECK(cudaGetLastError());
 }

@@ -14,10 +14,10 @@ namespace moe::cuda {
 
 /// Same fields and meaning as moe::moe_gate_params, on device pointers.
 struct moe_gate_args {
-  const float* logits = nullptr;            // [num_tokens, num_experts]
-  const float* bias = nullptr;              // [num_experts] or null
-  int32_t* topk_ids = nullptr;              // [num_tokens, top_k]
-  float* topk_weights = nullptr;            // [num_tokens, top_k]
+  const float* logits = nullptr;  // [num_tokens, num_experts]
+  const float* bias = nullptr;    // [num_experts] or null
+  int32_t* topk_ids = nullptr;    // [num_tokens, top_k]
+  float* topk_weights = nullptr;  // [num_tokens, top_k]
   int64_t num_tokens = 0;
   int64_t num_experts = 0;
   int64_t num_groups = 1;
@@ -31,7 +31,8 @@ inline constexpr int64_t moe_gate_max_experts = 2048;
 inline constexpr int64_t moe_gate_max_smem_bytes = 48 * 1024;
 
 /// Shared floats one warp (one token) uses: s [E], c [E], group score [G], group kept [G].
-[[nodiscard]] constexpr int64_t moe_gate_smem_floats_per_warp(int64_t num_experts, int64_t num_groups) noexcept {
+[[nodiscard]] constexpr int64_t moe_gate_smem_floats_per_warp(int64_t num_experts,
+                                                              int64_t num_groups) noexcept {
   return 2 * num_experts + 2 * num_groups;
 }
 
@@ -51,8 +52,8 @@ MOE_SIMT_FN void moe_gate_token(const Simt& simt, const moe_gate_args& a, int64_
   const int num_experts = static_cast<int>(a.num_experts);
   const int num_groups = static_cast<int>(a.num_groups);
   const int group_size = num_experts / num_groups;
-  float* s = smem;                          // sigmoid(logit), the weights
-  float* c = s + num_experts;               // s + bias, for choosing only; -inf once excluded
+  float* s = smem;             // sigmoid(logit), the weights
+  float* c = s + num_experts;  // s + bias, for choosing only; -inf once excluded
   float* group_score = c + num_experts;
   float* group_kept = group_score + num_groups;
 
@@ -138,7 +139,7 @@ MOE_SIMT_FN void moe_gate_block(const Simt& simt, const moe_gate_args& a, int64_
   const int warp = thread / warp_size;
   const int64_t t = block * warps_per_block + warp;
   if (t >= a.num_tokens)
-    return;                                 // the whole warp leaves together
+    return;  // the whole warp leaves together
   moe_gate_token(simt, a, t, thread % warp_size,
                  smem + warp * moe_gate_smem_floats_per_warp(a.num_experts, a.num_groups));
 }

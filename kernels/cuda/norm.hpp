@@ -17,7 +17,7 @@ namespace moe::cuda {
 /// x and out (stride 0 -> dim); out may equal x.
 struct rms_norm_args {
   const float* x = nullptr;
-  const float* weight = nullptr;            // [dim]
+  const float* weight = nullptr;  // [dim]
   float* out = nullptr;
   int64_t num_tokens = 0;
   int64_t dim = 0;

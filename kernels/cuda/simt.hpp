@@ -6,11 +6,10 @@
 // C++17, no project headers.
 #pragma once
 
-
 #if defined(__CUDACC__)
-#define MOE_SIMT_FN __device__ __forceinline__
+#  define MOE_SIMT_FN __device__ __forceinline__
 #else
-#define MOE_SIMT_FN inline
+#  define MOE_SIMT_FN inline
 #endif
 
 namespace moe::cuda {
@@ -21,7 +20,9 @@ inline constexpr int warp_size = 32;
 /// The real thing. Every shuffle and barrier must be reached by all lanes of the warp (block).
 struct device_simt {
   template <class T>
-  __device__ T shfl_xor(T v, int lane_mask) const { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
+  __device__ T shfl_xor(T v, int lane_mask) const {
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+  }
   __device__ void sync_warp() const { __syncwarp(); }
   __device__ void sync_block() const { __syncthreads(); }
 };

@@ -27,7 +27,9 @@ bool parse_payload_dtype(std::string_view name, payload_dtype& out) noexcept {
   return false;
 }
 
-std::string_view to_string(combine_sum s) noexcept { return s == combine_sum::per_rank ? "reduced" : "exact"; }
+std::string_view to_string(combine_sum s) noexcept {
+  return s == combine_sum::per_rank ? "reduced" : "exact";
+}
 
 bool parse_combine_sum(std::string_view name, combine_sum& out) noexcept {
   for (combine_sum s : {combine_sum::per_pair, combine_sum::per_rank})
@@ -44,7 +46,7 @@ token_payload encode_rows(const float* x, int64_t num_rows, int64_t dim, payload
   switch (type) {
     case payload_dtype::fp32:
       p.data.resize(static_cast<size_t>(n) * sizeof(float));
-      if (n > 0)                            // an empty dispatch may come with null pointers
+      if (n > 0)  // an empty dispatch may come with null pointers
         std::memcpy(p.data.data(), x, p.data.size());
       break;
     case payload_dtype::bf16: {

@@ -37,7 +37,7 @@ enum class combine_sum : uint8_t { per_pair, per_rank };
 /// How expert parallelism moves tokens: DeepSeek dispatches FP8 and combines BF16.
 struct ep_precision {
   payload_dtype dispatch = payload_dtype::fp32;
-  payload_dtype combine = payload_dtype::fp32;     // fp32 or bf16
+  payload_dtype combine = payload_dtype::fp32;  // fp32 or bf16
   combine_sum sum = combine_sum::per_pair;
 };
 
@@ -49,12 +49,10 @@ struct token_payload {
   payload_dtype type = payload_dtype::fp32;
   int64_t num_rows = 0;
   int64_t dim = 0;
-  std::vector<std::byte> data;              // num_rows * dim elements of `type`
-  std::vector<float> scales;                // fp8 only: [num_rows, ceil(dim / 128)]
+  std::vector<std::byte> data;  // num_rows * dim elements of `type`
+  std::vector<float> scales;    // fp8 only: [num_rows, ceil(dim / 128)]
 
-  [[nodiscard]] size_t num_bytes() const noexcept {
-    return data.size() + scales.size() * sizeof(float);
-  }
+  [[nodiscard]] size_t num_bytes() const noexcept { return data.size() + scales.size() * sizeof(float); }
 };
 
 /// Encodes x [num_rows, dim]. FP8: per row and block of 128 channels,

@@ -8,13 +8,17 @@
 
 namespace moe {
 
-layer_placement make_layer_placement(std::vector<int32_t> slot_expert, int64_t num_ranks, int64_t num_logical) {
+layer_placement make_layer_placement(std::vector<int32_t> slot_expert, int64_t num_ranks,
+                                     int64_t num_logical) {
   const int64_t num_slots = static_cast<int64_t>(slot_expert.size());
   if (num_ranks < 1 || num_slots % num_ranks != 0 || num_slots < num_ranks)
     throw std::invalid_argument("expert placement: " + std::to_string(num_slots) +
-                                " physical slots do not split evenly over " + std::to_string(num_ranks) + " ranks");
-  layer_placement p{.num_ranks = num_ranks, .slots_per_rank = num_slots / num_ranks,
-                    .slot_expert = std::move(slot_expert), .expert_slots = {}};
+                                " physical slots do not split evenly over " + std::to_string(num_ranks) +
+                                " ranks");
+  layer_placement p{.num_ranks = num_ranks,
+                    .slots_per_rank = num_slots / num_ranks,
+                    .slot_expert = std::move(slot_expert),
+                    .expert_slots = {}};
   p.expert_slots.resize(static_cast<size_t>(num_logical));
   for (int64_t s = 0; s < num_slots; ++s) {
     const int32_t e = p.slot_expert[s];
@@ -36,23 +40,32 @@ layer_placement default_layer_placement(int64_t num_logical, int64_t num_redunda
   return make_layer_placement(std::move(slots), num_ranks, num_logical);
 }
 
-std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(
-    const layer_placement& placement, ep_key key, int64_t src_rank, std::span<const float> x,
-    std::span<const int32_t> topk_ids, std::span<const float> topk_weights, int64_t num_tokens,
-    int64_t hidden, int64_t top_k, ep_precision ep, dispatch_plan& plan) {
+std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(const layer_placement& placement, ep_key key,
+                                                          int64_t src_rank, std::span<const float> x,
+                                                          std::span<const int32_t> topk_ids,
+                                                          std::span<const float> topk_weights,
+                                                          int64_t num_tokens, int64_t hidden, int64_t top_k,
+                                                          ep_precision ep, dispatch_plan& plan) {
   if (ep.combine == payload_dtype::fp8)
     throw std::invalid_argument("expert parallelism combines in bf16 or fp32, not fp8");
   const int64_t R = placement.num_ranks;
-  plan = {.num_tokens = num_tokens, .top_k = top_k,
+  plan = {.num_tokens = num_tokens,
+          .top_k = top_k,
           .pair_dest = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k)),
           .pair_index = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k)),
-          .pair_row = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k)), .sum = ep.sum};
+          .pair_row = std::vector<int32_t>(static_cast<size_t>(num_tokens * top_k)),
+          .sum = ep.sum};
   std::vector<std::shared_ptr<ep_dispatch>> out(static_cast<size_t>(R));
-  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(R));     // rows per destination
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(R));  // rows per destination
   for (int64_t r = 0; r < R; ++r)
-    out[r] = std::make_shared<ep_dispatch>(ep_dispatch{.key = key, .src_rank = src_rank, .rows = {},
-                                                       .pair_row = {}, .pair_expert = {}, .pair_weight = {},
-                                                       .combine_type = ep.combine, .sum = ep.sum});
+    out[r] = std::make_shared<ep_dispatch>(ep_dispatch{.key = key,
+                                                       .src_rank = src_rank,
+                                                       .rows = {},
+                                                       .pair_row = {},
+                                                       .pair_expert = {},
+                                                       .pair_weight = {},
+                                                       .combine_type = ep.combine,
+                                                       .sum = ep.sum});
   for (int64_t t = 0; t < num_tokens; ++t)
     for (int64_t k = 0; k < top_k; ++k) {
       const int32_t e = topk_ids[t * top_k + k];
@@ -86,7 +99,8 @@ std::vector<std::vector<size_t>> answer_groups(std::span<const std::shared_ptr<c
   std::vector<size_t> all(received.size());
   for (size_t i = 0; i < all.size(); ++i)
     all[i] = i;
-  const bool split = std::any_of(received.begin(), received.end(), [&](const auto& d) { return d->src_rank != rank; }) &&
+  const bool split = std::any_of(received.begin(), received.end(),
+                                 [&](const auto& d) { return d->src_rank != rank; }) &&
                      std::all_of(received.begin(), received.end(), [&](const auto& d) {
                        return d->src_rank == rank || d->num_pairs() >= split_min_rows * slots_per_rank;
                      });
@@ -105,8 +119,8 @@ std::vector<std::vector<size_t>> answer_groups(std::span<const std::shared_ptr<c
 }
 
 std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
-    backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
-    std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden) {
+  backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
+  std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden) {
   int64_t num_pairs = 0;
   for (const auto& d : received)
     num_pairs += d->num_pairs();
@@ -125,17 +139,24 @@ std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
     for (int64_t i = 0; i < d->num_pairs(); ++i, ++p) {
       const int32_t e = d->pair_expert[i];
       if (std::find(owned.begin(), owned.end(), e) == owned.end())
-        throw std::logic_error("expert parallelism: rank " + std::to_string(rank) + " got a token for expert " +
-                               std::to_string(e) + ", which it does not hold");
+        throw std::logic_error("expert parallelism: rank " + std::to_string(rank) +
+                               " got a token for expert " + std::to_string(e) + ", which it does not hold");
       std::copy_n(rows.data() + d->pair_row[i] * hidden, hidden, x.data() + p * hidden);
       ids[p] = e;
       w[p] = d->pair_weight[i];
     }
   }
   if (num_pairs > 0)
-    device.moe_experts({.x = x.data(), .topk_ids = ids.data(), .topk_weights = w.data(), .out = y.data(),
-                        .num_tokens = num_pairs, .hidden = hidden, .top_k = 1, .experts = &weights.experts,
-                        .expert_begin = 0, .expert_end = static_cast<int64_t>(weights.experts.size()),
+    device.moe_experts({.x = x.data(),
+                        .topk_ids = ids.data(),
+                        .topk_weights = w.data(),
+                        .out = y.data(),
+                        .num_tokens = num_pairs,
+                        .hidden = hidden,
+                        .top_k = 1,
+                        .experts = &weights.experts,
+                        .expert_begin = 0,
+                        .expert_end = static_cast<int64_t>(weights.experts.size()),
                         .round_outputs_bf16 = round_bf16});
   std::vector<std::shared_ptr<ep_combine>> answers;
   std::vector<float> sums;
@@ -145,7 +166,7 @@ std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
     token_payload outputs;
     if (d->sum == combine_sum::per_pair) {
       outputs = encode_rows(pairs, d->num_pairs(), hidden, d->combine_type);
-    } else {                                // a row's pairs are in k order: sum them in that order
+    } else {  // a row's pairs are in k order: sum them in that order
       sums.assign(static_cast<size_t>(d->rows.num_rows * hidden), 0.0f);
       for (int64_t i = 0; i < d->num_pairs(); ++i) {
         float* o = sums.data() + d->pair_row[i] * hidden;
@@ -156,7 +177,8 @@ std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
       outputs = encode_rows(sums.data(), d->rows.num_rows, hidden,
                             d->src_rank == rank ? payload_dtype::fp32 : d->combine_type);
     }
-    answers.push_back(std::make_shared<ep_combine>(ep_combine{.key = d->key, .src_rank = rank, .outputs = std::move(outputs)}));
+    answers.push_back(std::make_shared<ep_combine>(
+      ep_combine{.key = d->key, .src_rank = rank, .outputs = std::move(outputs)}));
     p += d->num_pairs();
   }
   return answers;
@@ -182,7 +204,7 @@ void combine_outputs(const dispatch_plan& plan, std::span<const std::shared_ptr<
         add(o, decoded[plan.pair_dest[t * K + k]].data() + plan.pair_index[t * K + k] * hidden);
       continue;
     }
-    for (size_t r = 0; r < answers.size(); ++r)        // each rank t went to once, in rank order
+    for (size_t r = 0; r < answers.size(); ++r)  // each rank t went to once, in rank order
       for (int64_t k = 0; k < K; ++k)
         if (plan.pair_dest[t * K + k] == static_cast<int32_t>(r)) {
           add(o, decoded[r].data() + plan.pair_row[t * K + k] * hidden);

@@ -25,8 +25,8 @@ namespace moe {
 struct layer_placement {
   int64_t num_ranks = 1;
   int64_t slots_per_rank = 0;
-  std::vector<int32_t> slot_expert;                   // [num_ranks * slots_per_rank] physical -> logical
-  std::vector<std::vector<int32_t>> expert_slots;     // [num_logical] -> its physical slots, ascending
+  std::vector<int32_t> slot_expert;                // [num_ranks * slots_per_rank] physical -> logical
+  std::vector<std::vector<int32_t>> expert_slots;  // [num_logical] -> its physical slots, ascending
 
   [[nodiscard]] int64_t rank_of_slot(int64_t slot) const noexcept { return slot / slots_per_rank; }
 };
@@ -55,12 +55,12 @@ struct ep_key {
 struct ep_dispatch {
   ep_key key;
   int64_t src_rank = 0;
-  token_payload rows;                       // each dispatched token once: [num_rows, hidden]
-  std::vector<int32_t> pair_row;            // per (token, k) pair: its row in `rows`
-  std::vector<int32_t> pair_expert;         // per pair: logical expert
-  std::vector<float> pair_weight;           // per pair: routing weight
-  payload_dtype combine_type = payload_dtype::bf16;   // what the answer carries
-  combine_sum sum = combine_sum::per_pair;            // and in which shape
+  token_payload rows;                                // each dispatched token once: [num_rows, hidden]
+  std::vector<int32_t> pair_row;                     // per (token, k) pair: its row in `rows`
+  std::vector<int32_t> pair_expert;                  // per pair: logical expert
+  std::vector<float> pair_weight;                    // per pair: routing weight
+  payload_dtype combine_type = payload_dtype::bf16;  // what the answer carries
+  combine_sum sum = combine_sum::per_pair;           // and in which shape
 
   [[nodiscard]] int64_t num_pairs() const noexcept { return static_cast<int64_t>(pair_row.size()); }
 };
@@ -69,34 +69,34 @@ struct ep_dispatch {
 /// (per_pair), or their sum per dispatched row (per_rank).
 struct ep_combine {
   ep_key key;
-  int64_t src_rank = 0;                     // the rank that computed them
-  token_payload outputs;                    // [num_pairs or num_rows, hidden]
+  int64_t src_rank = 0;   // the rank that computed them
+  token_payload outputs;  // [num_pairs or num_rows, hidden]
 };
 
 /// The source side's record of where each (token, k) pair went.
 struct dispatch_plan {
   int64_t num_tokens = 0;
   int64_t top_k = 0;
-  std::vector<int32_t> pair_dest;           // [num_tokens * top_k] destination rank
-  std::vector<int32_t> pair_index;          // [num_tokens * top_k] index among that rank's pairs
-  std::vector<int32_t> pair_row;            // [num_tokens * top_k] the token's row in that rank's dispatch
+  std::vector<int32_t> pair_dest;   // [num_tokens * top_k] destination rank
+  std::vector<int32_t> pair_index;  // [num_tokens * top_k] index among that rank's pairs
+  std::vector<int32_t> pair_row;    // [num_tokens * top_k] the token's row in that rank's dispatch
   combine_sum sum = combine_sum::per_pair;
 };
 
 /// Splits the pairs of x [num_tokens, hidden] by destination (a replicated expert's replica chosen
 /// by (token + src_rank) mod replicas) and encodes one dispatch per rank of the group, in rank order.
 [[nodiscard]] std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(
-    const layer_placement& placement, ep_key key, int64_t src_rank, std::span<const float> x,
-    std::span<const int32_t> topk_ids, std::span<const float> topk_weights, int64_t num_tokens,
-    int64_t hidden, int64_t top_k, ep_precision ep, dispatch_plan& plan);
+  const layer_placement& placement, ep_key key, int64_t src_rank, std::span<const float> x,
+  std::span<const int32_t> topk_ids, std::span<const float> topk_weights, int64_t num_tokens, int64_t hidden,
+  int64_t top_k, ep_precision ep, dispatch_plan& plan);
 
 /// The destination side: runs the routed experts over the pairs of every received dispatch in one
 /// batch and answers each (same order). Every pair's expert must live on `rank` (logic_error if not).
 /// A per_rank answer to this rank's own dispatch stays fp32: it crosses no link, and a group of
 /// one rank then computes what routed_local does.
 [[nodiscard]] std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
-    backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
-    std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden);
+  backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
+  std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden);
 
 /// Rows per expert slot every peer's dispatch must bring before answer_groups splits the expert
 /// batch by destination: past the GEMV range (fast_linear's gemv_max_rows), so reading each
@@ -111,8 +111,8 @@ inline constexpr int64_t answer_split_min_rows = 16;
 /// then each peer alone, in ring order after `rank`, and this rank's own dispatch last (its answer
 /// crosses no link), so the first combines are on the wire while the rest computes.
 [[nodiscard]] std::vector<std::vector<size_t>> answer_groups(
-    std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t rank, int64_t slots_per_rank,
-    int64_t split_min_rows = answer_split_min_rows);
+  std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t rank, int64_t slots_per_rank,
+  int64_t split_min_rows = answer_split_min_rows);
 
 /// The source side: out[t] = sum over k in order of pair (t, k)'s output (per_pair), or over the
 /// ranks t went to, in rank order, of their row for t (per_rank); `answers` indexed by destination

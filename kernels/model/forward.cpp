@@ -29,8 +29,8 @@ std::vector<float> model_runner::forward(std::span<const batch_entry> batch) {
   return step.logits();
 }
 
-std::vector<float> model_runner::prefill(std::span<const int32_t> prompt, sequence_kv& kv,
-                                         int64_t chunk_size, bool all_logits) {
+std::vector<float> model_runner::prefill(std::span<const int32_t> prompt, sequence_kv& kv, int64_t chunk_size,
+                                         bool all_logits) {
   const int64_t n = static_cast<int64_t>(prompt.size()), start = kv.num_cached;
   chunk_size = std::max<int64_t>(1, chunk_size);
   if (!kv.reserve(cache_, start + n))
@@ -38,8 +38,8 @@ std::vector<float> model_runner::prefill(std::span<const int32_t> prompt, sequen
                       " tokens");
   std::vector<float> logits;
   for (int64_t begin = 0; begin < n; begin += chunk_size) {
-    const batch_entry entry{.tokens = prompt.subspan(begin, std::min(chunk_size, n - begin)),
-                            .kv = &kv, .all_logits = all_logits};
+    const batch_entry entry{
+      .tokens = prompt.subspan(begin, std::min(chunk_size, n - begin)), .kv = &kv, .all_logits = all_logits};
     std::vector<float> part = forward(std::span(&entry, 1));
     if (all_logits)
       logits.insert(logits.end(), part.begin(), part.end());

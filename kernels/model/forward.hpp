@@ -17,21 +17,21 @@ namespace moe {
 
 /// Rotation frequencies and scales derived once from the config (model-spec 5.3, 5.4).
 struct rope_tables {
-  std::vector<float> inv_freq;              // [qk_rope_head_dim / 2], YaRN-blended
-  float attention_factor = 1.0f;            // cos/sin multiplier mscale(f, m) / mscale(f, m_all)
-  float softmax_scale = 1.0f;               // qk_head_dim^-0.5 * mscale_all_dim-factor^2
+  std::vector<float> inv_freq;    // [qk_rope_head_dim / 2], YaRN-blended
+  float attention_factor = 1.0f;  // cos/sin multiplier mscale(f, m) / mscale(f, m_all)
+  float softmax_scale = 1.0f;     // qk_head_dim^-0.5 * mscale_all_dim-factor^2
 };
 [[nodiscard]] rope_tables make_rope_tables(const model_config& cfg);
 
 /// One sequence's part of a batch: new tokens at positions `start` onwards.
 struct batch_entry {
   std::span<const int32_t> tokens;
-  sequence_kv* kv = nullptr;                // must already hold start + tokens.size() tokens
-  bool all_logits = false;                  // logits for every new token, else only the last
-  bool no_logits = false;                   // no logits at all (a prompt's non-final segment)
-  int64_t start = -1;                       // position of tokens[0]; -1: kv->num_cached. A prompt
-                                            // split over two micro-batches has two entries.
-  bool decode = false;                      // a decode step's tokens (else a prompt's): its form
+  sequence_kv* kv = nullptr;  // must already hold start + tokens.size() tokens
+  bool all_logits = false;    // logits for every new token, else only the last
+  bool no_logits = false;     // no logits at all (a prompt's non-final segment)
+  int64_t start = -1;         // position of tokens[0]; -1: kv->num_cached. A prompt
+                              // split over two micro-batches has two entries.
+  bool decode = false;        // a decode step's tokens (else a prompt's): its form
 };
 
 /// The MLA form of prompt tokens and of decode steps (backend.hpp: attention_form). By default
@@ -57,9 +57,8 @@ struct forward_options {
 
 /// Runs the model over a batch on one backend.
 class model_runner {
-public:
-  model_runner(const model_weights& weights, backend& device, kv_cache& cache,
-               forward_options options = {});
+ public:
+  model_runner(const model_weights& weights, backend& device, kv_cache& cache, forward_options options = {});
 
   /// Appends each entry's tokens to its KV and returns logits [num_rows, vocab]: per entry in
   /// order, every new token's row when all_logits, else the last one's. Advances num_cached.
@@ -76,7 +75,7 @@ public:
   [[nodiscard]] backend& device() noexcept { return b_; }
   [[nodiscard]] kv_cache& cache() noexcept { return cache_; }
 
-private:
+ private:
   const model_weights& w_;
   backend& b_;
   kv_cache& cache_;

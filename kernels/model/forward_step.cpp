@@ -18,8 +18,8 @@ void run_mlp(backend& b, const mlp_weights& w, const float* x, float* out, int64
   const linear_weight* ws[] = {&w.gate_proj, &w.up_proj};
   float* outs[] = {gate.data(), up.data()};
   b.linear_group({.x = x, .w = ws, .out = outs, .num_tokens = num_tokens});
-  b.silu_mul({.gate = gate.data(), .up = up.data(), .out = gate.data(), .num_tokens = num_tokens,
-              .dim = inter});
+  b.silu_mul(
+    {.gate = gate.data(), .up = up.data(), .out = gate.data(), .num_tokens = num_tokens, .dim = inter});
   b.linear({.x = gate.data(), .w = &w.down_proj, .out = out, .num_tokens = num_tokens});
 }
 
@@ -68,7 +68,7 @@ token_layout forward_step::layout() const noexcept {
 }
 
 void forward_step::attn_0(int64_t layer_idx) {
-  if (num_tokens() == 0)                                     // an idle rank's empty micro-batch
+  if (num_tokens() == 0)  // an idle rank's empty micro-batch
     return;
   const model_config& cfg = w_.config;
   const layer_weights& lw = w_.layers[layer_idx];
@@ -77,28 +77,56 @@ void forward_step::attn_0(int64_t layer_idx) {
   const int64_t dn = cfg.qk_nope_head_dim, dr = cfg.qk_rope_head_dim, dq = dn + dr;
   const int64_t C = cfg.kv_lora_rank, kv_dim = C + dr;
   const float eps = static_cast<float>(cfg.rms_norm_eps);
-  b_.rms_norm({.x = h_.data(), .weight = lw.input_layernorm.data(), .out = x_.data(),
-               .num_tokens = T, .dim = D, .eps = eps});
+  b_.rms_norm({.x = h_.data(),
+               .weight = lw.input_layernorm.data(),
+               .out = x_.data(),
+               .num_tokens = T,
+               .dim = D,
+               .eps = eps});
   // both projections of x in one pass: q_a (or q) and kv_a
-  std::vector<float> cq(static_cast<size_t>(T * cfg.q_lora_rank.value_or(0)));   // [T, Cq]
+  std::vector<float> cq(static_cast<size_t>(T * cfg.q_lora_rank.value_or(0)));  // [T, Cq]
   const linear_weight* ws[] = {cfg.q_lora_rank ? &aw.q_a_proj : &aw.q_proj, &aw.kv_a_proj_with_mqa};
   float* outs[] = {cfg.q_lora_rank ? cq.data() : q_.data(), kv_.data()};
   b_.linear_group({.x = x_.data(), .w = ws, .out = outs, .num_tokens = T});
-  if (cfg.q_lora_rank) {                                      // q = q_b( RMSNorm( q_a x ) )
-    b_.rms_norm({.x = cq.data(), .weight = aw.q_a_layernorm.data(), .out = cq.data(),
-                 .num_tokens = T, .dim = *cfg.q_lora_rank, .eps = eps});
+  if (cfg.q_lora_rank) {  // q = q_b( RMSNorm( q_a x ) )
+    b_.rms_norm({.x = cq.data(),
+                 .weight = aw.q_a_layernorm.data(),
+                 .out = cq.data(),
+                 .num_tokens = T,
+                 .dim = *cfg.q_lora_rank,
+                 .eps = eps});
     b_.linear({.x = cq.data(), .w = &aw.q_b_proj, .out = q_.data(), .num_tokens = T});
   }
-  b_.rope({.x = q_.data() + dn, .num_tokens = T, .num_heads = H, .token_stride = H * dq,
-           .head_stride = dq, .rope_dim = dr, .positions = positions_.data(),
-           .inv_freq = rope_.inv_freq.data(), .attention_factor = rope_.attention_factor});
-  b_.rms_norm({.x = kv_.data(), .weight = aw.kv_a_layernorm.data(), .out = kv_.data(),
-               .num_tokens = T, .dim = C, .stride = kv_dim, .eps = eps});       // latent only
-  b_.rope({.x = kv_.data() + C, .num_tokens = T, .num_heads = 1, .token_stride = kv_dim,
-           .head_stride = 0, .rope_dim = dr, .positions = positions_.data(),
-           .inv_freq = rope_.inv_freq.data(), .attention_factor = rope_.attention_factor});
-  b_.store_kv({.kv = kv_.data(), .kv_stride = kv_dim, .num_tokens = T,
-               .cache = cache_.layer(layer_idx), .layout = layout()});
+  b_.rope({.x = q_.data() + dn,
+           .num_tokens = T,
+           .num_heads = H,
+           .token_stride = H * dq,
+           .head_stride = dq,
+           .rope_dim = dr,
+           .positions = positions_.data(),
+           .inv_freq = rope_.inv_freq.data(),
+           .attention_factor = rope_.attention_factor});
+  b_.rms_norm({.x = kv_.data(),
+               .weight = aw.kv_a_layernorm.data(),
+               .out = kv_.data(),
+               .num_tokens = T,
+               .dim = C,
+               .stride = kv_dim,
+               .eps = eps});  // latent only
+  b_.rope({.x = kv_.data() + C,
+           .num_tokens = T,
+           .num_heads = 1,
+           .token_stride = kv_dim,
+           .head_stride = 0,
+           .rope_dim = dr,
+           .positions = positions_.data(),
+           .inv_freq = rope_.inv_freq.data(),
+           .attention_factor = rope_.attention_factor});
+  b_.store_kv({.kv = kv_.data(),
+               .kv_stride = kv_dim,
+               .num_tokens = T,
+               .cache = cache_.layer(layer_idx),
+               .layout = layout()});
 }
 
 void forward_step::keep_logit_rows() {
@@ -135,16 +163,28 @@ void forward_step::attn_1(int64_t layer_idx, attention_forms forms) {
   const model_config& cfg = w_.config;
   const layer_weights& lw = w_.layers[layer_idx];
   const int64_t T = num_tokens(), D = cfg.hidden_size;
-  b_.mla_attention({.q = q_.data(), .out = attn_.data(), .num_tokens = T,
-                    .num_heads = cfg.num_attention_heads, .nope_dim = cfg.qk_nope_head_dim,
-                    .rope_dim = cfg.qk_rope_head_dim, .v_dim = cfg.v_head_dim,
-                    .kv_lora_rank = cfg.kv_lora_rank, .kv_b_proj = &lw.attn.kv_b_proj,
-                    .softmax_scale = rope_.softmax_scale, .form = forms.decode, .seq_form = seq_form_.data(),
-                    .cache = cache_.layer(layer_idx), .layout = layout()});
+  b_.mla_attention({.q = q_.data(),
+                    .out = attn_.data(),
+                    .num_tokens = T,
+                    .num_heads = cfg.num_attention_heads,
+                    .nope_dim = cfg.qk_nope_head_dim,
+                    .rope_dim = cfg.qk_rope_head_dim,
+                    .v_dim = cfg.v_head_dim,
+                    .kv_lora_rank = cfg.kv_lora_rank,
+                    .kv_b_proj = &lw.attn.kv_b_proj,
+                    .softmax_scale = rope_.softmax_scale,
+                    .form = forms.decode,
+                    .seq_form = seq_form_.data(),
+                    .cache = cache_.layer(layer_idx),
+                    .layout = layout()});
   b_.linear({.x = attn_.data(), .w = &lw.attn.o_proj, .out = shared_.data(), .num_tokens = T});
   b_.add({.out = h_.data(), .x = shared_.data(), .n = T * D});
-  b_.rms_norm({.x = h_.data(), .weight = lw.post_attention_layernorm.data(), .out = x_.data(),
-               .num_tokens = T, .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
+  b_.rms_norm({.x = h_.data(),
+               .weight = lw.post_attention_layernorm.data(),
+               .out = x_.data(),
+               .num_tokens = T,
+               .dim = D,
+               .eps = static_cast<float>(cfg.rms_norm_eps)});
   if (!lw.is_moe)
     return;
   const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok;
@@ -152,10 +192,16 @@ void forward_step::attn_1(int64_t layer_idx, attention_forms forms) {
   topk_ids_.resize(static_cast<size_t>(T * K));
   topk_weights_.resize(static_cast<size_t>(T * K));
   b_.linear({.x = x_.data(), .w = &lw.moe.gate, .out = router_logits_.data(), .num_tokens = T});
-  b_.moe_gate({.logits = router_logits_.data(), .bias = lw.moe.e_score_correction_bias.data(),
-               .topk_ids = topk_ids_.data(), .topk_weights = topk_weights_.data(),
-               .num_tokens = T, .num_experts = E, .num_groups = cfg.n_group,
-               .topk_group = cfg.topk_group, .top_k = K, .norm_topk_prob = cfg.norm_topk_prob,
+  b_.moe_gate({.logits = router_logits_.data(),
+               .bias = lw.moe.e_score_correction_bias.data(),
+               .topk_ids = topk_ids_.data(),
+               .topk_weights = topk_weights_.data(),
+               .num_tokens = T,
+               .num_experts = E,
+               .num_groups = cfg.n_group,
+               .topk_group = cfg.topk_group,
+               .top_k = K,
+               .norm_topk_prob = cfg.norm_topk_prob,
                .routed_scaling_factor = static_cast<float>(cfg.routed_scaling_factor)});
 }
 
@@ -177,17 +223,23 @@ void forward_step::routed_local(int64_t layer_idx, ep_precision ep) {
     return;
   const moe_weights& mw = w_.layers[layer_idx].moe;
   const int64_t T = num_tokens(), D = w_.config.hidden_size;
-  std::vector<float> dispatched;                             // x as the experts' ranks would see it
+  std::vector<float> dispatched;  // x as the experts' ranks would see it
   const float* x = x_.data();
   if (ep.dispatch != payload_dtype::fp32) {
     dispatched = x_;
     round_trip_rows(dispatched.data(), T, D, ep.dispatch);
     x = dispatched.data();
   }
-  b_.moe_experts({.x = x, .topk_ids = topk_ids_.data(), .topk_weights = topk_weights_.data(),
-                  .out = routed_.data(), .num_tokens = T, .hidden = D,
-                  .top_k = w_.config.num_experts_per_tok, .experts = &mw.experts,
-                  .expert_begin = 0, .expert_end = w_.config.n_routed_experts,
+  b_.moe_experts({.x = x,
+                  .topk_ids = topk_ids_.data(),
+                  .topk_weights = topk_weights_.data(),
+                  .out = routed_.data(),
+                  .num_tokens = T,
+                  .hidden = D,
+                  .top_k = w_.config.num_experts_per_tok,
+                  .experts = &mw.experts,
+                  .expert_begin = 0,
+                  .expert_end = w_.config.n_routed_experts,
                   .round_outputs_bf16 = ep.combine == payload_dtype::bf16});
 }
 
@@ -207,7 +259,7 @@ void forward_step::append_logit_rows(std::vector<float>& out) const {
 }
 
 void forward_step::advance_kv() {
-  for (size_t s = 0; s < batch_.size(); ++s)                 // max: split entries end in any order
+  for (size_t s = 0; s < batch_.size(); ++s)  // max: split entries end in any order
     batch_[s].kv->num_cached = std::max(batch_[s].kv->num_cached, ends_[s]);
 }
 
@@ -229,15 +281,19 @@ std::vector<std::vector<float>> forward_step::joint_logits(std::span<forward_ste
   const int64_t R = static_cast<int64_t>(rows.size()) / D;
   std::vector<float> all(static_cast<size_t>(R * V));
   if (R > 0) {
-    first.b_.rms_norm({.x = rows.data(), .weight = first.w_.norm.data(), .out = rows.data(), .num_tokens = R,
-                       .dim = D, .eps = static_cast<float>(cfg.rms_norm_eps)});
+    first.b_.rms_norm({.x = rows.data(),
+                       .weight = first.w_.norm.data(),
+                       .out = rows.data(),
+                       .num_tokens = R,
+                       .dim = D,
+                       .eps = static_cast<float>(cfg.rms_norm_eps)});
     first.b_.linear({.x = rows.data(), .w = &first.w_.lm_head, .out = all.data(), .num_tokens = R});
   }
   int64_t row = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const int64_t n = static_cast<int64_t>(steps[i]->logit_rows_.size());
     if (steps.size() == 1)
-      out[i] = std::move(all);              // one step: its rows are all of them, no copy
+      out[i] = std::move(all);  // one step: its rows are all of them, no copy
     else
       out[i].assign(all.begin() + row * V, all.begin() + (row + n) * V);
     row += n;

@@ -14,10 +14,10 @@
 namespace moe {
 
 class forward_step {
-public:
+ public:
   /// Flattens `batch` (checks token ids and reserved KV) and embeds its tokens.
-  forward_step(const model_weights& weights, backend& device, kv_cache& cache,
-               const rope_tables& rope, std::span<const batch_entry> batch);
+  forward_step(const model_weights& weights, backend& device, kv_cache& cache, const rope_tables& rope,
+               std::span<const batch_entry> batch);
 
   [[nodiscard]] int64_t num_tokens() const noexcept { return static_cast<int64_t>(token_ids_.size()); }
 
@@ -57,7 +57,7 @@ public:
   /// the same numbers as each step's logits() on the reference backend.
   [[nodiscard]] static std::vector<std::vector<float>> joint_logits(std::span<forward_step* const> steps);
 
-private:
+ private:
   const model_weights& w_;
   backend& b_;
   kv_cache& cache_;
@@ -65,12 +65,12 @@ private:
   std::span<const batch_entry> batch_;
   // the flattened batch
   std::vector<int32_t> token_ids_, seq_idx_, positions_;
-  std::vector<attention_form> seq_form_;    // per entry, set by attn_1
+  std::vector<attention_form> seq_form_;  // per entry, set by attn_1
   std::vector<const int32_t*> block_tables_;
   std::vector<int64_t> logit_rows_;
-  std::vector<int64_t> ends_;               // per entry: position after its last new token
+  std::vector<int64_t> ends_;  // per entry: position after its last new token
   // activations
-  std::vector<float> h_, x_, q_, kv_, attn_, shared_, routed_;   // [T, ...]
+  std::vector<float> h_, x_, q_, kv_, attn_, shared_, routed_;  // [T, ...]
   std::vector<float> router_logits_, topk_weights_;
   std::vector<int32_t> topk_ids_;
 

@@ -33,9 +33,14 @@ linear_weight quantize_to_fp8(const linear_weight& w, weight_layout layout, mode
   // huge pages, as the loader's copy of the checkpoint: a decode step streams the whole weight
   std::shared_ptr<void> storage = fast::huge_page_buffer(static_cast<size_t>(bytes));
   auto* codes = static_cast<uint8_t*>(storage.get());
-  auto* scales = reinterpret_cast<float*>(codes + code_bytes);     // code_bytes is a multiple of 64
-  linear_weight q{.type = dtype::f8_e4m3, .data = codes, .layout = layout, .out_features = out,
-                  .in_features = in, .scale_inv = scales, .block_rows = fp8_quant_block,
+  auto* scales = reinterpret_cast<float*>(codes + code_bytes);  // code_bytes is a multiple of 64
+  linear_weight q{.type = dtype::f8_e4m3,
+                  .data = codes,
+                  .layout = layout,
+                  .out_features = out,
+                  .in_features = in,
+                  .scale_inv = scales,
+                  .block_rows = fp8_quant_block,
                   .block_cols = fp8_quant_block};
 
   // each thread quantises whole row blocks: 128 rows' values, then block by block
@@ -48,20 +53,22 @@ linear_weight quantize_to_fp8(const linear_weight& w, weight_layout layout, mode
           rows[static_cast<size_t>((r - r0) * in + c)] = w.at(r, c);
       for (int64_t bc = 0; bc < block_cols; ++bc) {
         const int64_t c0 = bc * fp8_quant_block, c1 = std::min(in, c0 + fp8_quant_block);
-        scales[br * block_cols + bc] = quantize_fp8_block(
-            rows.data() + c0, in, r1 - r0, c1 - c0,
-            [&](int64_t r, int64_t c, uint8_t code) { codes[q.index(r0 + r, c0 + c)] = code; });
+        scales[br * block_cols + bc] = quantize_fp8_block(rows.data() + c0, in, r1 - r0, c1 - c0,
+                                                          [&](int64_t r, int64_t c, uint8_t code) {
+                                                            codes[q.index(r0 + r, c0 + c)] = code;
+                                                          });
       }
     }
   };
-  if (layout == weight_layout::fp8_panels)   // the panels' padding rows (none when they fit)
+  if (layout == weight_layout::fp8_panels)  // the panels' padding rows (none when they fit)
     std::memset(codes, 0, static_cast<size_t>(code_bytes));
-  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(block_rows, 1));
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
+                                              std::max<int64_t>(block_rows, 1));
   std::vector<std::jthread> helpers;
   for (int64_t t = 1; t < threads; ++t)
     helpers.emplace_back(quantize_rows, block_rows * t / threads, block_rows * (t + 1) / threads);
   quantize_rows(0, block_rows / threads);
-  helpers.clear();                          // joins
+  helpers.clear();  // joins
   owner.requantized.push_back(std::move(storage));
   return q;
 }

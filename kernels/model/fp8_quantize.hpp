@@ -39,7 +39,8 @@ float quantize_fp8_block(const float* values, int64_t stride, int64_t rows, int6
 /// `layout` (weight_layout::fp8_panels needs fp8_panels_fit). The codes and the scales are held
 /// by `owner` (model_weights::requantized). Throws std::invalid_argument for fp8_panels that do
 /// not fit.
-[[nodiscard]] linear_weight quantize_to_fp8(const linear_weight& w, weight_layout layout, model_weights& owner);
+[[nodiscard]] linear_weight quantize_to_fp8(const linear_weight& w, weight_layout layout,
+                                            model_weights& owner);
 
 /// Replaces `w.lm_head` by its FP8 quantisation, unless it is FP8 already (a tied embedding stays
 /// as it is). `panels`: the codes in the fast kernels' panels where the shape fits them.

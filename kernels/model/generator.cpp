@@ -30,19 +30,17 @@ generator::generator(model_runner& runner, std::shared_ptr<const tokenizer> tok,
     : runner_(runner), tok_(std::move(tok)), chunk_size_(std::max<int64_t>(1, chunk_size)),
       max_context_(max_context) {}
 
-generation_result generator::run(const std::vector<int32_t>& prompt_ids,
-                                 const sampling_params& params,
+generation_result generator::run(const std::vector<int32_t>& prompt_ids, const sampling_params& params,
                                  const std::function<void(std::string_view)>& on_text) {
   const model_config& cfg = runner_.weights().config;
   const int64_t num_prompt = static_cast<int64_t>(prompt_ids.size());
   if (num_prompt == 0)
     throw input_error("the prompt is empty");
-  const int64_t max_context = std::min({max_context_, cfg.max_position_embeddings,
-                                        runner_.cache().num_blocks() * runner_.cache().block_size()});
+  const int64_t max_context = std::min(
+    {max_context_, cfg.max_position_embeddings, runner_.cache().num_blocks() * runner_.cache().block_size()});
   if (num_prompt >= max_context)
-    throw input_error("the prompt has " + std::to_string(num_prompt) +
-                      " tokens; the context holds at most " + std::to_string(max_context - 1) +
-                      " prompt tokens");
+    throw input_error("the prompt has " + std::to_string(num_prompt) + " tokens; the context holds at most " +
+                      std::to_string(max_context - 1) + " prompt tokens");
   generation_result result;
   result.prompt_ids = prompt_ids;
   sequence_kv kv;
@@ -66,11 +64,11 @@ generation_result generator::run(const std::vector<int32_t>& prompt_ids,
     const int32_t id = next.token_id;
     for (token_logprobs& t : next.logprobs)
       result.logprobs.push_back(std::move(t));
-    result.output_ids.push_back(id);                        // vLLM keeps a stop token's id
+    result.output_ids.push_back(id);  // vLLM keeps a stop token's id
     const int64_t num_generated = static_cast<int64_t>(result.output_ids.size());
-    result.reason = token_finish(params, cfg.eos_token_id, id, num_generated,
-                                 num_prompt + num_generated, max_context);
-    if (result.reason != finish_reason::stop)               // but not its text
+    result.reason = token_finish(params, cfg.eos_token_id, id, num_generated, num_prompt + num_generated,
+                                 max_context);
+    if (result.reason != finish_reason::stop)  // but not its text
       emit(out.push(id));
     if (out.stopped())
       result.reason = finish_reason::stop;

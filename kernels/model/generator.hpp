@@ -24,14 +24,14 @@ struct generation_result {
   std::vector<int32_t> output_ids;
   std::string text;
   finish_reason reason = finish_reason::none;
-  double prefill_seconds = 0.0;             // until the first token's logits
-  double decode_seconds = 0.0;              // after that
-  std::vector<token_logprobs> logprobs;     // one per output id when params.logprobs is set
+  double prefill_seconds = 0.0;          // until the first token's logits
+  double decode_seconds = 0.0;           // after that
+  std::vector<token_logprobs> logprobs;  // one per output id when params.logprobs is set
 };
 
 /// Runs one request at a time on a runner; KV blocks are returned after every request.
 class generator {
-public:
+ public:
   /// chunk_size: prefill tokens per forward call (bounded activation memory). max_context: the
   /// longest sequence (prompt + output) to allow, besides the model's and the KV cache's limits.
   generator(model_runner& runner, std::shared_ptr<const tokenizer> tok, int64_t chunk_size = 512,
@@ -42,7 +42,7 @@ public:
   generation_result run(const std::vector<int32_t>& prompt_ids, const sampling_params& params,
                         const std::function<void(std::string_view)>& on_text = {});
 
-private:
+ private:
   model_runner& runner_;
   std::shared_ptr<const tokenizer> tok_;
   int64_t chunk_size_;

@@ -14,20 +14,22 @@ void require_kv_memory(int64_t num_caches, int64_t num_layers, int64_t num_block
   const uint64_t all = kv_cache_bytes(layers, num_blocks, block_size, kv_dim);
   if (!available || all <= *available)
     return;
-  const uint64_t per_all_caches = kv_cache_bytes(layers, 1, block_size, kv_dim);   // one block in each
+  const uint64_t per_all_caches = kv_cache_bytes(layers, 1, block_size, kv_dim);  // one block in each
   const uint64_t fit = *available / per_all_caches;
-  if (fit == 0)                             // not even one block: the blocks are too big
+  if (fit == 0)  // not even one block: the blocks are too big
     require_memory(per_all_caches,
-                   "one KV block of " + std::to_string(block_size) + " tokens x " + std::to_string(num_layers) +
-                       " layers x " + std::to_string(kv_dim) + " fp32 values" +
-                       (num_caches > 1 ? " in each of " + std::to_string(num_caches) + " caches" : ""),
+                   "one KV block of " + std::to_string(block_size) + " tokens x " +
+                     std::to_string(num_layers) + " layers x " + std::to_string(kv_dim) + " fp32 values" +
+                     (num_caches > 1 ? " in each of " + std::to_string(num_caches) + " caches" : ""),
                    ": lower --page-size", available);
   require_memory(all,
-                 "the KV cache" + std::string(num_caches > 1 ? "s (" + std::to_string(num_caches) + " x " : " (") +
-                     std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens x " +
-                     std::to_string(num_layers) + " layers x " + std::to_string(kv_dim) + " fp32 values) with every block in use",
+                 "the KV cache" +
+                   std::string(num_caches > 1 ? "s (" + std::to_string(num_caches) + " x " : " (") +
+                   std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens x " +
+                   std::to_string(num_layers) + " layers x " + std::to_string(kv_dim) +
+                   " fp32 values) with every block in use",
                  ": lower " + std::string(flag) + " to at most " + std::to_string(fit) +
-                     (num_caches > 1 ? " blocks per cache" : " blocks"),
+                   (num_caches > 1 ? " blocks per cache" : " blocks"),
                  available);
 }
 
@@ -51,7 +53,7 @@ kv_cache::kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, i
       storage_(new float[kv_floats(num_layers, num_blocks, block_size, kv_dim)]),
       in_use_(static_cast<size_t>(num_blocks), 0) {
   free_.reserve(static_cast<size_t>(num_blocks));
-  for (int64_t b = num_blocks - 1; b >= 0; --b)              // hand out low ids first
+  for (int64_t b = num_blocks - 1; b >= 0; --b)  // hand out low ids first
     free_.push_back(static_cast<int32_t>(b));
 }
 

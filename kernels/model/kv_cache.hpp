@@ -16,7 +16,7 @@ namespace moe {
 
 /// A pool of KV blocks shared by every sequence of one rank. Blocks are freed exactly once.
 class kv_cache {
-public:
+ public:
   /// storage: [num_layers, num_blocks, block_size, kv_dim] fp32.
   kv_cache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_dim);
 
@@ -25,9 +25,7 @@ public:
   [[nodiscard]] int64_t num_layers() const noexcept { return num_layers_; }
   [[nodiscard]] int64_t kv_dim() const noexcept { return kv_dim_; }
   [[nodiscard]] int64_t num_blocks() const noexcept { return num_blocks_; }
-  [[nodiscard]] int64_t num_free_blocks() const noexcept {
-    return static_cast<int64_t>(free_.size());
-  }
+  [[nodiscard]] int64_t num_free_blocks() const noexcept { return static_cast<int64_t>(free_.size()); }
   /// Blocks needed to hold `num_tokens` tokens.
   [[nodiscard]] int64_t blocks_for(int64_t num_tokens) const noexcept {
     return (num_tokens + block_size_ - 1) / block_size_;
@@ -37,7 +35,7 @@ public:
   /// Returns a block to the pool; a double free throws std::logic_error.
   void free(int32_t block_id);
 
-private:
+ private:
   int64_t num_layers_, num_blocks_, block_size_, kv_dim_;
   // Not zero-filled: every slot is written (store_kv) before it is read, and untouched pages of
   // a large pool cost nothing until used.

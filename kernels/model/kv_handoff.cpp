@@ -9,8 +9,8 @@ namespace moe {
 kv_pages export_kv(kv_cache& cache, const sequence_kv& seq, int64_t num_tokens) {
   if (num_tokens > seq.num_cached)
     throw std::invalid_argument("export_kv: the sequence has fewer cached tokens than requested");
-  kv_pages pages{.num_layers = cache.num_layers(), .num_tokens = num_tokens,
-                 .kv_dim = cache.kv_dim(), .data = {}};
+  kv_pages pages{
+    .num_layers = cache.num_layers(), .num_tokens = num_tokens, .kv_dim = cache.kv_dim(), .data = {}};
   pages.data.resize(static_cast<size_t>(pages.num_layers * num_tokens * pages.kv_dim));
   float* out = pages.data.data();
   for (int64_t l = 0; l < pages.num_layers; ++l) {

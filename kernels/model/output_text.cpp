@@ -62,7 +62,7 @@ std::string text_stream::push(int32_t token_id) {
     stopped_ = true;
     return emit_upto(text_.size());
   }
-  const size_t hold = max_stop_ ? max_stop_ - 1 : 0;        // a stop string may still be forming
+  const size_t hold = max_stop_ ? max_stop_ - 1 : 0;  // a stop string may still be forming
   return emit_upto(utf8_boundary(text_, text_.size() - std::min(text_.size(), hold)));
 }
 

@@ -19,8 +19,8 @@ namespace moe {
 /// `context_len` (prompt + output): stop on EOS (unless ignore_eos) or a stop token id, length
 /// at max_tokens or when the context is full, else none.
 [[nodiscard]] finish_reason token_finish(const sampling_params& params, int64_t eos_token_id,
-                                         int32_t token_id, int64_t num_generated,
-                                         int64_t context_len, int64_t max_context);
+                                         int32_t token_id, int64_t num_generated, int64_t context_len,
+                                         int64_t max_context);
 
 /// Where to cut `text` for a stop string: the earliest match that ends after `search_from`, or npos.
 [[nodiscard]] size_t find_stop(std::string_view text, const std::vector<std::string>& stop,
@@ -28,7 +28,7 @@ namespace moe {
 
 /// Output text of one request, fed token by token.
 class text_stream {
-public:
+ public:
   text_stream(std::shared_ptr<const tokenizer> tok, std::vector<std::string> stop);
 
   /// Adds a token's text; returns the newly final text. stopped() turns true when a stop string
@@ -39,7 +39,7 @@ public:
   [[nodiscard]] bool stopped() const noexcept { return stopped_; }
   [[nodiscard]] const std::string& text() const noexcept { return text_; }
 
-private:
+ private:
   [[nodiscard]] std::string emit_upto(size_t end);
 
   incremental_decoder detok_;
@@ -53,7 +53,8 @@ private:
 /// The reason a request ended, once its text is final: a stop string that only the text held back
 /// to the end completes (text_stream::finish, an unfinished character's U+FFFD included) makes a
 /// "length" end a "stop", as its text is cut there.
-[[nodiscard]] inline finish_reason final_reason(finish_reason token_reason, const text_stream& text) noexcept {
+[[nodiscard]] inline finish_reason final_reason(finish_reason token_reason,
+                                                const text_stream& text) noexcept {
   return token_reason == finish_reason::length && text.stopped() ? finish_reason::stop : token_reason;
 }
 

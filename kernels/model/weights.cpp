@@ -12,14 +12,12 @@
 namespace moe {
 namespace {
 
-std::string layer_prefix(int64_t layer_idx) {
-  return "model.layers." + std::to_string(layer_idx) + ".";
-}
+std::string layer_prefix(int64_t layer_idx) { return "model.layers." + std::to_string(layer_idx) + "."; }
 
 [[noreturn]] void dtype_error(const tensor_info& t, std::string_view role, std::string_view expected) {
   throw input_error(t.file + ": tensor \"" + t.name + "\": dtype " + std::string(dtype_name(t.type)) +
-                    " is not supported for " + std::string(role) + " (expected " +
-                    std::string(expected) + ")");
+                    " is not supported for " + std::string(role) + " (expected " + std::string(expected) +
+                    ")");
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -78,7 +76,7 @@ struct loader {
   static void to_f32(const tensor_info& t, float* out) {
     const int64_t size = dtype_size(t.type);
     const int64_t n = t.num_bytes / size;
-    for (int64_t i = 0; i < n; ++i) {                 // memcpy per element: data may be unaligned
+    for (int64_t i = 0; i < n; ++i) {  // memcpy per element: data may be unaligned
       uint32_t bits = 0;
       std::memcpy(&bits, t.data + i * size, static_cast<size_t>(size));
       out[i] = t.type == dtype::f32    ? std::bit_cast<float>(bits)
@@ -91,8 +89,8 @@ struct loader {
   const float* scale_inv(const tensor_info& weight, int64_t out, int64_t in) {
     const std::string name = weight.name + "_scale_inv";
     if (!ckpt.contains(name))
-      throw input_error(weight.file + ": tensor \"" + weight.name + "\" is F8_E4M3 but its scale \"" +
-                        name + "\" is missing from " + ckpt.dir().string());
+      throw input_error(weight.file + ": tensor \"" + weight.name + "\" is F8_E4M3 but its scale \"" + name +
+                        "\" is missing from " + ckpt.dir().string());
     const tensor_info& s = ckpt.tensor(name, {ceil_div(out, block_rows), ceil_div(in, block_cols)});
     const int64_t n = ceil_div(out, block_rows) * ceil_div(in, block_cols);
     const float* scales = nullptr;
@@ -230,7 +228,7 @@ int64_t weight_bytes_per_token(const model_weights& w) {
       continue;
     }
     n += linear_bytes(l.moe.gate) + mlp_bytes(l.moe.shared_experts);
-    if (!l.moe.experts.empty())                       // every routed expert has the same size
+    if (!l.moe.experts.empty())  // every routed expert has the same size
       n += w.config.num_experts_per_tok * mlp_bytes(l.moe.experts.front());
   }
   return n;

@@ -17,10 +17,13 @@ double value_of(float logit) { return std::isnan(logit) ? neg_inf : static_cast<
 
 double log_sum_exp(std::span<const float> logits) {
   double max_logit = neg_inf;
-  for (float x : logits) max_logit = std::max(max_logit, value_of(x));
-  if (!std::isfinite(max_logit)) return max_logit;          // all -inf, or a +inf logit
+  for (float x : logits)
+    max_logit = std::max(max_logit, value_of(x));
+  if (!std::isfinite(max_logit))
+    return max_logit;  // all -inf, or a +inf logit
   double sum = 0.0;
-  for (float x : logits) sum += std::exp(value_of(x) - max_logit);
+  for (float x : logits)
+    sum += std::exp(value_of(x) - max_logit);
   return max_logit + std::log(sum);
 }
 
@@ -33,7 +36,8 @@ token_logprobs logprobs_of(std::span<const float> logits, int32_t token_id, int3
   };
   token_logprobs out{.token_id = token_id, .logprob = logprob(token_id), .top = {}};
   const size_t n = std::min(logits.size(), static_cast<size_t>(std::max(num_top, 0)));
-  if (n == 0) return out;
+  if (n == 0)
+    return out;
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
@@ -43,7 +47,8 @@ token_logprobs logprobs_of(std::span<const float> logits, int32_t token_id, int3
                       return va != vb ? va > vb : a < b;
                     });
   out.top.reserve(n);
-  for (size_t i = 0; i < n; ++i) out.top.push_back({ids[i], logprob(ids[i])});
+  for (size_t i = 0; i < n; ++i)
+    out.top.push_back({ids[i], logprob(ids[i])});
   return out;
 }
 

@@ -16,19 +16,19 @@ namespace moe {
 /// (0, 0.01) to 0.01, as vLLM does.
 struct sampling_params {
   float temperature = 1.0f;
-  float top_p = 1.0f;                        // (0, 1]
-  int32_t top_k = -1;                        // -1 (or 0): all tokens
-  float min_p = 0.0f;                        // [0, 1]
-  float repetition_penalty = 1.0f;           // > 0; applies to prompt and output tokens
-  float presence_penalty = 0.0f;             // [-2, 2]; output tokens only
-  float frequency_penalty = 0.0f;            // [-2, 2]; output tokens only
+  float top_p = 1.0f;               // (0, 1]
+  int32_t top_k = -1;               // -1 (or 0): all tokens
+  float min_p = 0.0f;               // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; applies to prompt and output tokens
+  float presence_penalty = 0.0f;    // [-2, 2]; output tokens only
+  float frequency_penalty = 0.0f;   // [-2, 2]; output tokens only
   std::optional<uint64_t> seed;
-  int32_t max_tokens = 16;                   // >= 1
+  int32_t max_tokens = 16;  // >= 1
   std::vector<int32_t> stop_token_ids;
-  std::vector<std::string> stop;             // stop strings, not included in the output text
+  std::vector<std::string> stop;  // stop strings, not included in the output text
   bool ignore_eos = false;
-  std::optional<int32_t> logprobs;           // >= 0: each output token's logprob and this many
-                                             // top alternatives (logprobs.hpp); unset: none
+  std::optional<int32_t> logprobs;  // >= 0: each output token's logprob and this many
+                                    // top alternatives (logprobs.hpp); unset: none
 };
 
 /// Checks ranges as vLLM does; returns an error message naming the field, or "" when valid.
@@ -36,7 +36,7 @@ struct sampling_params {
 
 /// Per-request sampling state: the RNG and the token counts the penalties need.
 class sampler {
-public:
+ public:
   sampler(sampling_params params, const std::vector<int32_t>& prompt_ids);
 
   /// Applies penalties, temperature, min-p, top-k and top-p to `logits` ([vocab], modified in
@@ -48,11 +48,11 @@ public:
   void accept(int32_t token_id);
   [[nodiscard]] const sampling_params& params() const noexcept { return params_; }
 
-private:
+ private:
   sampling_params params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int32_t> output_counts_;
-  std::vector<uint8_t> seen_;                 // [vocab] prompt or output token, lazily sized
+  std::vector<uint8_t> seen_;  // [vocab] prompt or output token, lazily sized
   std::vector<int32_t> prompt_ids_;
 };
 

@@ -15,8 +15,8 @@ namespace {
 /// Unicode White_Space: HF's `\s` for lstrip/rstrip (Rust regex).
 bool is_white_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 /// Whether the UTF-8 character `ch` is a word character for single_word: HF's `\w` (Rust regex),
@@ -33,10 +33,10 @@ bool is_word_char(std::string_view ch) {
     ~pattern() { pcre2_code_free(code); }
   };
   static const pattern word;
-  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
-      pcre2_match_data_create(1, nullptr), pcre2_match_data_free);
-  return pcre2_match(word.code, reinterpret_cast<PCRE2_SPTR>(ch.data()), ch.size(), 0, 0,
-                     md.get(), nullptr) >= 0;
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(pcre2_match_data_create(1, nullptr),
+                                                                    pcre2_match_data_free);
+  return pcre2_match(word.code, reinterpret_cast<PCRE2_SPTR>(ch.data()), ch.size(), 0, 0, md.get(),
+                     nullptr) >= 0;
 }
 
 /// The last character of `s` (empty if none).
@@ -104,8 +104,7 @@ void added_token_matcher::trie::insert(std::string_view content, int32_t token_i
   first_byte[static_cast<unsigned char>(content[0])] = true;
 }
 
-int32_t added_token_matcher::trie::longest_at(std::string_view text, size_t pos,
-                                              size_t& length) const {
+int32_t added_token_matcher::trie::longest_at(std::string_view text, size_t pos, size_t& length) const {
   int32_t found = -1;
   int32_t node_idx = 0;
   for (size_t i = pos; i < text.size(); ++i) {
@@ -128,8 +127,7 @@ added_token_matcher::added_token_matcher(const std::vector<added_token>& tokens)
   for (size_t idx = 0; idx < tokens_.size(); ++idx) {
     if (tokens_[idx].content.empty())
       continue;
-    (tokens_[idx].normalized ? normalized_ : raw_).insert(tokens_[idx].content,
-                                                          static_cast<int32_t>(idx));
+    (tokens_[idx].normalized ? normalized_ : raw_).insert(tokens_[idx].content, static_cast<int32_t>(idx));
   }
 }
 
@@ -137,8 +135,8 @@ void added_token_matcher::split(std::string_view text, std::vector<text_segment>
   split_group(raw_, text, &normalized_, out);
 }
 
-void added_token_matcher::split_group(const trie& group, std::string_view text,
-                                      const trie* next_group, std::vector<text_segment>& out) const {
+void added_token_matcher::split_group(const trie& group, std::string_view text, const trie* next_group,
+                                      std::vector<text_segment>& out) const {
   auto emit_gap = [&](size_t begin, size_t end) {
     if (begin >= end)
       return;
@@ -147,7 +145,7 @@ void added_token_matcher::split_group(const trie& group, std::string_view text,
     else
       out.push_back({text.substr(begin, end - begin), -1});
   };
-  size_t gap_start = 0;                          // end of the last emitted token
+  size_t gap_start = 0;  // end of the last emitted token
   size_t pos = 0;
   while (pos < text.size()) {
     if (!group.first_byte[static_cast<unsigned char>(text[pos])]) {
@@ -162,7 +160,7 @@ void added_token_matcher::split_group(const trie& group, std::string_view text,
     }
     const added_token& token = tokens_[token_idx];
     size_t begin = pos, end = pos + length;
-    pos = end;                                   // a discarded match is still consumed (find_iter)
+    pos = end;  // a discarded match is still consumed (find_iter)
     if (token.single_word) {
       const std::string_view before = last_char(text.substr(0, begin));
       const std::string_view after = first_char(text.substr(end));

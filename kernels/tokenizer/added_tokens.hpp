@@ -30,17 +30,17 @@ struct text_segment {
 };
 
 class added_token_matcher {
-public:
+ public:
   explicit added_token_matcher(const std::vector<added_token>& tokens);
 
   /// Appends the segments of `text`, in order, to `out`.
   void split(std::string_view text, std::vector<text_segment>& out) const;
 
-private:
+ private:
   /// A byte trie over one group of tokens (normalized or not).
   struct trie {
     struct node {
-      int32_t token_idx = -1;                    // index into tokens_ when a token ends here
+      int32_t token_idx = -1;  // index into tokens_ when a token ends here
       std::vector<std::pair<unsigned char, int32_t>> children;
     };
     std::vector<node> nodes{1};

@@ -12,9 +12,9 @@ namespace {
 
 enum char_class : uint8_t {
   letter = 1,
-  punct = 2,        // \p{P} or \p{S}
-  space = 4,        // \s
-  newline = 8,      // \r or \n
+  punct = 2,    // \p{P} or \p{S}
+  space = 4,    // \s
+  newline = 8,  // \r or \n
   digit = 16,
 };
 
@@ -65,24 +65,24 @@ size_t digits_1_3(std::string_view s, size_t pos, size_t& last_read) {
 size_t words(cursor& c, size_t pos) {
   if (c.is(pos, punct)) {
     if (c.is(pos + 1, letter))
-      return c.run_end(pos + 1, letter);                       // punctuation + letters
-    return c.run_end(c.run_end(pos, punct), newline);          // punctuation run + newlines
+      return c.run_end(pos + 1, letter);               // punctuation + letters
+    return c.run_end(c.run_end(pos, punct), newline);  // punctuation run + newlines
   }
   if (c.is(pos, letter))
     return c.run_end(pos, letter);
   if (!c.is(pos, newline) && c.is(pos + 1, letter))
-    return c.run_end(pos + 1, letter);                         // one prefix character + letters
+    return c.run_end(pos + 1, letter);  // one prefix character + letters
   if (c.s[pos] == ' ' && c.is(pos + 1, punct))
-    return c.run_end(c.run_end(pos + 1, punct), newline);      // " " + punctuation + newlines
+    return c.run_end(c.run_end(pos + 1, punct), newline);  // " " + punctuation + newlines
   if (!c.is(pos, space))
-    return pos;                                                // digit or control: no match
+    return pos;  // digit or control: no match
   const size_t end = c.run_end(pos, space);
-  for (size_t i = end; i > pos; --i)                           // \s*[\r\n]+: to the last newline
+  for (size_t i = end; i > pos; --i)  // \s*[\r\n]+: to the last newline
     if (c.is(i - 1, newline))
       return i;
-  if (end == c.s.size() || end - pos == 1)                     // \s+(?!\S) at the end, or \s+
+  if (end == c.s.size() || end - pos == 1)  // \s+(?!\S) at the end, or \s+
     return end;
-  return end - 1;                                              // \s+(?!\S): leave one space
+  return end - 1;  // \s+(?!\S): leave one space
 }
 
 size_t deepseek_words(std::string_view s, size_t pos, size_t& last_read) {

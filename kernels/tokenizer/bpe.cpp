@@ -40,9 +40,7 @@ struct bpe_model::merge_table {
     return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
   }
 
-  slot& find_slot(uint64_t key) {
-    return slots[const_cast<const merge_table*>(this)->index_of(key)];
-  }
+  slot& find_slot(uint64_t key) { return slots[const_cast<const merge_table*>(this)->index_of(key)]; }
 
   size_t index_of(uint64_t key) const {
     size_t idx = (key * 0x9E3779B97F4A7C15ull) >> shift;
@@ -60,7 +58,7 @@ struct bpe_model::merge_table {
 /// word bytes -> tokens; cleared when full (words repeat, so it refills with the common ones).
 struct bpe_model::word_cache {
   static constexpr size_t max_entries = 1 << 17;
-  static constexpr size_t max_word_bytes = 256;   // longer words are rare and not worth keeping
+  static constexpr size_t max_word_bytes = 256;  // longer words are rare and not worth keeping
 
   struct hash {
     using is_transparent = void;
@@ -89,8 +87,7 @@ struct bpe_model::word_cache {
 };
 
 bpe_model::bpe_model(const std::array<int32_t, 256>& byte_ids, const std::vector<bpe_merge>& merges)
-    : byte_ids_(byte_ids),
-      merges_(std::make_unique<merge_table>(merges)),
+    : byte_ids_(byte_ids), merges_(std::make_unique<merge_table>(merges)),
       cache_(std::make_unique<word_cache>()) {}
 
 bpe_model::~bpe_model() = default;
@@ -102,7 +99,7 @@ void bpe_model::encode_word(std::string_view word, std::vector<int32_t>& out) co
       out.push_back(id);
     return;
   }
-  if (word.size() == 2) {                        // at most one merge: no cache needed
+  if (word.size() == 2) {  // at most one merge: no cache needed
     const int32_t left = byte_ids_[static_cast<unsigned char>(word[0])];
     const int32_t right = byte_ids_[static_cast<unsigned char>(word[1])];
     if (left >= 0 && right >= 0) {
@@ -127,7 +124,7 @@ void bpe_model::merge(std::string_view word, std::vector<int32_t>& out) const {
   };
   struct candidate {
     int32_t rank, pos, merged, left, right;
-    bool operator>(const candidate& o) const {   // lowest rank first, then leftmost
+    bool operator>(const candidate& o) const {  // lowest rank first, then leftmost
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
   };

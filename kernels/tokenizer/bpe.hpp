@@ -18,7 +18,7 @@ struct bpe_merge {
 };
 
 class bpe_model {
-public:
+ public:
   /// `byte_ids[b]` is the token of the single byte b (-1: no such token, the byte is dropped as
   /// HF does without an unk token); `merges` in rank order (rank = index; a repeated pair keeps
   /// its last rank, as HF's map does).
@@ -28,7 +28,7 @@ public:
   /// Appends the tokens of one pre-tokenized word (raw bytes) to `out`.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
-private:
+ private:
   void merge(std::string_view word, std::vector<int32_t>& out) const;
 
   struct merge_table;

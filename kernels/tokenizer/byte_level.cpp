@@ -11,7 +11,7 @@ namespace {
 
 struct tables {
   std::array<char32_t, 256> char_of_byte{};
-  std::array<int, 324> byte_of_char{};           // code points 0..323 -> byte, -1 if none
+  std::array<int, 324> byte_of_char{};  // code points 0..323 -> byte, -1 if none
 
   tables() {
     byte_of_char.fill(-1);

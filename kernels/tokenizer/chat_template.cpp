@@ -15,8 +15,7 @@
 
 namespace moe {
 
-std::string apply_chat_template(const std::vector<chat_message>& messages,
-                                bool add_generation_prompt) {
+std::string apply_chat_template(const std::vector<chat_message>& messages, bool add_generation_prompt) {
   std::string system_prompt;
   bool first_system = true;
   for (const chat_message& m : messages) {
@@ -24,14 +23,13 @@ std::string apply_chat_template(const std::vector<chat_message>& messages,
       system_prompt += (first_system ? "" : "\n\n") + m.content;
       first_system = false;
     } else if (m.role != "user" && m.role != "assistant" && m.role != "tool") {
-      throw input_error("chat message role '" + m.role +
-                        "' is not one of system, user, assistant, tool");
+      throw input_error("chat message role '" + m.role + "' is not one of system, user, assistant, tool");
     }
   }
 
   std::string text = "<｜begin▁of▁sentence｜>" + system_prompt;
-  bool after_tool = false;                       // the template's ns.is_tool
-  bool first_tool_output = true;                 // ns.is_output_first: never reset
+  bool after_tool = false;        // the template's ns.is_tool
+  bool first_tool_output = true;  // ns.is_output_first: never reset
   for (const chat_message& m : messages) {
     if (m.role == "user") {
       after_tool = false;

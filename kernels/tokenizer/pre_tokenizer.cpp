@@ -71,7 +71,7 @@ std::string with_oniguruma_spaces(std::string_view pattern) {
       in_class = true;
       if (i + 1 < pattern.size() && pattern[i + 1] == '^')
         out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']')     // a ']' first is a literal
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']')  // a ']' first is a literal
         out += pattern[++i];
     } else if (c == ']' && in_class) {
       in_class = false;
@@ -85,14 +85,13 @@ std::string with_oniguruma_spaces(std::string_view pattern) {
 struct pre_tokenizer::stage {
   std::unique_ptr<pcre2_code, code_deleter> code;
   bool jit = false;
-  bool may_start_ascii = true;                   // false: an ASCII-only piece cannot match
-  ascii_match_fn ascii_match = nullptr;          // replaces the regex on ASCII-only pieces
+  bool may_start_ascii = true;           // false: an ASCII-only piece cannot match
+  ascii_match_fn ascii_match = nullptr;  // replaces the regex on ASCII-only pieces
 
   int match(std::string_view piece, size_t start, pcre2_match_data* md) const {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
     if (jit)
-      return pcre2_jit_match(code.get(), subject, piece.size(), start, 0, md,
-                             thread_match_context());
+      return pcre2_jit_match(code.get(), subject, piece.size(), start, 0, md, thread_match_context());
     return pcre2_match(code.get(), subject, piece.size(), start, 0, md, nullptr);
   }
 };
@@ -104,14 +103,14 @@ pre_tokenizer::pre_tokenizer(const std::vector<std::string>& patterns, std::stri
     PCRE2_SIZE error_offset = 0;
     const std::string compiled = with_oniguruma_spaces(pattern);
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
-                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error,
-                                     &error_offset, nullptr);
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &error_offset,
+                                     nullptr);
     if (code == nullptr) {
       std::array<PCRE2_UCHAR, 256> message{};
       pcre2_get_error_message(error, message.data(), message.size());
       throw input_error(std::string(origin) + ": pre-tokenizer regex does not compile at offset " +
-                        std::to_string(error_offset) + " (" +
-                        reinterpret_cast<const char*>(message.data()) + "): " + compiled);
+                        std::to_string(error_offset) + " (" + reinterpret_cast<const char*>(message.data()) +
+                        "): " + compiled);
     }
     stage s;
     s.code.reset(code);
@@ -152,7 +151,7 @@ void pre_tokenizer::split_into(std::string_view text, void (*sink)(void*, std::s
       self(self, stage_idx + 1, piece.substr(begin, end - begin));
       gap_start = search = end;
     };
-    size_t ascii_end = 0;                        // piece[search, ascii_end) is ASCII
+    size_t ascii_end = 0;  // piece[search, ascii_end) is ASCII
     while (search < piece.size()) {
       if (s.ascii_match) {
         if (ascii_end <= search)
@@ -173,12 +172,12 @@ void pre_tokenizer::split_into(std::string_view text, void (*sink)(void*, std::s
       if (s.match(piece, search, md.get()) < 0)
         break;
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.get());
-      const size_t begin = ovector[0], end = ovector[1];   // copied before recursing
+      const size_t begin = ovector[0], end = ovector[1];  // copied before recursing
       if (begin < end) {
         emit_match(begin, end);
         continue;
       }
-      search = end + 1;                          // empty match: no piece, step one character
+      search = end + 1;  // empty match: no piece, step one character
       while (search < piece.size() && (static_cast<unsigned char>(piece[search]) & 0xC0) == 0x80)
         ++search;
     }

@@ -15,7 +15,7 @@
 namespace moe {
 
 class pre_tokenizer {
-public:
+ public:
   /// Compiles `patterns` (already JSON-unescaped); `origin` names the file in errors.
   /// ascii_fast_paths false: always PCRE2 (tests compare the two).
   pre_tokenizer(const std::vector<std::string>& patterns, std::string_view origin,
@@ -28,8 +28,8 @@ public:
   template <class F>
   void split(std::string_view text, F&& on_piece) const {
     using fn = std::remove_reference_t<F>;
-    split_into(text, [](void* ctx, std::string_view piece) { (*static_cast<fn*>(ctx))(piece); },
-               &on_piece);
+    split_into(
+      text, [](void* ctx, std::string_view piece) { (*static_cast<fn*>(ctx))(piece); }, &on_piece);
   }
 
   /// Appends the pieces of `text` to `pieces`.
@@ -37,7 +37,7 @@ public:
     split(text, [&](std::string_view piece) { pieces.push_back(piece); });
   }
 
-private:
+ private:
   void split_into(std::string_view text, void (*sink)(void*, std::string_view), void* ctx) const;
 
   struct stage;

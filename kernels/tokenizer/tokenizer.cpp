@@ -48,9 +48,9 @@ std::vector<bpe_merge> merges_by_id(const tokenizer_files& files, const token_ma
 }  // namespace
 
 struct tokenizer::impl {
-  std::vector<std::string> id_bytes;             // [vocab_size] raw bytes of each token
-  std::vector<token_kind> kinds;                 // [vocab_size]
-  token_map token_ids;                           // HF token text (byte-level or content) -> id
+  std::vector<std::string> id_bytes;  // [vocab_size] raw bytes of each token
+  std::vector<token_kind> kinds;      // [vocab_size]
+  token_map token_ids;                // HF token text (byte-level or content) -> id
   std::unique_ptr<added_token_matcher> added;
   std::unique_ptr<pre_tokenizer> pre;
   std::unique_ptr<bpe_model> bpe;
@@ -71,8 +71,8 @@ std::shared_ptr<const tokenizer> tokenizer::load(const std::filesystem::path& di
     max_id = std::max(max_id, id);
   for (const added_token& t : files.added_tokens)
     max_id = std::max(max_id, t.id);
-  if (max_id < 0 || std::any_of(files.vocab.begin(), files.vocab.end(),
-                                [](const auto& entry) { return entry.second < 0; }))
+  if (max_id < 0 ||
+      std::any_of(files.vocab.begin(), files.vocab.end(), [](const auto& entry) { return entry.second < 0; }))
     throw input_error(origin + ": the vocab is empty or has a negative id");
   m.id_bytes.resize(static_cast<size_t>(max_id) + 1);
   m.kinds.resize(m.id_bytes.size(), token_kind::unused);
@@ -81,7 +81,7 @@ std::shared_ptr<const tokenizer> tokenizer::load(const std::filesystem::path& di
   vocab_ids.reserve(files.vocab.size());
   for (const auto& [text, id] : files.vocab) {
     vocab_ids.emplace(text, id);
-    m.id_bytes[id] = byte_level::to_bytes(text).value_or(text);   // as HF's ByteLevel decoder
+    m.id_bytes[id] = byte_level::to_bytes(text).value_or(text);  // as HF's ByteLevel decoder
     m.kinds[id] = token_kind::normal;
   }
   std::array<int32_t, 256> byte_ids{};
@@ -137,7 +137,7 @@ std::string tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   std::string bytes;
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size())
-      continue;                                  // unknown ids are skipped, as HF does
+      continue;  // unknown ids are skipped, as HF does
     if (skip_special && impl_->kinds[id] == token_kind::special)
       continue;
     bytes += impl_->id_bytes[id];

@@ -15,7 +15,7 @@
 namespace moe {
 
 class tokenizer {
-public:
+ public:
   /// Loads `<dir>/tokenizer.json` and, when present, `<dir>/tokenizer_config.json` (BOS/EOS
   /// names, add_bos_token). Throws input_error naming the file on anything malformed.
   static std::shared_ptr<const tokenizer> load(const std::filesystem::path& dir);
@@ -30,11 +30,11 @@ public:
   [[nodiscard]] std::string token_bytes(int32_t id) const;
   [[nodiscard]] std::optional<int32_t> token_id(std::string_view token) const;
   [[nodiscard]] bool is_special(int32_t id) const;
-  [[nodiscard]] int32_t vocab_size() const;         // max id + 1
+  [[nodiscard]] int32_t vocab_size() const;  // max id + 1
   [[nodiscard]] int32_t bos_id() const;
   [[nodiscard]] int32_t eos_id() const;
 
-private:
+ private:
   tokenizer();
   struct impl;
   std::unique_ptr<impl> impl_;
@@ -43,20 +43,20 @@ private:
 /// Streaming detokenizer: feed ids one at a time, get only complete UTF-8 text back, never half
 /// a character; finish() flushes what is left (invalid bytes as U+FFFD).
 class incremental_decoder {
-public:
+ public:
   explicit incremental_decoder(std::shared_ptr<const tokenizer> tok, bool skip_special = false);
   [[nodiscard]] std::string push(int32_t id);
   [[nodiscard]] std::string finish();
 
-private:
+ private:
   std::shared_ptr<const tokenizer> tok_;
   bool skip_special_;
-  std::string pending_;                              // bytes of an unfinished UTF-8 character
+  std::string pending_;  // bytes of an unfinished UTF-8 character
 };
 
 /// One turn of a conversation.
 struct chat_message {
-  std::string role;                                  // "system", "user", "assistant" or "tool"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
 };
 

@@ -16,7 +16,7 @@ using json = nlohmann::json;
 
 /// GPT-2's split regex, used by a ByteLevel pre-tokenizer with use_regex true.
 constexpr const char* gpt2_pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+  R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 json read_json(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -52,8 +52,7 @@ std::string split_regex(const json& pattern, const std::string& origin) {
   throw input_error(origin + ": Split pattern is neither Regex nor String");
 }
 
-void add_pre_tokenizer(const json& pt, tokenizer_files& out, bool& byte_level,
-                       const std::string& origin) {
+void add_pre_tokenizer(const json& pt, tokenizer_files& out, bool& byte_level, const std::string& origin) {
   const std::string type = pt.value("type", "");
   if (type == "Sequence") {
     for (const json& inner : pt.at("pretokenizers"))
@@ -79,10 +78,10 @@ void read_model(const json& model, tokenizer_files& out, const std::string& orig
   if (model.value("type", "") != "BPE")
     throw input_error(origin + ": model type must be BPE");
   if (!is_default(model, "byte_fallback", false) || !is_default(model, "ignore_merges", false) ||
-      !is_default(model, "continuing_subword_prefix", "") ||
-      !is_default(model, "end_of_word_suffix", "") || !is_default(model, "dropout", 0.0))
+      !is_default(model, "continuing_subword_prefix", "") || !is_default(model, "end_of_word_suffix", "") ||
+      !is_default(model, "dropout", 0.0))
     throw input_error(origin + ": BPE byte_fallback, ignore_merges, continuing_subword_prefix, "
-                      "end_of_word_suffix and dropout are not supported");
+                               "end_of_word_suffix and dropout are not supported");
   for (const auto& [token, id] : model.at("vocab").items())
     out.vocab.emplace_back(token, id.get<int32_t>());
   for (const json& merge : model.at("merges")) {

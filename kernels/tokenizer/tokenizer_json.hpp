@@ -16,11 +16,11 @@ namespace moe {
 
 /// What the files say, in the files' own terms (byte-level token text).
 struct tokenizer_files {
-  std::vector<std::pair<std::string, int32_t>> vocab;         // model.vocab
-  std::vector<std::pair<std::string, std::string>> merges;    // model.merges, in rank order
+  std::vector<std::pair<std::string, int32_t>> vocab;       // model.vocab
+  std::vector<std::pair<std::string, std::string>> merges;  // model.merges, in rank order
   std::vector<added_token> added_tokens;
-  std::vector<std::string> split_patterns;                    // regexes, applied in order
-  std::string bos_token, eos_token;                           // contents; empty when unknown
+  std::vector<std::string> split_patterns;  // regexes, applied in order
+  std::string bos_token, eos_token;         // contents; empty when unknown
 };
 
 /// Parses `<dir>/tokenizer.json` and, when present, `<dir>/tokenizer_config.json`. Throws

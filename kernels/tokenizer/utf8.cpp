@@ -15,27 +15,38 @@ struct lead_info {
 };
 
 lead_info lead(uint8_t b) {
-  if (b < 0x80) return {1, 0, 0};
-  if (b < 0xC2) return {0, 0, 0};
-  if (b < 0xE0) return {2, 0x80, 0xBF};
-  if (b == 0xE0) return {3, 0xA0, 0xBF};
-  if (b == 0xED) return {3, 0x80, 0x9F};
-  if (b < 0xF0) return {3, 0x80, 0xBF};
-  if (b == 0xF0) return {4, 0x90, 0xBF};
-  if (b < 0xF4) return {4, 0x80, 0xBF};
-  if (b == 0xF4) return {4, 0x80, 0x8F};
+  if (b < 0x80)
+    return {1, 0, 0};
+  if (b < 0xC2)
+    return {0, 0, 0};
+  if (b < 0xE0)
+    return {2, 0x80, 0xBF};
+  if (b == 0xE0)
+    return {3, 0xA0, 0xBF};
+  if (b == 0xED)
+    return {3, 0x80, 0x9F};
+  if (b < 0xF0)
+    return {3, 0x80, 0xBF};
+  if (b == 0xF0)
+    return {4, 0x90, 0xBF};
+  if (b < 0xF4)
+    return {4, 0x80, 0xBF};
+  if (b == 0xF4)
+    return {4, 0x80, 0x8F};
   return {0, 0, 0};
 }
 
 /// Bytes of `s` from `pos` that follow the well-formed table: equals info.length when the
 /// character is complete; fewer when it is cut short by a bad byte or by the end of `s`.
 int matched_bytes(std::string_view s, size_t pos, lead_info info) {
-  if (info.length <= 1) return info.length;
+  if (info.length <= 1)
+    return info.length;
   int k = 1;
   for (; k < info.length && pos + k < s.size(); ++k) {
     const auto b = static_cast<uint8_t>(s[pos + k]);
     const bool ok = k == 1 ? (b >= info.lo && b <= info.hi) : (b >= 0x80 && b <= 0xBF);
-    if (!ok) break;
+    if (!ok)
+      break;
   }
   return k;
 }
@@ -95,7 +106,7 @@ void append_lossy(std::string& out, std::string_view bytes) {
       break;
     const lead_info info = lead(static_cast<uint8_t>(bytes[pos]));
     const int bad = info.length == 0 ? 1 : matched_bytes(bytes, pos, info);
-    out += "\xEF\xBF\xBD";                       // U+FFFD for the maximal ill-formed subpart
+    out += "\xEF\xBF\xBD";  // U+FFFD for the maximal ill-formed subpart
     pos += static_cast<size_t>(bad);
   }
 }
@@ -107,7 +118,7 @@ size_t unfinished_tail(std::string_view bytes) {
     const size_t pos = n - back;
     const lead_info info = lead(static_cast<uint8_t>(bytes[pos]));
     if (info.length == 0)
-      continue;                                  // continuation (or invalid) byte: look further back
+      continue;  // continuation (or invalid) byte: look further back
     const int k = matched_bytes(bytes, pos, info);
     return (info.length > static_cast<int>(back) && k == static_cast<int>(back)) ? back : 0;
   }

@@ -33,7 +33,7 @@ struct actor_fixture {
     for (int tries = 0; tries < 1000; ++tries) {
       bool failed = false;
       self->request(rank, std::chrono::seconds(5), stats_atom::value)
-          .receive([&](const rank_stats& s) { stats = s; }, [&](caf::error&) { failed = true; });
+        .receive([&](const rank_stats& s) { stats = s; }, [&](caf::error&) { failed = true; });
       if (failed || stats.num_running == 0)
         break;
     }

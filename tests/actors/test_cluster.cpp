@@ -46,7 +46,7 @@ std::vector<request_spec> mixed_requests(int64_t count, int64_t vocab, uint32_t 
       s.prompt_ids.push_back(static_cast<int32_t>(rng() % vocab));
     s.sampling.max_tokens = 1 + static_cast<int32_t>(rng() % 10);
     s.sampling.ignore_eos = true;
-    if (i % 4 == 3) {                                        // some seeded sampling too
+    if (i % 4 == 3) {  // some seeded sampling too
       s.sampling.temperature = 0.9f;
       s.sampling.seed = 100 + i;
     } else {
@@ -75,7 +75,8 @@ std::shared_ptr<const tokenizer> real_tokenizer() {
 }
 
 std::shared_ptr<const model_weights> tiny_weights() {
-  return std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  return std::make_shared<const model_weights>(
+    testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
 }
 
 // P prefill + D decode ranks with KV pools sized for the tiny model's short requests.
@@ -103,29 +104,30 @@ topology_config case_topology(const cluster_case& cc) {
 }
 
 // Submits specs[0, n) and collects every stream and result by request id; index_of: id -> i.
-std::map<uint64_t, collected> run_all(testing::actor_fixture& f, const cluster& c, const std::vector<request_spec>& specs,
-                                      int64_t n, std::map<uint64_t, size_t>& index_of) {
+std::map<uint64_t, collected> run_all(testing::actor_fixture& f, const cluster& c,
+                                      const std::vector<request_spec>& specs, int64_t n,
+                                      std::map<uint64_t, size_t>& index_of) {
   for (int64_t i = 0; i < n; ++i)
     f.self->request(c.queue, 10s, submit_atom::value, specs[i])
-        .receive([&](uint64_t id) { index_of[id] = static_cast<size_t>(i); },
-                 [&](caf::error& e) { FAIL("submit failed: " << f.sys.render(e)); });
+      .receive([&](uint64_t id) { index_of[id] = static_cast<size_t>(i); },
+               [&](caf::error& e) { FAIL("submit failed: " << f.sys.render(e)); });
   std::map<uint64_t, collected> got;
   size_t num_done = 0;
   bool timed_out = false;
   while (num_done < static_cast<size_t>(n) && !timed_out)
     f.self->receive(
-        [&](token_atom, const stream_chunk& chunk) {
-          collected& g = got[chunk.request_id];
-          g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
-          g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
-          g.text += chunk.text_delta;
-        },
-        [&](done_atom, const session_result& r) {
-          got[r.request_id].result = r;
-          got[r.request_id].done = true;
-          ++num_done;
-        },
-        caf::after(60s) >> [&] { timed_out = true; });
+      [&](token_atom, const stream_chunk& chunk) {
+        collected& g = got[chunk.request_id];
+        g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
+        g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+        g.text += chunk.text_delta;
+      },
+      [&](done_atom, const session_result& r) {
+        got[r.request_id].result = r;
+        got[r.request_id].done = true;
+        ++num_done;
+      },
+      caf::after(60s) >> [&] { timed_out = true; });
   REQUIRE_FALSE(timed_out);
   return got;
 }
@@ -140,9 +142,9 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
   const std::vector<request_spec> specs = mixed_requests(32, 1000, 5);
 
   const std::vector<cluster_case> cases = {
-      {1, 1, 0, true, 512, 8},  {2, 2, 0, true, 64, 32},  {2, 2, 0, false, 16, 12},
-      {4, 4, 4, true, 16, 32},  {4, 4, 4, false, 64, 12}, {1, 3, 2, true, 512, 12},
-      {1, 1, 0, true, 64, 8, "reduced"},    // a group of one: the reduced combine rounds nothing more
+    {1, 1, 0, true, 512, 8},           {2, 2, 0, true, 64, 32},  {2, 2, 0, false, 16, 12},
+    {4, 4, 4, true, 16, 32},           {4, 4, 4, false, 64, 12}, {1, 3, 2, true, 512, 12},
+    {1, 1, 0, true, 64, 8, "reduced"},  // a group of one: the reduced combine rounds nothing more
   };
   for (const cluster_case& cc : cases) {
     CAPTURE(cc.prefill_ranks);
@@ -194,15 +196,15 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
       num_input += static_cast<int64_t>(specs[i].prompt_ids.size());
     }
     self->request(c.metrics, 5s, stats_atom::value)
-        .receive(
-            [&](const metrics_snapshot& m) {
-              CHECK(m.since_start.num_requests == cc.num_requests);
-              CHECK(m.since_start.num_output_tokens == num_output);
-              CHECK(m.since_start.num_input_tokens == num_input);
-              CHECK(m.window.num_requests == cc.num_requests);
-              CHECK(m.since_start.mean_ttft_s > 0.0);
-            },
-            [&](caf::error& e) { FAIL(sys.render(e)); });
+      .receive(
+        [&](const metrics_snapshot& m) {
+          CHECK(m.since_start.num_requests == cc.num_requests);
+          CHECK(m.since_start.num_output_tokens == num_output);
+          CHECK(m.since_start.num_input_tokens == num_input);
+          CHECK(m.window.num_requests == cc.num_requests);
+          CHECK(m.since_start.mean_ttft_s > 0.0);
+        },
+        [&](caf::error& e) { FAIL(sys.render(e)); });
     // every rank of a group took part in every step (lockstep), idle or not
     if (weights->config.n_routed_experts > 0)
       for (const auto& rank : c.decode_ranks)
@@ -211,7 +213,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
   }
 }
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "on the fast path the cluster's tokens and logprobs equal the single rank's bit for bit") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "on the fast path the cluster's tokens and logprobs equal the single rank's bit for bit") {
   // The fast kernels with V3's FP8 layout (projections and experts in FP8 panels, kv_a's 96 rows
   // in padded panels, routers and lm_head BF16 packed, as the loaders lay them out): micro-batches, ranks and
   // expert placement change how many rows each matmul gets (an expert's rows across the GEMV /
@@ -219,7 +222,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "on the fast path the cluster's tokens
   auto tok = real_tokenizer();
   if (!tok)
     return;
-  model_weights built = testing::tiny_model_builder(21, testing::tiny_weights::fp8).build(testing::panel_config(1000));
+  model_weights built =
+    testing::tiny_model_builder(21, testing::tiny_weights::fp8).build(testing::panel_config(1000));
   fast::prepare_fast_weights(built);
   auto weights = std::make_shared<const model_weights>(std::move(built));
   REQUIRE(weights->layers[1].moe.experts[0].gate_proj.layout == weight_layout::fp8_panels);
@@ -228,7 +232,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "on the fast path the cluster's tokens
   std::vector<request_spec> specs = mixed_requests(24, 1000, 12);
   for (request_spec& s : specs)
     s.sampling.logprobs = 2;
-  const std::vector<cluster_case> cases = {{1, 1, 0, true, 512, 12}, {2, 2, 0, true, 16, 24}, {4, 4, 4, true, 64, 24}};
+  const std::vector<cluster_case> cases = {
+    {1, 1, 0, true, 512, 12}, {2, 2, 0, true, 16, 24}, {4, 4, 4, true, 64, 24}};
   for (const cluster_case& cc : cases) {
     CAPTURE(cc.prefill_ranks);
     CAPTURE(cc.decode_ranks);
@@ -267,7 +272,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "on the fast path the cluster's tokens
   }
 }
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "the reduced combine gives the same outputs on every run of a topology") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "the reduced combine gives the same outputs on every run of a topology") {
   auto tok = real_tokenizer();
   if (!tok)
     return;
@@ -294,44 +300,47 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the reduced combine gives the same ou
     if (run == 0)
       first = outputs;
     else
-      CHECK(outputs == first);              // seeded sampling included
+      CHECK(outputs == first);  // seeded sampling included
   }
 }
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "cancelled requests end with abort wherever they are and free their KV") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "cancelled requests end with abort wherever they are and free their KV") {
   auto tok = real_tokenizer();
   if (!tok)
     return;
   auto weights = tiny_weights();
   topology_config topo = small_topology(1, 2);
-  topo.max_running_requests = 1;            // 2 running cluster-wide: the rest wait in the queue
+  topo.max_running_requests = 1;  // 2 running cluster-wide: the rest wait in the queue
   topo.chunked_prefill_size = 16;
   topo.max_prefill_tokens = 16;
   cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   const sampling_params long_greedy{.temperature = 0.0f, .max_tokens = 60, .ignore_eos = true};
   std::vector<uint64_t> ids;
   for (int i = 0; i < 4; ++i)
-    self->request(c.queue, 10s, submit_atom::value,
-                  request_spec{.prompt_ids = {0, static_cast<int32_t>(10 + i), 5, 6, 7}, .sampling = long_greedy})
-        .receive([&](uint64_t id) { ids.push_back(id); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+    self
+      ->request(c.queue, 10s, submit_atom::value,
+                request_spec{.prompt_ids = {0, static_cast<int32_t>(10 + i), 5, 6, 7},
+                             .sampling = long_greedy})
+      .receive([&](uint64_t id) { ids.push_back(id); }, [&](caf::error& e) { FAIL(sys.render(e)); });
   REQUIRE(ids.size() == 4);
-  self->send(c.queue, cancel_atom::value, ids[3]);          // still waiting in the queue
+  self->send(c.queue, cancel_atom::value, ids[3]);  // still waiting in the queue
   std::map<uint64_t, session_result> results;
   std::map<uint64_t, int> num_results;
   bool cancelled_running = false, timed_out = false;
   while (results.size() < ids.size() && !timed_out)
     self->receive(
-        [&](token_atom, const stream_chunk& chunk) {
-          if (chunk.request_id == ids[0] && chunk.seq == 2 && !cancelled_running) {
-            self->send(c.queue, cancel_atom::value, ids[0]);   // decoding
-            cancelled_running = true;
-          }
-        },
-        [&](done_atom, const session_result& r) {
-          results[r.request_id] = r;
-          ++num_results[r.request_id];
-        },
-        caf::after(60s) >> [&] { timed_out = true; });
+      [&](token_atom, const stream_chunk& chunk) {
+        if (chunk.request_id == ids[0] && chunk.seq == 2 && !cancelled_running) {
+          self->send(c.queue, cancel_atom::value, ids[0]);  // decoding
+          cancelled_running = true;
+        }
+      },
+      [&](done_atom, const session_result& r) {
+        results[r.request_id] = r;
+        ++num_results[r.request_id];
+      },
+      caf::after(60s) >> [&] { timed_out = true; });
   REQUIRE_FALSE(timed_out);
   CHECK(results[ids[3]].reason == finish_reason::abort);
   CHECK(results[ids[3]].output_ids.empty());
@@ -341,7 +350,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "cancelled requests end with abort whe
   CHECK(results[ids[1]].output_ids.size() == 60);
   CHECK(results[ids[2]].reason == finish_reason::length);
   for (const auto& [id, n] : num_results)
-    CHECK(n == 1);                                           // exactly one answer each
+    CHECK(n == 1);  // exactly one answer each
   for (const auto& rank : c.decode_ranks) {
     const rank_stats s = idle_stats(rank);
     CHECK(s.num_free_blocks == s.num_blocks);
@@ -349,7 +358,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "cancelled requests end with abort whe
   const rank_stats p = idle_stats(c.prefill_ranks[0]);
   CHECK(p.num_free_blocks == p.num_blocks);
   queue_stats q{};
-  self->request(c.queue, 5s, stats_atom::value).receive([&](const queue_stats& s) { q = s; }, [](caf::error&) {});
+  self->request(c.queue, 5s, stats_atom::value)
+    .receive([&](const queue_stats& s) { q = s; }, [](caf::error&) {});
   CHECK(q.num_running == 0);
   CHECK(q.num_queued == 0);
   c.stop();
@@ -381,15 +391,17 @@ std::optional<std::vector<trace_span>> traced_link_run(testing::actor_fixture& f
 
 }  // namespace
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "traced under the link model, every stage starts after its inputs arrive") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "traced under the link model, every stage starts after its inputs arrive") {
   const auto traced = traced_link_run(*this, false);
   if (!traced)
     return;
   const std::vector<trace_span>& spans = *traced;
   // per receiving rank and "<MLP|COMBINE> mb<m> L<l>": when the stages began, and when the
   // payloads they wait for arrived (the peer's DISPATCH / COMBINE spans end at arrival), in order
-  std::map<std::pair<int64_t, std::string>, std::vector<std::chrono::steady_clock::time_point>> began, arrived;
-  std::map<int64_t, std::set<std::string>> stages;          // per rank: stage names seen
+  std::map<std::pair<int64_t, std::string>, std::vector<std::chrono::steady_clock::time_point>> began,
+    arrived;
+  std::map<int64_t, std::set<std::string>> stages;  // per rank: stage names seen
   int64_t num_comm = 0;
   for (const trace_span& sp : spans) {
     const std::string kind = sp.name.substr(0, sp.name.find(' '));
@@ -431,7 +443,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "traced under the link model, every st
   CHECK(checked > 0);
 }
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "with the link on even steps only, a rank's steps alternate on and off it") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "with the link on even steps only, a rank's steps alternate on and off it") {
   const auto traced = traced_link_run(*this, true);
   if (!traced)
     return;
@@ -450,8 +463,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "with the link on even steps only, a r
         if (step < static_cast<std::ptrdiff_t>(on.size()))
           on[static_cast<size_t>(step)] = true;
       }
-    REQUIRE(on.size() >= (r < 2 ? 2u : 3u));   // prefill ranks take few steps
-    CHECK(on[0]);                           // step 0 takes the link, step 1 does not, ...
+    REQUIRE(on.size() >= (r < 2 ? 2u : 3u));  // prefill ranks take few steps
+    CHECK(on[0]);                             // step 0 takes the link, step 1 does not, ...
     for (size_t i = 0; i < on.size(); ++i) {
       CAPTURE(i);
       CHECK(on[i] == (i % 2 == 0));

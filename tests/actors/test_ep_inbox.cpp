@@ -16,12 +16,12 @@ namespace {
 
 std::shared_ptr<const ep_dispatch> dispatch(int64_t step, int64_t layer, int64_t mb, int64_t src) {
   return std::make_shared<const ep_dispatch>(
-      ep_dispatch{.key = {.step = step, .layer_idx = layer, .micro_batch = mb}, .src_rank = src});
+    ep_dispatch{.key = {.step = step, .layer_idx = layer, .micro_batch = mb}, .src_rank = src});
 }
 
 std::shared_ptr<const ep_combine> combine(int64_t step, int64_t layer, int64_t mb, int64_t src) {
   return std::make_shared<const ep_combine>(
-      ep_combine{.key = {.step = step, .layer_idx = layer, .micro_batch = mb}, .src_rank = src});
+    ep_combine{.key = {.step = step, .layer_idx = layer, .micro_batch = mb}, .src_rank = src});
 }
 
 }  // namespace
@@ -33,23 +33,23 @@ TEST_CASE("inbox: payloads of one key leave together, by source rank, and only w
   const ep_key key{.step = 3, .layer_idx = 1, .micro_batch = 1};
   const stage_input in{.kind = ep_payload::dispatch, .key = key, .count = 3};
   CHECK_FALSE(box.put(dispatch(3, 1, 1, 2), now));
-  CHECK_FALSE(box.put(dispatch(3, 1, 0, 1), now));         // another micro-batch
-  CHECK_FALSE(box.put(dispatch(3, 2, 1, 1), now));         // another layer
-  CHECK_FALSE(box.put(combine(3, 1, 1, 0), now));          // a combine of the same key
+  CHECK_FALSE(box.put(dispatch(3, 1, 0, 1), now));  // another micro-batch
+  CHECK_FALSE(box.put(dispatch(3, 2, 1, 1), now));  // another layer
+  CHECK_FALSE(box.put(combine(3, 1, 1, 0), now));   // a combine of the same key
   CHECK_FALSE(box.put(dispatch(3, 1, 1, 0), now));
   CHECK_FALSE(box.complete(in));
   CHECK_THROWS_AS((void)box.take_dispatches(key, 3), std::logic_error);
   CHECK_FALSE(box.put(dispatch(3, 1, 1, 1), now));
   REQUIRE(box.complete(in));
   CHECK_FALSE(box.complete({.kind = ep_payload::combine, .key = key, .count = 3}));
-  box.wait(in);                                            // all here, arrived: no wait
+  box.wait(in);  // all here, arrived: no wait
   const auto got = box.take_dispatches(key, 3);
   REQUIRE(got.size() == 3);
   for (int64_t r = 0; r < 3; ++r) {
     CHECK(got[r]->src_rank == r);
     CHECK(got[r]->key == key);
   }
-  CHECK_FALSE(box.complete(in));                           // taken
+  CHECK_FALSE(box.complete(in));  // taken
   CHECK(box.take_combines(key, 1).at(0)->src_rank == 0);
   CHECK(box.take_dispatches({.step = 3, .layer_idx = 1, .micro_batch = 0}, 1).size() == 1);
 }
@@ -57,12 +57,12 @@ TEST_CASE("inbox: payloads of one key leave together, by source rank, and only w
 TEST_CASE("inbox: a payload for a step not begun here asks for the owner; has_step sees it") {
   ep_inbox box;
   const auto now = ep_inbox::clock::now();
-  CHECK(box.put(dispatch(0, 1, 0, 1), now));                // step 0 not begun
+  CHECK(box.put(dispatch(0, 1, 0, 1), now));  // step 0 not begun
   CHECK(box.has_step(0));
   CHECK_FALSE(box.has_step(1));
   box.begin_step(0);
   CHECK_FALSE(box.put(dispatch(0, 1, 1, 1), now));
-  CHECK(box.put(dispatch(1, 1, 0, 1), now));                // the next step, not begun
+  CHECK(box.put(dispatch(1, 1, 0, 1), now));  // the next step, not begun
   CHECK(box.has_step(1));
   CHECK_FALSE(box.has_step(2));
   (void)box.take_dispatches({.step = 1, .layer_idx = 1, .micro_batch = 0}, 1);
@@ -82,15 +82,15 @@ TEST_CASE("inbox: a wait ends when the last payload is here and its link time ha
   std::thread waiter([&] {
     box.wait({.kind = ep_payload::combine, .key = key, .count = 2});
     woke = ep_inbox::clock::now();
-    CHECK(second_put.load());                               // not before the last payload
+    CHECK(second_put.load());  // not before the last payload
     waited = true;
   });
   CHECK_FALSE(waited.load());
   second_put = true;
-  (void)box.put(combine(0, 0, 0, 1), late);                // on the link for 30 ms
+  (void)box.put(combine(0, 0, 0, 1), late);  // on the link for 30 ms
   waiter.join();
   CHECK(waited.load());
-  CHECK(woke >= late);                                      // not before it arrived
+  CHECK(woke >= late);  // not before it arrived
   CHECK(box.take_combines(key, 2).size() == 2);
 }
 
@@ -110,7 +110,7 @@ TEST_CASE("inbox: cancel wakes a waiter with an error and drops what comes after
   waiter.join();
   CHECK(threw.load());
   CHECK(box.cancelled());
-  CHECK_FALSE(box.put(dispatch(5, 0, 0, 1), ep_inbox::clock::now()));   // dropped, even a new step
+  CHECK_FALSE(box.put(dispatch(5, 0, 0, 1), ep_inbox::clock::now()));  // dropped, even a new step
   CHECK_FALSE(box.has_step(5));
   CHECK_FALSE(box.complete(in));
   CHECK_THROWS_AS(box.wait(in), std::runtime_error);

@@ -22,32 +22,33 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the queue admits, bounds and hands re
                                    caf::actor_cast<caf::actor>(self));
   std::vector<uint64_t> ids;
   caf::error rejected;
-  for (int32_t i = 0; i < 4; ++i)                            // 1 runs, 2 wait, the 4th is refused
+  for (int32_t i = 0; i < 4; ++i)  // 1 runs, 2 wait, the 4th is refused
     self->request(queue, 1s, submit_atom::value, spec_of(i))
-        .receive([&](uint64_t id) { ids.push_back(id); }, [&](caf::error& e) { rejected = e; });
+      .receive([&](uint64_t id) { ids.push_back(id); }, [&](caf::error& e) { rejected = e; });
   CHECK(ids == std::vector<uint64_t>{1, 2, 3});
   CHECK(rejected == serve_errc::overloaded);
 
   auto expect_downstream = [&](uint64_t want_id, int32_t want_token) {
     bool got = false;
     self->receive(
-        [&](submit_atom, uint64_t id, const request_spec& s, const caf::actor& client) {
-          CHECK(client == caf::actor_cast<caf::actor>(self));     // who submitted it
-          CHECK(id == want_id);
-          CHECK(s.prompt_ids == std::vector<int32_t>{want_token});
-          got = true;
-        },
-        caf::after(1s) >> [] {});
+      [&](submit_atom, uint64_t id, const request_spec& s, const caf::actor& client) {
+        CHECK(client == caf::actor_cast<caf::actor>(self));  // who submitted it
+        CHECK(id == want_id);
+        CHECK(s.prompt_ids == std::vector<int32_t>{want_token});
+        got = true;
+      },
+      caf::after(1s) >> [] {});
     CHECK(got);
   };
   expect_downstream(1, 0);
   self->send(queue, done_atom::value, uint64_t{1});
   expect_downstream(2, 1);
-  self->send(queue, done_atom::value, uint64_t{7});          // unknown id: ignored
+  self->send(queue, done_atom::value, uint64_t{7});  // unknown id: ignored
   self->send(queue, done_atom::value, uint64_t{2});
   expect_downstream(3, 2);
 
-  self->request(queue, 1s, stats_atom::value).receive(
+  self->request(queue, 1s, stats_atom::value)
+    .receive(
       [&](const queue_stats& s) {
         CHECK(s.num_admitted == 3);
         CHECK(s.num_rejected == 1);

@@ -18,16 +18,17 @@
 using namespace moe;
 using namespace std::chrono_literals;
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "sessions stream numbered chunks and stop strings cancel decoding") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "sessions stream numbered chunks and stop strings cancel decoding") {
   if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
     MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
     return;
   }
   auto tok = tokenizer::load(MOE_TOKENIZER_DIR);
-  auto weights = std::make_shared<const model_weights>(
-      testing::tiny_model_builder(8).build(testing::tiny_config(1000)));
-  const rank_model_config rank_cfg{.reference = true, .num_kv_blocks = 24, .block_size = 4,
-                                   .max_context = 96, .chunk_size = 4};
+  auto weights =
+    std::make_shared<const model_weights>(testing::tiny_model_builder(8).build(testing::tiny_config(1000)));
+  const rank_model_config rank_cfg{
+    .reference = true, .num_kv_blocks = 24, .block_size = 4, .max_context = 96, .chunk_size = 4};
   auto ref = make_cpu_reference_backend();
   kv_cache cache(weights->config.num_hidden_layers, 24, 4, weights->config.kv_cache_dim());
   model_runner runner(*weights, *ref, cache);
@@ -50,7 +51,10 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "sessions stream numbered chunks and s
   auto decode = spawn_decode_rank(sys, weights, rank_cfg);
   const auto client = caf::actor_cast<caf::actor>(self);
   for (uint64_t i = 0; i < specs.size(); ++i) {
-    auto s = spawn_session(sys, {.request_id = i, .spec = specs[i], .tok = tok, .client = client,
+    auto s = spawn_session(sys, {.request_id = i,
+                                 .spec = specs[i],
+                                 .tok = tok,
+                                 .client = client,
                                  .decode_rank = caf::actor_cast<caf::actor>(decode)});
     self->send(prefill, submit_atom::value,
                prefill_job{i, specs[i], caf::actor_cast<caf::actor>(decode), caf::actor_cast<caf::actor>(s)});
@@ -61,12 +65,12 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "sessions stream numbered chunks and s
   bool timed_out = false;
   while (results.size() < specs.size() && !timed_out)
     self->receive(
-        [&](token_atom, const stream_chunk& c) {
-          CHECK(c.seq == next_seq[c.request_id]++);
-          streamed[c.request_id] += c.text_delta;
-        },
-        [&](done_atom, const session_result& r) { results[r.request_id] = r; },
-        caf::after(30s) >> [&] { timed_out = true; });
+      [&](token_atom, const stream_chunk& c) {
+        CHECK(c.seq == next_seq[c.request_id]++);
+        streamed[c.request_id] += c.text_delta;
+      },
+      [&](done_atom, const session_result& r) { results[r.request_id] = r; },
+      caf::after(30s) >> [&] { timed_out = true; });
   REQUIRE_FALSE(timed_out);
   for (uint64_t i = 0; i < specs.size(); ++i) {
     CAPTURE(i);
@@ -95,8 +99,9 @@ session_output run_session(testing::actor_fixture& f, std::shared_ptr<const toke
                            std::vector<std::string> stop, const std::vector<token_chunk>& chunks,
                            bool cancel) {
   request_spec spec{.prompt_ids = {0}, .sampling = {.stop = std::move(stop)}};
-  auto s = spawn_session(f.sys, {.request_id = 7, .spec = spec, .tok = std::move(tok),
-                                 .client = caf::actor_cast<caf::actor>(f.self)});
+  auto s = spawn_session(
+    f.sys,
+    {.request_id = 7, .spec = spec, .tok = std::move(tok), .client = caf::actor_cast<caf::actor>(f.self)});
   for (const token_chunk& c : chunks)
     f.self->send(s, token_atom::value, c);
   if (cancel)
@@ -106,23 +111,24 @@ session_output run_session(testing::actor_fixture& f, std::shared_ptr<const toke
   uint64_t next_seq = 0;
   while (!done && !timed_out)
     f.self->receive(
-        [&](token_atom, const stream_chunk& c) {
-          CHECK(c.seq == next_seq++);
-          out.streamed += c.text_delta;
-        },
-        [&](done_atom, const session_result& r) {
-          out.result = r;
-          done = true;
-        },
-        caf::after(10s) >> [&] { timed_out = true; });
+      [&](token_atom, const stream_chunk& c) {
+        CHECK(c.seq == next_seq++);
+        out.streamed += c.text_delta;
+      },
+      [&](done_atom, const session_result& r) {
+        out.result = r;
+        done = true;
+      },
+      caf::after(10s) >> [&] { timed_out = true; });
   REQUIRE_FALSE(timed_out);
   return out;
 }
 
 }  // namespace
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "a cancel streams the text held back for stop strings; a stop string "
-                                          "completed at the end makes the end a stop") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "a cancel streams the text held back for stop strings; a stop string "
+                  "completed at the end makes the end a stop") {
   if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
     MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
     return;
@@ -132,8 +138,8 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "a cancel streams the text held back f
   REQUIRE(tok->decode(hello) == "Hello world");
 
   // a 6-byte stop string holds back the last 5 bytes; cancelled, they come as a last chunk
-  const session_output cancelled =
-      run_session(*this, tok, {"QQQQQQ"}, {{.request_id = 7, .token_ids = hello}}, /*cancel=*/true);
+  const session_output cancelled = run_session(*this, tok, {"QQQQQQ"},
+                                               {{.request_id = 7, .token_ids = hello}}, /*cancel=*/true);
   CHECK(cancelled.result.reason == finish_reason::abort);
   CHECK(cancelled.result.output_ids == hello);
   CHECK(cancelled.result.text == "Hello world");
@@ -145,15 +151,15 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "a cancel streams the text held back f
   REQUIRE(lead_byte.has_value());
   std::vector<int32_t> ids = hello;
   ids.push_back(*lead_byte);
-  const session_output cut =
-      run_session(*this, tok, {"\xEF\xBF\xBD"}, {{.request_id = 7, .token_ids = ids, .reason = finish_reason::length}},
-                  /*cancel=*/false);
+  const session_output cut = run_session(
+    *this, tok, {"\xEF\xBF\xBD"}, {{.request_id = 7, .token_ids = ids, .reason = finish_reason::length}},
+    /*cancel=*/false);
   CHECK(cut.result.reason == finish_reason::stop);
   CHECK(cut.result.text == "Hello world");
   CHECK(cut.streamed == "Hello world");
   // without the stop string the same end is a length end with the U+FFFD in the text
-  const session_output kept =
-      run_session(*this, tok, {}, {{.request_id = 7, .token_ids = ids, .reason = finish_reason::length}}, false);
+  const session_output kept = run_session(
+    *this, tok, {}, {{.request_id = 7, .token_ids = ids, .reason = finish_reason::length}}, false);
   CHECK(kept.result.reason == finish_reason::length);
   CHECK(kept.result.text == "Hello world\xEF\xBF\xBD");
   CHECK(kept.streamed == kept.result.text);

@@ -57,14 +57,16 @@ struct loop_transport {
       loop->in_flight.push_back({dest, std::move(c)});
     }
     ep_inbox& inbox() override { return box; }
-    [[nodiscard]] bool runnable() const { return !stream.empty() && (!stream.front().input || box.complete(*stream.front().input)); }
+    [[nodiscard]] bool runnable() const {
+      return !stream.empty() && (!stream.front().input || box.complete(*stream.front().input));
+    }
   };
   std::deque<rank_io> ios;
   std::vector<std::pair<int64_t, message>> in_flight;
   std::vector<step_pipeline*> pipelines;
   std::mt19937 rng{1};
   int64_t max_in_flight = 0;
-  int64_t working_rank = -1;                 // whose stream work is running now, -1 between
+  int64_t working_rank = -1;  // whose stream work is running now, -1 between
   int64_t sends_from_stream = 0, sends_elsewhere = 0;
   struct stage_run {
     int64_t micro_batch;
@@ -72,15 +74,16 @@ struct loop_transport {
     int64_t layer_idx;
     friend bool operator==(const stage_run&, const stage_run&) = default;
   };
-  std::vector<std::vector<stage_run>> ran;   // per rank: its stream's stages in the order they ran
-  std::vector<const int64_t*> expert_calls;  // per rank: its backend's moe_experts calls so far
-  std::vector<int64_t> combine_sent_at;      // the running MLP's combines: expert calls made by then
-  int64_t combines_early = 0, combines_late = 0;   // before / after the MLP's last expert batch
+  std::vector<std::vector<stage_run>> ran;        // per rank: its stream's stages in the order they ran
+  std::vector<const int64_t*> expert_calls;       // per rank: its backend's moe_experts calls so far
+  std::vector<int64_t> combine_sent_at;           // the running MLP's combines: expert calls made by then
+  int64_t combines_early = 0, combines_late = 0;  // before / after the MLP's last expert batch
 
   // Payloads go on the wire from the sender's stream, as they are made, not from its owner.
   void count_send(int64_t rank) { ++(working_rank == rank ? sends_from_stream : sends_elsewhere); }
 
-  explicit loop_transport(int64_t num_ranks) : ios(static_cast<size_t>(num_ranks)), ran(static_cast<size_t>(num_ranks)) {
+  explicit loop_transport(int64_t num_ranks)
+      : ios(static_cast<size_t>(num_ranks)), ran(static_cast<size_t>(num_ranks)) {
     for (int64_t r = 0; r < num_ranks; ++r) {
       ios[r].loop = this;
       ios[r].rank = r;
@@ -89,7 +92,7 @@ struct loop_transport {
 
   void run() {
     for (;;) {
-      std::vector<int64_t> choices;                          // rank r: its stream; R + i: message i
+      std::vector<int64_t> choices;  // rank r: its stream; R + i: message i
       for (size_t r = 0; r < ios.size(); ++r)
         if (ios[r].runnable())
           choices.push_back(static_cast<int64_t>(r));
@@ -117,7 +120,7 @@ struct loop_transport {
         std::visit([&](auto& p) { (void)ios[dest].box.put(std::move(p), ep_inbox::clock::now()); }, msg);
       }
     }
-    for (const rank_io& io : ios)            // nothing left waiting: no deadlock
+    for (const rank_io& io : ios)  // nothing left waiting: no deadlock
       CHECK(io.stream.empty());
   }
 };
@@ -166,8 +169,8 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
   const rope_tables rope = make_rope_tables(cfg);
   // DeepSeek's payloads, and FP32 ones: sums of a few BF16 values are exact in any order, FP32
   // ones are not, so only the latter show the combine's fixed k order
-  for (const ep_precision ep : {ep_precision{.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16},
-                                ep_precision{}}) {
+  for (const ep_precision ep :
+       {ep_precision{.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16}, ep_precision{}}) {
     CAPTURE(to_string(ep.dispatch));
     // prompts: rank 0 gets 0 and 1 (prompt 0 split between its micro-batches), rank 1 gets 2, rank 2 none
     const std::vector<std::vector<int32_t>> prompts = {{0, 5, 9, 14, 3, 3, 60}, {0, 7}, {0, 1, 2, 3, 4, 5}};
@@ -188,7 +191,7 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
 
     const int64_t E = cfg.n_routed_experts;
     for (const int64_t num_mb : {1, 2}) {
-      for (const int64_t redundant : {2, 5}) {   // 16 logical experts -> 18, 21 slots on 3 ranks
+      for (const int64_t redundant : {2, 5}) {  // 16 logical experts -> 18, 21 slots on 3 ranks
         for (const uint32_t seed : {1u, 2u, 3u}) {
           // these prompts bring too few rows to split the MLP by default; 0 always splits it
           const int64_t split_min = seed == 2 ? answer_split_min_rows : 0;
@@ -214,7 +217,8 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           for (size_t i = 0; i < prompts.size(); ++i)
             REQUIRE(kvs[i].reserve(ranks[home[i]]->cache, static_cast<int64_t>(prompts[i].size())));
           // micro-batches per rank
-          std::vector<std::vector<std::vector<batch_entry>>> mbs(R, std::vector<std::vector<batch_entry>>(num_mb));
+          std::vector<std::vector<std::vector<batch_entry>>> mbs(
+            R, std::vector<std::vector<batch_entry>>(num_mb));
           const std::span<const int32_t> p0 = prompts[0];
           if (num_mb == 2) {
             mbs[0][0].push_back({.tokens = p0.first(4), .kv = &kvs[0], .no_logits = true, .start = 0});
@@ -231,9 +235,14 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           std::vector<std::unique_ptr<step_pipeline>> pipes;
           for (int64_t r = 0; r < R; ++r) {
             loop.expert_calls.push_back(&ranks[r]->expert_calls);
-            const ep_group group{.rank = r, .num_ranks = R, .placements = placements, .ep = ep,
-                                 .num_micro_batches = num_mb, .answer_split_min_rows = split_min};
-            const step_model model{.weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
+            const ep_group group{.rank = r,
+                                 .num_ranks = R,
+                                 .placements = placements,
+                                 .ep = ep,
+                                 .num_micro_batches = num_mb,
+                                 .answer_split_min_rows = split_min};
+            const step_model model{
+              .weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
             pipes.push_back(std::make_unique<step_pipeline>(7, group, model, mbs[r], loop.ios[r]));
             loop.pipelines.push_back(pipes.back().get());
           }
@@ -253,11 +262,15 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           for (int64_t r = 0; r < R; ++r) {
             const auto& order = loop.ran[r];
             const auto at = [&](int64_t mb, stage_kind stage, int64_t l) {
-              return std::find(order.begin(), order.end(), loop_transport::stage_run{mb, stage, l}) - order.begin();
+              return std::find(order.begin(), order.end(), loop_transport::stage_run{mb, stage, l}) -
+                     order.begin();
             };
             const auto n = static_cast<std::ptrdiff_t>(order.size());
-            CHECK(n == num_mb * (cfg.num_hidden_layers * 3 + (cfg.num_hidden_layers - cfg.first_k_dense_replace) * 2) + 1);
-            CHECK(order.back() == loop_transport::stage_run{0, stage_kind::logits, cfg.num_hidden_layers - 1});
+            CHECK(n == num_mb * (cfg.num_hidden_layers * 3 +
+                                 (cfg.num_hidden_layers - cfg.first_k_dense_replace) * 2) +
+                         1);
+            CHECK(order.back() ==
+                  loop_transport::stage_run{0, stage_kind::logits, cfg.num_hidden_layers - 1});
             // micro-batch 0 goes on from its dense layer into the first MoE layer (its dispatch on
             // the wire) before micro-batch 1 computes its dense layer
             const int64_t first_moe = cfg.first_k_dense_replace;
@@ -269,14 +282,15 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
               CAPTURE(l);
               const int64_t last = num_mb - 1;
               CHECK(at(0, stage_kind::attn_0, l) < at(0, stage_kind::attn_1, l));
-              CHECK(at(last, stage_kind::attn_1, l) < at(0, stage_kind::mlp, l));       // every ATTN first,
-              CHECK(at(last, stage_kind::mlp, l) < at(0, stage_kind::shared, l));       // every MLP,
-              for (int64_t m = 0; m < num_mb; ++m)      // then each SHARED right before its COMBINE
+              CHECK(at(last, stage_kind::attn_1, l) < at(0, stage_kind::mlp, l));  // every ATTN first,
+              CHECK(at(last, stage_kind::mlp, l) < at(0, stage_kind::shared, l));  // every MLP,
+              for (int64_t m = 0; m < num_mb; ++m)  // then each SHARED right before its COMBINE
                 CHECK(at(m, stage_kind::shared, l) + 1 == at(m, stage_kind::combine, l));
-              if (num_mb == 2 && l + 1 < cfg.num_hidden_layers)   // micro-batch 1's SHARED behind micro-batch 0's next ATTN
+              if (num_mb == 2 &&
+                  l + 1 < cfg.num_hidden_layers)  // micro-batch 1's SHARED behind micro-batch 0's next ATTN
                 CHECK(at(1, stage_kind::shared, l) > at(0, stage_kind::attn_1, l + 1));
               CHECK(at(last, stage_kind::combine, l) < n);
-              if (l + 1 < cfg.num_hidden_layers) {    // a micro-batch's next layer right behind its COMBINE
+              if (l + 1 < cfg.num_hidden_layers) {  // a micro-batch's next layer right behind its COMBINE
                 CHECK(at(0, stage_kind::attn_0, l + 1) == at(0, stage_kind::combine, l) + 1);
                 if (num_mb == 2)
                   CHECK(at(0, stage_kind::attn_1, l + 1) < at(1, stage_kind::combine, l));
@@ -288,10 +302,10 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
           const std::vector<float>& l0 = pipes[0]->logits(num_mb - 1);
           const std::vector<float>& l1 = pipes[0]->logits(0);
           const int64_t row1 = num_mb == 2 ? 0 : 1;
-          CHECK(std::vector<float>(l0.begin(), l0.begin() + V) == expected[0]);   // its first row
+          CHECK(std::vector<float>(l0.begin(), l0.begin() + V) == expected[0]);  // its first row
           CHECK(std::vector<float>(l1.begin() + row1 * V, l1.begin() + (row1 + 1) * V) == expected[1]);
           CHECK(pipes[1]->logits(0) == expected[2]);
-          CHECK(pipes[2]->logits(0).empty());                  // the idle rank took part with no tokens
+          CHECK(pipes[2]->logits(0).empty());  // the idle rank took part with no tokens
           for (size_t i = 0; i < prompts.size(); ++i) {
             CHECK(kvs[i].num_cached == static_cast<int64_t>(prompts[i].size()));
             kvs[i].release(ranks[home[i]]->cache);
@@ -316,7 +330,7 @@ TEST_CASE("a stage that throws still takes part in the exchange: the group's ste
   // (split into one expert batch per source rank, the second batch of the first MoE layer: after
   // an answer has left)
   for (const op_kind op : {op_kind::moe_gate, op_kind::moe_experts}) {
-    for (const int64_t nth : {int64_t{1}, int64_t{2}}) {   // the first or the second MoE layer
+    for (const int64_t nth : {int64_t{1}, int64_t{2}}) {  // the first or the second MoE layer
       for (const int64_t split_min : {answer_split_min_rows, int64_t{0}}) {
         CAPTURE(static_cast<int>(op));
         CAPTURE(nth);
@@ -334,10 +348,13 @@ TEST_CASE("a stage that throws still takes part in the exchange: the group's ste
           loop.expert_calls.push_back(&ranks[r]->expert_calls);
           std::vector<std::vector<batch_entry>> mbs(2);
           mbs[0].push_back({.tokens = prompts[r], .kv = &kvs[r]});
-          const ep_group group{.rank = r, .num_ranks = R, .placements = placements,
+          const ep_group group{.rank = r,
+                               .num_ranks = R,
+                               .placements = placements,
                                .ep = {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16},
                                .answer_split_min_rows = split_min};
-          const step_model model{.weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
+          const step_model model{
+            .weights = &w, .device = ranks[r]->device.get(), .cache = &ranks[r]->cache, .rope = &rope};
           pipes.push_back(std::make_unique<step_pipeline>(0, group, model, std::move(mbs), loop.ios[r]));
           loop.pipelines.push_back(pipes.back().get());
         }
@@ -345,7 +362,7 @@ TEST_CASE("a stage that throws still takes part in the exchange: the group's ste
           p->start();
         loop.run();
         for (auto& p : pipes)
-          CHECK(p->done());                   // nobody waits for the failed rank's messages
+          CHECK(p->done());  // nobody waits for the failed rank's messages
         CHECK(pipes[0]->error().empty());
         CHECK(pipes[1]->error() == "injected failure");
         for (int64_t r = 0; r < R; ++r)

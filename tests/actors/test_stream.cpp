@@ -18,12 +18,16 @@ TEST_CASE("a stream runs its items in order on its own thread and reports each c
   {
     cpu_stream s("test");
     for (int i = 0; i < 50; ++i)
-      s.enqueue([&order, &worker, i] { order.push_back(i); worker = std::this_thread::get_id(); },
-                [&last, i](const std::string& err) {
-                  CHECK(err.empty());
-                  if (i == 49)
-                    last.set_value();
-                });
+      s.enqueue(
+        [&order, &worker, i] {
+          order.push_back(i);
+          worker = std::this_thread::get_id();
+        },
+        [&last, i](const std::string& err) {
+          CHECK(err.empty());
+          if (i == 49)
+            last.set_value();
+        });
     last.get_future().wait();
     CHECK(s.num_pending() == 0);
   }

@@ -17,8 +17,9 @@ TEST_CASE("configure_actor_system: moe errors by name, no sleeping between sched
   configure_actor_system(cfg);
   caf::actor_system sys{cfg};
   CHECK(sys.render(caf::make_error(serve_errc::overloaded)) == "moe: overloaded");
-  CHECK(before != caf::timespan{0});         // CAF's own default sleeps
-  CHECK(caf::get_or(sys.config(), "work-stealing.moderate-sleep-duration", caf::timespan{-1}) == caf::timespan{0});
+  CHECK(before != caf::timespan{0});  // CAF's own default sleeps
+  CHECK(caf::get_or(sys.config(), "work-stealing.moderate-sleep-duration", caf::timespan{-1}) ==
+        caf::timespan{0});
   // and the system still runs work: a request answered by a spawned actor
   auto echo = sys.spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
   caf::scoped_actor self{sys};

@@ -20,8 +20,12 @@ const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::time
 
 trace_span span(int64_t rank, trace_lane lane, std::chrono::microseconds begin, std::chrono::microseconds end,
                 std::string name = "x") {
-  return {.rank = rank, .lane = lane, .name = std::move(name), .category = "decode",
-          .begin = t0 + begin, .end = t0 + end};
+  return {.rank = rank,
+          .lane = lane,
+          .name = std::move(name),
+          .category = "decode",
+          .begin = t0 + begin,
+          .end = t0 + end};
 }
 
 constexpr auto compute = trace_lane::compute;
@@ -53,7 +57,7 @@ TEST_CASE("trace: JSON has X events in µs from the earliest span and names per 
   CHECK(spans[1].at("ts").get<double>() == doctest::Approx(150.0));
   CHECK(spans[1].at("dur").get<double>() == doctest::Approx(1250.0));
 
-  REQUIRE(meta.size() == 6);   // per rank: process_name, thread_name x2
+  REQUIRE(meta.size() == 6);  // per rank: process_name, thread_name x2
   auto find_meta = [&](const char* what, int64_t pid, int tid) {
     for (const nlohmann::json& e : meta)
       if (e.at("name") == what && e.at("pid") == pid && e.at("tid") == tid)
@@ -101,14 +105,14 @@ TEST_CASE("trace: spans() is sorted by begin") {
 TEST_CASE("trace: summary counts overlapping spans once and intersects the lanes") {
   // compute: [0,40) and [30,60) -> [0,60), plus [80,90); comm: [50,85) and [50,70)
   const std::vector<trace_span> spans = {
-      span(0, compute, 0us, 40us), span(0, compute, 30us, 60us), span(0, compute, 80us, 90us),
-      span(0, comm, 50us, 85us),   span(0, comm, 50us, 70us),
-      span(1, compute, 0us, 100us)};   // another rank: not counted for rank 0
+    span(0, compute, 0us, 40us),  span(0, compute, 30us, 60us),
+    span(0, compute, 80us, 90us), span(0, comm, 50us, 85us),
+    span(0, comm, 50us, 70us),    span(1, compute, 0us, 100us)};  // another rank: not counted for rank 0
   const lane_summary s = summarize(spans, 0, t0, t0 + 100us);
   CHECK(s.wall_s == doctest::Approx(100e-6));
   CHECK(s.compute_s == doctest::Approx(70e-6));
   CHECK(s.comm_s == doctest::Approx(35e-6));
-  CHECK(s.overlap_s == doctest::Approx(15e-6));   // [50,60) + [80,85)
+  CHECK(s.overlap_s == doctest::Approx(15e-6));  // [50,60) + [80,85)
 }
 
 TEST_CASE("trace: spans partially outside the window are clipped") {
@@ -116,9 +120,9 @@ TEST_CASE("trace: spans partially outside the window are clipped") {
                                          span(0, compute, 150us, 160us)};
   const lane_summary s = summarize(spans, 0, t0 + 20us, t0 + 100us);
   CHECK(s.wall_s == doctest::Approx(80e-6));
-  CHECK(s.compute_s == doctest::Approx(20e-6));   // [20,40)
-  CHECK(s.comm_s == doctest::Approx(70e-6));      // [30,100)
-  CHECK(s.overlap_s == doctest::Approx(10e-6));   // [30,40)
+  CHECK(s.compute_s == doctest::Approx(20e-6));  // [20,40)
+  CHECK(s.comm_s == doctest::Approx(70e-6));     // [30,100)
+  CHECK(s.overlap_s == doctest::Approx(10e-6));  // [30,40)
 }
 
 TEST_CASE("trace: summarize_all adds every rank's summary") {
@@ -128,7 +132,7 @@ TEST_CASE("trace: summarize_all adds every rank's summary") {
   CHECK(s.wall_s == doctest::Approx(200e-6));
   CHECK(s.compute_s == doctest::Approx(60e-6));
   CHECK(s.comm_s == doctest::Approx(140e-6));
-  CHECK(s.overlap_s == doctest::Approx(40e-6));   // rank 0: [20,40); rank 3: [10,30)
+  CHECK(s.overlap_s == doctest::Approx(40e-6));  // rank 0: [20,40); rank 3: [10,30)
 }
 
 TEST_CASE("trace: spans added from several threads are all present") {

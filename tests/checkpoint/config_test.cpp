@@ -86,9 +86,10 @@ TEST_CASE("transformers 5 rope_parameters, null q_lora_rank, no quantization") {
   j.erase("rope_scaling");
   j.erase("rope_theta");
   j.erase("quantization_config");
-  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 50000.0}, {"factor", 40},
-                          {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
-                          {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 50000.0},
+                          {"factor", 40},        {"original_max_position_embeddings", 4096},
+                          {"beta_fast", 32},     {"beta_slow", 1},
+                          {"mscale", 1.0},       {"mscale_all_dim", 1.0}};
   j["q_lora_rank"] = nullptr;
   const model_config c = parse_model_config(j.dump(), "config.json");
   CHECK(c.rope_theta == 50000.0);
@@ -116,7 +117,8 @@ TEST_CASE("to_json round-trips through parse_model_config") {
 }
 
 TEST_CASE("malformed config.json names the file") {
-  const std::string msg = error_of([] { (void)parse_model_config("{\"hidden_size\": 7168,", "x/config.json"); });
+  const std::string msg =
+    error_of([] { (void)parse_model_config("{\"hidden_size\": 7168,", "x/config.json"); });
   CHECK(contains(msg, "x/config.json"));
   CHECK(contains(msg, "malformed JSON"));
   CHECK(contains(error_of([] { (void)parse_model_config("[1, 2]", "config.json"); }), "JSON object"));
@@ -140,16 +142,17 @@ TEST_CASE("a mistyped or missing field names the field and what was expected") {
   CHECK(contains(parse_error(j), "quantization_config.weight_block_size"));
 }
 
-TEST_CASE("sizes past 2^24 (products could wrap int64), a number overflowing a double, and a context under 2 are refused") {
+TEST_CASE(
+  "sizes past 2^24 (products could wrap int64), a number overflowing a double, and a context under 2 are refused") {
   auto j = v3_json();
-  j["num_attention_heads"] = (int64_t{1} << 62) + 4;           // heads x 24 would wrap to 96
+  j["num_attention_heads"] = (int64_t{1} << 62) + 4;  // heads x 24 would wrap to 96
   CHECK(parse_error(j) == "config.json: field \"num_attention_heads\": expected a positive integer of "
                           "at most 2^24, got 4611686018427387908");
   j = v3_json();
   j["n_shared_experts"] = uint64_t{1} << 63;
   CHECK(contains(parse_error(j), "field \"n_shared_experts\": expected an integer of at most 2^24"));
   j = v3_json();
-  j["max_position_embeddings"] = 16777216.0;                  // 2^24 itself, written as a float: fine
+  j["max_position_embeddings"] = 16777216.0;  // 2^24 itself, written as a float: fine
   CHECK(parse_model_config(j.dump(), "config.json").max_position_embeddings == 16777216);
   std::string text = v3_json().dump();
   text.replace(text.find("163840"), 6, "1e400");
@@ -158,8 +161,9 @@ TEST_CASE("sizes past 2^24 (products could wrap int64), a number overflowing a d
   CHECK(contains(overflow, "number overflow"));
   j = v3_json();
   j["max_position_embeddings"] = 0;
-  CHECK(contains(parse_error(j), "field \"max_position_embeddings\": expected an integer of at least 2, got 0"));
-  j.erase("max_position_embeddings");                          // HF DeepseekV3Config's default
+  CHECK(
+    contains(parse_error(j), "field \"max_position_embeddings\": expected an integer of at least 2, got 0"));
+  j.erase("max_position_embeddings");  // HF DeepseekV3Config's default
   CHECK(parse_model_config(j.dump(), "config.json").max_position_embeddings == 4096);
 }
 
@@ -170,21 +174,23 @@ TEST_CASE("validation rejects inconsistent configs, naming the field") {
     const char* expect;
   };
   const bad_case cases[] = {
-      {"hidden_size", -1, "field \"hidden_size\": expected a positive integer, got -1"},
-      {"n_routed_experts", 250, "field \"n_routed_experts\": must be divisible by n_group"},
-      {"topk_group", 9, "field \"topk_group\": must be <= n_group"},
-      {"num_experts_per_tok", 129, "field \"num_experts_per_tok\": must be <= the experts in topk_group groups (128)"},
-      {"qk_rope_head_dim", 63, "field \"qk_rope_head_dim\": expected an even integer"},
-      {"scoring_func", "softmax", "field \"scoring_func\": expected \"sigmoid\""},
-      {"topk_method", "greedy", "field \"topk_method\": expected \"noaux_tc\""},
-      {"first_k_dense_replace", 62, "field \"first_k_dense_replace\": must be in [0, num_hidden_layers=61]"},
-      {"model_type", "llama", "field \"model_type\": expected \"deepseek_v3\" or \"deepseek_v2\", got \"llama\""},
-      {"kv_lora_rank", 0, "field \"kv_lora_rank\": expected a positive integer, got 0"},
-      {"q_lora_rank", 0, "field \"q_lora_rank\": expected a positive integer, got 0"},
-      {"hidden_act", "gelu", "field \"hidden_act\": expected \"silu\""},
-      {"eos_token_id", 200000, "field \"eos_token_id\": expected a token id below vocab_size"},
-      {"attention_bias", true, "field \"attention_bias\""},
-      {"rms_norm_eps", 0.0, "field \"rms_norm_eps\": expected a positive number"},
+    {"hidden_size", -1, "field \"hidden_size\": expected a positive integer, got -1"},
+    {"n_routed_experts", 250, "field \"n_routed_experts\": must be divisible by n_group"},
+    {"topk_group", 9, "field \"topk_group\": must be <= n_group"},
+    {"num_experts_per_tok", 129,
+     "field \"num_experts_per_tok\": must be <= the experts in topk_group groups (128)"},
+    {"qk_rope_head_dim", 63, "field \"qk_rope_head_dim\": expected an even integer"},
+    {"scoring_func", "softmax", "field \"scoring_func\": expected \"sigmoid\""},
+    {"topk_method", "greedy", "field \"topk_method\": expected \"noaux_tc\""},
+    {"first_k_dense_replace", 62, "field \"first_k_dense_replace\": must be in [0, num_hidden_layers=61]"},
+    {"model_type", "llama",
+     "field \"model_type\": expected \"deepseek_v3\" or \"deepseek_v2\", got \"llama\""},
+    {"kv_lora_rank", 0, "field \"kv_lora_rank\": expected a positive integer, got 0"},
+    {"q_lora_rank", 0, "field \"q_lora_rank\": expected a positive integer, got 0"},
+    {"hidden_act", "gelu", "field \"hidden_act\": expected \"silu\""},
+    {"eos_token_id", 200000, "field \"eos_token_id\": expected a token id below vocab_size"},
+    {"attention_bias", true, "field \"attention_bias\""},
+    {"rms_norm_eps", 0.0, "field \"rms_norm_eps\": expected a positive number"},
   };
   for (const bad_case& c : cases) {
     CAPTURE(c.field);
@@ -197,10 +203,10 @@ TEST_CASE("validation rejects inconsistent configs, naming the field") {
   auto j = v3_json();
   j["rope_scaling"]["type"] = "linear";
   CHECK(contains(parse_error(j), "field \"rope_scaling.type\": expected \"yarn\""));
-  j = v3_json();                          // YaRN parameters with no type: not plain RoPE in silence
+  j = v3_json();  // YaRN parameters with no type: not plain RoPE in silence
   j["rope_scaling"].erase("type");
   CHECK(contains(parse_error(j), "field \"rope_scaling.type\": missing beside \"beta_fast\""));
-  j = v3_json();                          // transformers 5: rope_theta alone needs no type
+  j = v3_json();  // transformers 5: rope_theta alone needs no type
   j.erase("rope_scaling");
   j["rope_parameters"] = {{"rope_theta", 50000.0}};
   CHECK(parse_model_config(j.dump(), "config.json").rope_theta == 50000.0);

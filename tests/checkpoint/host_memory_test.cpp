@@ -10,11 +10,10 @@ using namespace moe;
 using namespace moe::test;
 
 TEST_CASE("MemAvailable is read from /proc/meminfo's text, in bytes") {
-  const std::string meminfo =
-      "MemTotal:       25165824 kB\n"
-      "MemFree:         1048576 kB\n"
-      "MemAvailable:   22758592 kB\n"
-      "Buffers:           12345 kB\n";
+  const std::string meminfo = "MemTotal:       25165824 kB\n"
+                              "MemFree:         1048576 kB\n"
+                              "MemAvailable:   22758592 kB\n"
+                              "Buffers:           12345 kB\n";
   CHECK(parse_mem_available(meminfo) == uint64_t{22758592} * 1024);
   CHECK(parse_mem_available("MemAvailable: 7 kB") == uint64_t{7168});
   CHECK_FALSE(parse_mem_available("MemTotal: 1 kB\nMemFree: 1 kB\n").has_value());
@@ -30,8 +29,8 @@ TEST_CASE("MemAvailable is read from /proc/meminfo's text, in bytes") {
 
 TEST_CASE("require_memory refuses what does not fit, naming both sizes and the advice") {
   const uint64_t gb = 1000000000;
-  CHECK_NOTHROW(require_memory(gb, "x", "", gb));          // exactly fits
-  CHECK_NOTHROW(require_memory(100 * gb, "x", "", std::nullopt));   // unknown: no check
+  CHECK_NOTHROW(require_memory(gb, "x", "", gb));                  // exactly fits
+  CHECK_NOTHROW(require_memory(100 * gb, "x", "", std::nullopt));  // unknown: no check
   const std::string e = error_of([&] { require_memory(3 * gb + gb / 4, "the thing", ": try less", 2 * gb); });
   CHECK(e == "the thing would take 3.25 GB of memory, but 2.00 GB is available (MemAvailable in "
              "/proc/meminfo): try less");

@@ -21,8 +21,8 @@ namespace {
 std::vector<const linear_weight*> linears(const model_weights& w) {
   std::vector<const linear_weight*> out;
   for (const layer_weights& l : w.layers) {
-    for (const linear_weight* lw : {&l.attn.q_a_proj, &l.attn.q_b_proj, &l.attn.kv_a_proj_with_mqa,
-                                    &l.attn.kv_b_proj, &l.attn.o_proj})
+    for (const linear_weight* lw :
+         {&l.attn.q_a_proj, &l.attn.q_b_proj, &l.attn.kv_a_proj_with_mqa, &l.attn.kv_b_proj, &l.attn.o_proj})
       out.push_back(lw);
     std::vector<const mlp_weights*> mlps{l.is_moe ? &l.moe.shared_experts : &l.mlp};
     for (const mlp_weights& e : l.moe.experts)
@@ -145,7 +145,7 @@ TEST_CASE("shards and FP8 variants hold the same model") {
     num_fp8 += l8[k]->type == dtype::f8_e4m3;
     CHECK(relative_error(*l8[k], *l16[k]) < 0.07);
   }
-  CHECK(num_fp8 == static_cast<int>(l8.size()) - 2);              // all but the two routers
+  CHECK(num_fp8 == static_cast<int>(l8.size()) - 2);  // all but the two routers
   CHECK(w8.embed_tokens.type == dtype::bf16);
   CHECK(w8.lm_head.type == dtype::bf16);
   CHECK(w8.layers[1].moe.gate.type == dtype::bf16);
@@ -175,19 +175,19 @@ TEST_CASE("make-model's own checkpoints keep activations O(1) through every laye
     kv_cache cache(w.config.num_hidden_layers, 4, 16, w.config.kv_cache_dim());
     std::vector<double> layer_rms;
     model_runner runner(w, *ref, cache, {.observe_layer = [&](int64_t, std::span<const float> h) {
-                                           double ss = 0.0;
-                                           for (const float v : h)
-                                             ss += static_cast<double>(v) * v;
-                                           layer_rms.push_back(std::sqrt(ss / static_cast<double>(h.size())));
-                                         }});
-    const std::vector<int32_t> prompt = {0, 199, 258, 33, 457, 100, 511, 7};   // the tiny options: vocab 512
+                          double ss = 0.0;
+                          for (const float v : h)
+                            ss += static_cast<double>(v) * v;
+                          layer_rms.push_back(std::sqrt(ss / static_cast<double>(h.size())));
+                        }});
+    const std::vector<int32_t> prompt = {0, 199, 258, 33, 457, 100, 511, 7};  // the tiny options: vocab 512
     sequence_kv kv;
     REQUIRE(kv.reserve(cache, static_cast<int64_t>(prompt.size())));
     const batch_entry e{.tokens = prompt, .kv = &kv, .all_logits = true};
     const std::vector<float> logits = runner.forward(std::span(&e, 1));
     kv.release(cache);
     REQUIRE(layer_rms.size() == static_cast<size_t>(w.config.num_hidden_layers));
-    for (const double r : layer_rms) {                     // the residual stream after each layer
+    for (const double r : layer_rms) {  // the residual stream after each layer
       CHECK(r > 0.3);
       CHECK(r < 10.0);
     }

@@ -61,7 +61,7 @@ struct mapping {
   uintptr_t start = 0, end = 0;
   std::string perms, path;
   bool thp_eligible = false;
-  int64_t rss_kib = 0;                              // resident: the pages committed
+  int64_t rss_kib = 0;  // resident: the pages committed
 };
 mapping mapping_of(const void* p) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
@@ -72,7 +72,7 @@ mapping mapping_of(const void* p) {
     uintptr_t start = 0, end = 0;
     char dash = 0;
     std::istringstream in(line);
-    if (in >> std::hex >> start >> dash >> end && dash == '-') {     // a mapping's header line
+    if (in >> std::hex >> start >> dash >> end && dash == '-') {  // a mapping's header line
       if (found)
         break;
       std::string offset, dev, inode;
@@ -104,9 +104,9 @@ TEST_CASE("weights load as a read-only copy in memory advised for huge pages, or
   temp_dir dir;
   const fs::path file = dir.path / "w.safetensors";
   safetensors_writer w;
-  w.add("w", dtype::bf16, {1024, 1536}, [](std::span<std::byte> dst) {   // 3 MiB: past one huge page
+  w.add("w", dtype::bf16, {1024, 1536}, [](std::span<std::byte> dst) {  // 3 MiB: past one huge page
     for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] = std::byte{static_cast<uint8_t>((i * 7 + (i >> 16)) % 127)};   // finite bf16: open scans
+      dst[i] = std::byte{static_cast<uint8_t>((i * 7 + (i >> 16)) % 127)};  // finite bf16: open scans
   });
   w.write(file);
   const std::string raw = read_text(file);
@@ -119,15 +119,15 @@ TEST_CASE("weights load as a read-only copy in memory advised for huge pages, or
   CHECK(std::memcmp(c.data, raw.data() + (raw.size() - static_cast<size_t>(c.num_bytes)),
                     static_cast<size_t>(c.num_bytes)) == 0);
   const mapping cm = mapping_of(c.data), mm = mapping_of(m.data);
-  CHECK(cm.perms == "r--p");                        // private, written once, then read-only
-  CHECK(cm.path.empty());                           // anonymous
-  CHECK(cm.start % (2 << 20) == 0);                 // starts on a huge-page boundary
+  CHECK(cm.perms == "r--p");         // private, written once, then read-only
+  CHECK(cm.path.empty());            // anonymous
+  CHECK(cm.start % (2 << 20) == 0);  // starts on a huge-page boundary
   CHECK(cm.end - cm.start >= raw.size());
   if (thp_available())
     CHECK(cm.thp_eligible);
   else
     MESSAGE("transparent huge pages are off here: the copy stays in 4 KiB pages");
-  CHECK(mm.perms == "r--s");                        // the file's shared page cache
+  CHECK(mm.perms == "r--s");  // the file's shared page cache
   CHECK(mm.path == fs::canonical(file).string());
 }
 
@@ -136,20 +136,20 @@ TEST_CASE("a NaN or an infinity in any float tensor is refused at open, naming t
   // among them each dtype's largest finite values (which must load).
   struct bad_case {
     dtype type;
-    std::vector<uint8_t> bad;        // the bad element's bytes, little-endian
-    std::vector<uint8_t> edge;       // a finite edge value's bytes
+    std::vector<uint8_t> bad;   // the bad element's bytes, little-endian
+    std::vector<uint8_t> edge;  // a finite edge value's bytes
     std::string shown;
   };
   const std::vector<bad_case> cases = {
-      {dtype::f32, {0x00, 0x00, 0xc0, 0x7f}, {0xff, 0xff, 0x7f, 0x7f}, "is NaN"},          // FLT_MAX edge
-      {dtype::f32, {0x00, 0x00, 0x80, 0xff}, {0xff, 0xff, 0x7f, 0xff}, "is -infinity"},
-      {dtype::bf16, {0x80, 0x7f}, {0x7f, 0x7f}, "is +infinity"},                         // 0x7f7f: max
-      {dtype::bf16, {0xc1, 0xff}, {0x7f, 0xff}, "is NaN"},
-      {dtype::f16, {0x00, 0x7c}, {0xff, 0x7b}, "is +infinity"},                          // 65504 loads
-      {dtype::f16, {0x01, 0xfe}, {0xff, 0xfb}, "is NaN"},
-      {dtype::f8_e4m3, {0x7f}, {0x7e}, "is NaN (F8_E4M3 code 0x7f)"},                    // 448 loads
-      {dtype::f8_e4m3, {0xff}, {0xfe}, "is NaN (F8_E4M3 code 0xff)"}};
-  constexpr int64_t rows = 40, cols = 300, at = 37 * cols + 211;   // past the scan's first block
+    {dtype::f32, {0x00, 0x00, 0xc0, 0x7f}, {0xff, 0xff, 0x7f, 0x7f}, "is NaN"},  // FLT_MAX edge
+    {dtype::f32, {0x00, 0x00, 0x80, 0xff}, {0xff, 0xff, 0x7f, 0xff}, "is -infinity"},
+    {dtype::bf16, {0x80, 0x7f}, {0x7f, 0x7f}, "is +infinity"},  // 0x7f7f: max
+    {dtype::bf16, {0xc1, 0xff}, {0x7f, 0xff}, "is NaN"},
+    {dtype::f16, {0x00, 0x7c}, {0xff, 0x7b}, "is +infinity"},  // 65504 loads
+    {dtype::f16, {0x01, 0xfe}, {0xff, 0xfb}, "is NaN"},
+    {dtype::f8_e4m3, {0x7f}, {0x7e}, "is NaN (F8_E4M3 code 0x7f)"},  // 448 loads
+    {dtype::f8_e4m3, {0xff}, {0xfe}, "is NaN (F8_E4M3 code 0xff)"}};
+  constexpr int64_t rows = 40, cols = 300, at = 37 * cols + 211;  // past the scan's first block
   for (const bad_case& c : cases) {
     CAPTURE(std::string(dtype_name(c.type)));
     CAPTURE(c.shown);
@@ -175,9 +175,10 @@ TEST_CASE("a NaN or an infinity in any float tensor is refused at open, naming t
     for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {
       CAPTURE(static_cast<int>(memory));
       CHECK(safetensors_file::open(good, memory)->tensors().size() == 2);
-      const std::string msg = error_of([&] { (void)safetensors_file::open(bad, memory, {}, /*fp8_panels=*/true); });
-      CHECK_MESSAGE(contains(msg, bad.string() + ": tensor \"model.w\": element " + std::to_string(at) + " [37, 211] " +
-                                      c.shown + " (expected a finite number)"),
+      const std::string msg =
+        error_of([&] { (void)safetensors_file::open(bad, memory, {}, /*fp8_panels=*/true); });
+      CHECK_MESSAGE(contains(msg, bad.string() + ": tensor \"model.w\": element " + std::to_string(at) +
+                                    " [37, 211] " + c.shown + " (expected a finite number)"),
                     msg);
     }
   }
@@ -189,9 +190,8 @@ TEST_CASE("skipped tensors (the MTP layer) are checked, left out, and in a copy 
   constexpr int64_t big = int64_t{32} << 20;
   safetensors_writer w;
   w.add("model.layers.2.mlp.gate.weight", dtype::f32, {4}, f32_bytes_of({1, 2, 3, 4}));
-  w.add("model.layers.3.eh_proj.weight", dtype::bf16, {big / 2}, [](std::span<std::byte> dst) {
-    std::memset(dst.data(), 0x5a, dst.size());
-  });
+  w.add("model.layers.3.eh_proj.weight", dtype::bf16, {big / 2},
+        [](std::span<std::byte> dst) { std::memset(dst.data(), 0x5a, dst.size()); });
   w.add("model.norm.weight", dtype::f32, {2}, f32_bytes_of({5, 6}));
   w.write(file);
   const tensor_filter skip = [](std::string_view name) { return name.starts_with("model.layers.3."); };
@@ -200,14 +200,20 @@ TEST_CASE("skipped tensors (the MTP layer) are checked, left out, and in a copy 
   for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {
     CAPTURE(static_cast<int>(memory));
     uint64_t last = 0;
-    const auto f = safetensors_file::open(file, memory, [&](uint64_t n) { CHECK(n > last); last = n; }, false, skip);
-    CHECK(last == fs::file_size(file));                   // progress reaches the whole file
+    const auto f = safetensors_file::open(
+      file, memory,
+      [&](uint64_t n) {
+        CHECK(n > last);
+        last = n;
+      },
+      false, skip);
+    CHECK(last == fs::file_size(file));  // progress reaches the whole file
     CHECK(f->tensors().size() == 2);
     CHECK_FALSE(f->tensors().contains("model.layers.3.eh_proj.weight"));
     float v[2];
     std::memcpy(v, f->tensors().at("model.norm.weight").data, sizeof v);
     CHECK(v[1] == 6.0f);
-    if (memory == weight_memory::copy)                    // without the skip: 32 MiB resident
+    if (memory == weight_memory::copy)  // without the skip: 32 MiB resident
       CHECK(mapping_of(f->tensors().at("model.norm.weight").data).rss_kib < 12 * 1024);
   }
   // the skipped tensor's header entry is still checked
@@ -249,7 +255,7 @@ TEST_CASE("writer and reader round-trip tensors, metadata and alignment") {
   CHECK(fp8_e4m3_to_f32(static_cast<uint8_t>(b.data[2])) == 448.0f);
   const tensor_info& c = f->tensors().at("c.f32");
   float cv = 0;
-  std::memcpy(&cv, c.data, 4);                     // unaligned: after 11 bytes of data
+  std::memcpy(&cv, c.data, 4);  // unaligned: after 11 bytes of data
   CHECK(cv == 2.5f);
   CHECK(c.file == file.string());
 }
@@ -297,11 +303,16 @@ TEST_CASE("malformed safetensors files are rejected naming the file and tensor")
     CHECK(contains(msg, "span 10 bytes but shape and dtype need 12"));
   }
   SUBCASE("a shape whose byte count overflows") {
-    write_raw(file, R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 8]}})", 8);
-    CHECK(contains(open_error(file), "tensor \"w\": shape [4611686018427387904,4] holds more bytes than a 64-bit size"));
+    write_raw(file, R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 8]}})",
+              8);
+    CHECK(contains(open_error(file),
+                   "tensor \"w\": shape [4611686018427387904,4] holds more bytes than a 64-bit size"));
   }
   SUBCASE("offsets past the end of the file (truncated)") {
-    write_raw(file, R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8);
+    write_raw(
+      file,
+      R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+      8);
     const std::string msg = open_error(file);
     CHECK(contains(msg, file.string()));
     CHECK(contains(msg, "tensor \"w\""));
@@ -322,11 +333,13 @@ TEST_CASE("malformed safetensors files are rejected naming the file and tensor")
   }
   SUBCASE("overlapping tensors, a hole, or bytes no tensor covers") {
     write_raw(file, R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-                        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12);
+                        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+              12);
     std::string msg = open_error(file);
     CHECK(contains(msg, "tensor \"b\": data_offsets begin at byte 4, inside the tensor before it"));
     write_raw(file, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-                        "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})", 12);
+                        "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+              12);
     CHECK(contains(open_error(file), "tensor \"b\": data_offsets begin at byte 8, leaving bytes 4..8"));
     write_raw(file, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 5);
     msg = open_error(file);
@@ -336,16 +349,17 @@ TEST_CASE("malformed safetensors files are rejected naming the file and tensor")
   SUBCASE("a tensor named twice") {
     write_raw(file, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                         "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
-                        "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8);
+                        "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+              8);
     const std::string msg = open_error(file);
     CHECK(contains(msg, file.string()));
     CHECK(contains(msg, "tensor \"a\": named twice in the header"));
   }
   SUBCASE("a header length one byte short shifts the data: refused") {
-    const std::string header = R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}} )";   // 1 pad
+    const std::string header = R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}} )";  // 1 pad
     write_raw(file, header, 8);
     std::string bytes = read_text(file);
-    bytes[0] = static_cast<char>(header.size() - 1);         // the space becomes the data's first byte
+    bytes[0] = static_cast<char>(header.size() - 1);  // the space becomes the data's first byte
     write_text(file, bytes);
     CHECK(contains(open_error(file), "the tensors cover 8 bytes of a 9-byte data area"));
   }
@@ -385,7 +399,7 @@ TEST_CASE("checkpoint directories: index with shards, scanned shards, and their 
     CHECK(contains(msg, "part-c.safetensors"));
     CHECK(contains(msg, "does not exist"));
 
-    map[tensors[0].name] = "part-b.safetensors";               // it is really in part-a
+    map[tensors[0].name] = "part-b.safetensors";  // it is really in part-a
     write_text(dir.path / "model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
     CHECK(contains(error_of([&] { (void)checkpoint::open(dir.path); }), "does not contain it"));
 
@@ -424,11 +438,11 @@ TEST_CASE("checkpoint tensor look-ups name the tensor, the file and the shapes")
 TEST_CASE("loaded weights' pages are in place at open: reading every tensor takes no page faults") {
   temp_dir dir;
   const fs::path file = dir.path / "big.safetensors";
-  constexpr int64_t page = 4096, pages = 1024;              // 4 MiB, one tensor
+  constexpr int64_t page = 4096, pages = 1024;  // 4 MiB, one tensor
   safetensors_writer w;
   w.add("w", dtype::bf16, {pages, page / 2}, [](std::span<std::byte> dst) {
     for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] = std::byte{static_cast<uint8_t>(1 + (i >> 12) % 126)};   // finite bf16 (no NaN: open scans)
+      dst[i] = std::byte{static_cast<uint8_t>(1 + (i >> 12) % 126)};  // finite bf16 (no NaN: open scans)
   });
   w.write(file);
   for (const weight_memory memory : {weight_memory::copy, weight_memory::mmap}) {

@@ -45,12 +45,13 @@ void quantize_checkpoint(const fs::path& dir, int64_t block_rows, int64_t block_
       auto value = [&](int64_t r, int64_t c) { return load_as_f32(t.type, t.bytes.data(), r * cols + c); };
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-          s[(r / block_rows) * sc + c / block_cols] =
-              std::max(s[(r / block_rows) * sc + c / block_cols], std::fabs(value(r, c)) / 448.0f);
+          s[(r / block_rows) * sc + c / block_cols] = std::max(s[(r / block_rows) * sc + c / block_cols],
+                                                               std::fabs(value(r, c)) / 448.0f);
       std::vector<std::byte> q(static_cast<size_t>(rows * cols));
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-          q[r * cols + c] = std::byte{f32_to_fp8_e4m3(value(r, c) / s[(r / block_rows) * sc + c / block_cols])};
+          q[r * cols + c] =
+            std::byte{f32_to_fp8_e4m3(value(r, c) / s[(r / block_rows) * sc + c / block_cols])};
       t.type = dtype::f8_e4m3;
       t.bytes = std::move(q);
       scales.push_back({t.name + "_scale_inv", dtype::f32, {sr, sc}, f32_bytes(s)});
@@ -60,7 +61,7 @@ void quantize_checkpoint(const fs::path& dir, int64_t block_rows, int64_t block_
   edit_config(dir, "\"torch_dtype\": \"bfloat16\"",
               "\"torch_dtype\": \"bfloat16\", \"quantization_config\": {\"quant_method\": \"fp8\", "
               "\"fmt\": \"e4m3\", \"weight_block_size\": [" +
-                  std::to_string(block_rows) + ", " + std::to_string(block_cols) + "]}");
+                std::to_string(block_rows) + ", " + std::to_string(block_cols) + "]}");
 }
 
 }  // namespace
@@ -107,7 +108,8 @@ TEST_CASE("a tiny BF16 checkpoint loads with every tensor bound") {
   CHECK_FALSE(all_one);
   // Bytes per token: attention + dense MLP + (router + shared + 4 experts) x 2 + lm_head, BF16.
   const int64_t attn = 32 * 64 + 96 * 32 + 24 * 64 + 128 * 16 + 64 * 64;
-  const int64_t per_token = 2 * (3 * attn + 3 * 128 * 64 + 2 * (16 * 64 + 3 * 32 * 64 + 4 * 3 * 32 * 64) + 512 * 64);
+  const int64_t per_token =
+    2 * (3 * attn + 3 * 128 * 64 + 2 * (16 * 64 + 3 * 32 * 64 + 4 * 3 * 32 * 64) + 512 * 64);
   CHECK(weight_bytes_per_token(w) == per_token);
   CHECK(c.num_experts_per_tok == 4);
 }
@@ -140,7 +142,7 @@ TEST_CASE("FP8 checkpoint with partial blocks: scales bound with the grid of con
   temp_dir dir;
   make_tiny(dir.path);
   const model_weights ref = load(dir.path);
-  quantize_checkpoint(dir.path, 16, 24);           // kv_a_proj [24, 64] -> grid [2, 3], all edges partial
+  quantize_checkpoint(dir.path, 16, 24);  // kv_a_proj [24, 64] -> grid [2, 3], all edges partial
   const model_weights w = load(dir.path);
   const linear_weight& kv_a = w.layers[1].attn.kv_a_proj_with_mqa;
   REQUIRE(kv_a.type == dtype::f8_e4m3);
@@ -162,9 +164,10 @@ TEST_CASE("FP8 checkpoint with partial blocks: scales bound with the grid of con
     CHECK(kv_a.at(o, i) == fp8_e4m3_to_f32(qbytes[o * 64 + i]) * scale_at(o / 16, i / 24));
     // Within half an e4m3 step of the BF16 original: 2^-4 relative, or half a subnormal step.
     const float r = ref.layers[1].attn.kv_a_proj_with_mqa.at(o, i);
-    CHECK(std::fabs(kv_a.at(o, i) - r) <= 0.0625f * std::fabs(r) + scale_at(o / 16, i / 24) / 1024.0f + 1e-7f);
+    CHECK(std::fabs(kv_a.at(o, i) - r) <=
+          0.0625f * std::fabs(r) + scale_at(o / 16, i / 24) / 1024.0f + 1e-7f);
   }
-  CHECK(w.layers[1].moe.gate.type == dtype::bf16);   // router stays BF16
+  CHECK(w.layers[1].moe.gate.type == dtype::bf16);  // router stays BF16
 }
 
 TEST_CASE("MTP layers (model.layers.<num_hidden_layers>.*) are ignored") {
@@ -181,7 +184,7 @@ TEST_CASE("MTP layers (model.layers.<num_hidden_layers>.*) are ignored") {
   });
   const model_weights w = load(dir.path);
   CHECK(w.layers.size() == 3);
-  CHECK_FALSE(w.source->contains("model.layers.3.eh_proj.weight"));   // not read, not indexed
+  CHECK_FALSE(w.source->contains("model.layers.3.eh_proj.weight"));  // not read, not indexed
   CHECK(w.source->contains("model.layers.2.mlp.gate.weight"));
 }
 
@@ -245,7 +248,9 @@ TEST_CASE("loader errors name the file or directory and the tensor") {
     CHECK(contains(msg, "\"model.layers.2.mlp.experts.13.up_proj.weight\" not found"));
   }
   SUBCASE("wrong shape") {
-    edit_tensors(dir.path, [](auto& t) { find_tensor(t, "model.layers.1.self_attn.o_proj.weight").shape = {32, 128}; });
+    edit_tensors(dir.path, [](auto& t) {
+      find_tensor(t, "model.layers.1.self_attn.o_proj.weight").shape = {32, 128};
+    });
     const std::string msg = load_error(dir.path);
     CHECK(contains(msg, file));
     CHECK(contains(msg, "\"model.layers.1.self_attn.o_proj.weight\": expected shape [64, 64]"));
@@ -277,7 +282,8 @@ TEST_CASE("loader errors name the file or directory and the tensor") {
       w.type = dtype::f8_e4m3;
       w.bytes = zeros(64);
     });
-    CHECK(contains(load_error(dir.path), "\"model.norm.weight\": dtype F8_E4M3 is not supported for a norm weight"));
+    CHECK(contains(load_error(dir.path),
+                   "\"model.norm.weight\": dtype F8_E4M3 is not supported for a norm weight"));
   }
   SUBCASE("truncated safetensors file") {
     std::string raw = read_text(file);
@@ -308,7 +314,8 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
   SUBCASE("missing scale") {
     edit_tensors(dir.path, [&](auto& t) { erase_tensor(t, weight + "_scale_inv"); });
     const std::string msg = load_error(dir.path);
-    CHECK(contains(msg, "\"" + weight + "\" is F8_E4M3 but its scale \"" + weight + "_scale_inv\" is missing"));
+    CHECK(
+      contains(msg, "\"" + weight + "\" is F8_E4M3 but its scale \"" + weight + "_scale_inv\" is missing"));
   }
   SUBCASE("scale grid of the wrong shape") {
     edit_tensors(dir.path, [&](auto& t) {
@@ -320,13 +327,13 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
   }
   SUBCASE("a NaN, infinite, negative, subnormal or huge scale; a NaN router bias or norm weight") {
     const std::vector<std::pair<std::string, float>> cases = {
-        {weight + "_scale_inv", std::nanf("")},
-        {weight + "_scale_inv", -INFINITY},
-        {weight + "_scale_inv", -0.5f},
-        {weight + "_scale_inv", std::ldexp(1.0f, -127)},      // subnormal: the fast path reads 0
-        {weight + "_scale_inv", std::ldexp(1.5f, 63)},        // times 2^64 overflows
-        {"model.layers.2.mlp.gate.e_score_correction_bias", std::nanf("")},
-        {"model.layers.1.self_attn.kv_a_layernorm.weight", INFINITY}};
+      {weight + "_scale_inv", std::nanf("")},
+      {weight + "_scale_inv", -INFINITY},
+      {weight + "_scale_inv", -0.5f},
+      {weight + "_scale_inv", std::ldexp(1.0f, -127)},  // subnormal: the fast path reads 0
+      {weight + "_scale_inv", std::ldexp(1.5f, 63)},    // times 2^64 overflows
+      {"model.layers.2.mlp.gate.e_score_correction_bias", std::nanf("")},
+      {"model.layers.1.self_attn.kv_a_layernorm.weight", INFINITY}};
     for (const auto& [name, value] : cases) {
       CAPTURE(name);
       CAPTURE(value);
@@ -342,11 +349,12 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
       const std::string msg = load_error(bad.path);
       CHECK(contains(msg, (bad.path / "model.safetensors").string()));
       CHECK_MESSAGE(contains(msg, "tensor \"" + name + "\": element "), msg);
-      const bool range = std::isfinite(value);      // NaN and infinities: open's scan finds them first
+      const bool range = std::isfinite(value);  // NaN and infinities: open's scan finds them first
       CHECK_MESSAGE(contains(msg, range ? "(expected an FP8 block scale: 0, or from 2^-126 to 2^63)"
-                                        : "(expected a finite number)"), msg);
+                                        : "(expected a finite number)"),
+                    msg);
     }
-    for (const float edge : {std::ldexp(1.0f, -126), std::ldexp(1.0f, 63)}) {   // the limits load
+    for (const float edge : {std::ldexp(1.0f, -126), std::ldexp(1.0f, 63)}) {  // the limits load
       temp_dir ok;
       make_tiny(ok.path, /*fp8=*/true);
       edit_tensors(ok.path, [&](auto& t) {
@@ -355,7 +363,7 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
       });
       CHECK(load(ok.path).layers[1].attn.kv_b_proj.scale_inv[0] == edge);
     }
-    edit_tensors(dir.path, [&](auto& t) {         // a zero scale is an all-zero block: accepted
+    edit_tensors(dir.path, [&](auto& t) {  // a zero scale is an all-zero block: accepted
       auto& s = find_tensor(t, weight + "_scale_inv");
       s.bytes = f32_bytes(std::vector<float>(s.bytes.size() / 4, 0.0f));
     });
@@ -364,7 +372,8 @@ TEST_CASE("FP8 loader errors (missing or misshapen scales) and BF16 scales and b
   SUBCASE("BF16 scale and bias") {
     const model_weights ref = load(dir.path);
     edit_tensors(dir.path, [&](auto& t) {
-      for (const std::string& name : {weight + "_scale_inv", std::string("model.layers.2.mlp.gate.e_score_correction_bias")}) {
+      for (const std::string& name :
+           {weight + "_scale_inv", std::string("model.layers.2.mlp.gate.e_score_correction_bias")}) {
         auto& s = find_tensor(t, name);
         const int64_t n = static_cast<int64_t>(s.bytes.size()) / 4;
         std::vector<std::byte> bf(static_cast<size_t>(n * 2));
@@ -390,14 +399,16 @@ TEST_CASE("FP8 weights load repacked into 64-row panels where they fit, with the
   temp_dir dir;
   make_tiny(dir.path, /*fp8=*/true);
   const model_weights rm = load_model_weights(checkpoint::open(dir.path));
-  const model_weights pn = load_model_weights(checkpoint::open(dir.path, weight_memory::copy, {}, /*fp8_panels=*/true));
-  const model_weights mm = load_model_weights(checkpoint::open(dir.path, weight_memory::mmap, {}, /*fp8_panels=*/true));
+  const model_weights pn =
+    load_model_weights(checkpoint::open(dir.path, weight_memory::copy, {}, /*fp8_panels=*/true));
+  const model_weights mm =
+    load_model_weights(checkpoint::open(dir.path, weight_memory::mmap, {}, /*fp8_panels=*/true));
   int num_panels = 0, num_rows = 0;
   auto compare = [&](const linear_weight& a, const linear_weight& b, const linear_weight& mapped) {
     if (a.data == nullptr)
       return;
     CHECK(a.layout == weight_layout::row_major);
-    CHECK(mapped.layout == weight_layout::row_major);      // a mapped file is never rewritten
+    CHECK(mapped.layout == weight_layout::row_major);  // a mapped file is never rewritten
     const bool fits = a.type == dtype::f8_e4m3 && fp8_panels_fit(a.out_features, a.in_features);
     CHECK(b.layout == (fits ? weight_layout::fp8_panels : weight_layout::row_major));
     ++(fits ? num_panels : num_rows);
@@ -421,10 +432,11 @@ TEST_CASE("FP8 weights load repacked into 64-row panels where they fit, with the
       compare_mlp(rm.layers[l].mlp, pn.layers[l].mlp, mm.layers[l].mlp);
       continue;
     }
-    compare_mlp(rm.layers[l].moe.shared_experts, pn.layers[l].moe.shared_experts, mm.layers[l].moe.shared_experts);
+    compare_mlp(rm.layers[l].moe.shared_experts, pn.layers[l].moe.shared_experts,
+                mm.layers[l].moe.shared_experts);
     for (size_t e = 0; e < rm.layers[l].moe.experts.size(); ++e)
       compare_mlp(rm.layers[l].moe.experts[e], pn.layers[l].moe.experts[e], mm.layers[l].moe.experts[e]);
   }
-  CHECK(num_panels > 0);                                    // the tiny preset has both kinds:
-  CHECK(num_rows > 0);                                      // o_proj [64, 64], q_a_proj [32, 64]
+  CHECK(num_panels > 0);  // the tiny preset has both kinds:
+  CHECK(num_rows > 0);    // o_proj [64, 64], q_a_proj [32, 64]
 }

@@ -71,8 +71,8 @@ TEST_CASE("config/topology.toml holds the defaults, and the defaults are valid")
   CHECK(cfg.decode_ranks == 2);
   CHECK(cfg.host == "127.0.0.1");
   CHECK_FALSE(cfg.link_model);
-  CHECK(cfg.intra_node == moe::link_spec{77.0, 153.0});   // DeepEP EP8, NVLink
-  CHECK(cfg.inter_node == moe::link_spec{118.0, 43.0});   // DeepEP EP16, RDMA
+  CHECK(cfg.intra_node == moe::link_spec{77.0, 153.0});  // DeepEP EP8, NVLink
+  CHECK(cfg.inter_node == moe::link_spec{118.0, 43.0});  // DeepEP EP16, RDMA
   CHECK(moe::combine_dtype(cfg) == "bf16");
 }
 
@@ -108,7 +108,8 @@ inter_node_bandwidth_gb_s = 0
 [server]
 host = "0.0.0.0"
 port = 9000
-)", "test.toml");
+)",
+                                                  "test.toml");
   topology_config want;
   want.prefill_ranks = 3;
   want.chunked_prefill_size = 256;
@@ -127,7 +128,7 @@ port = 9000
   want.combine = "reduced";
   want.link_model = true;
   want.intra_node = {1.5, 2.5};
-  want.inter_node = {3.0, 0.0};                 // an integer is a fine number
+  want.inter_node = {3.0, 0.0};  // an integer is a fine number
   want.host = "0.0.0.0";
   want.port = 9000;
   CHECK(cfg == want);
@@ -160,15 +161,15 @@ TEST_CASE("topology file: a value of the wrong type names the key and what was e
     std::string toml, key, expected;
   };
   const std::vector<bad_case> cases = {
-      {"[prefill]\nranks = \"two\"\n", "\"prefill.ranks\"", "expected an integer"},
-      {"[prefill]\nranks = 2.5\n", "\"prefill.ranks\"", "expected an integer"},
-      {"[link_model]\nenabled = \"yes\"\n", "\"link_model.enabled\"", "expected true or false"},
-      {"[link_model]\nintra_node_latency_us = \"fast\"\n", "\"link_model.intra_node_latency_us\"",
-       "expected a number"},
-      {"[server]\nhost = 127\n", "\"server.host\"", "expected a string"},
-      {"[expert_parallel]\ntwo_batch_overlap = 1\n", "\"expert_parallel.two_batch_overlap\"",
-       "expected true or false"},
-      {"prefill = 3\n", "\"prefill\"", "expected a table"},
+    {"[prefill]\nranks = \"two\"\n", "\"prefill.ranks\"", "expected an integer"},
+    {"[prefill]\nranks = 2.5\n", "\"prefill.ranks\"", "expected an integer"},
+    {"[link_model]\nenabled = \"yes\"\n", "\"link_model.enabled\"", "expected true or false"},
+    {"[link_model]\nintra_node_latency_us = \"fast\"\n", "\"link_model.intra_node_latency_us\"",
+     "expected a number"},
+    {"[server]\nhost = 127\n", "\"server.host\"", "expected a string"},
+    {"[expert_parallel]\ntwo_batch_overlap = 1\n", "\"expert_parallel.two_batch_overlap\"",
+     "expected true or false"},
+    {"prefill = 3\n", "\"prefill\"", "expected a table"},
   };
   for (const bad_case& c : cases) {
     CAPTURE(c.toml);
@@ -192,45 +193,50 @@ TEST_CASE("topology validate: each rule names its key and flag") {
     std::string names;
   };
   const std::vector<rule> rules = {
-      {[](auto& c) { c.prefill_ranks = 0; }, "prefill.ranks (--prefill-ranks) must be >= 1, got 0"},
-      {[](auto& c) { c.decode_ranks = -1; }, "decode.ranks (--decode-ranks)"},
-      {[](auto& c) { c.ranks_per_node = 0; }, "cluster.ranks_per_node (--ranks-per-node)"},
-      {[](auto& c) { c.threads_per_rank = 0; }, "cluster.threads_per_rank (--threads-per-rank)"},
-      {[](auto& c) { c.redundant_experts = -1; }, "expert_parallel.redundant_experts"},
-      {[](auto& c) { c.chunked_prefill_size = 0; }, "prefill.chunked_prefill_size"},
-      {[](auto& c) { c.max_prefill_tokens = 511; },
-       "prefill.max_prefill_tokens (--max-prefill-tokens) must be >= prefill.chunked_prefill_size "
-       "(512), got 511"},
-      {[](auto& c) { c.max_running_requests = 0; }, "decode.max_running_requests"},
-      {[](auto& c) { c.max_queued_requests = 0; }, "scheduler.max_queued_requests"},
-      {[](auto& c) { c.max_context = 1; }, "scheduler.max_context (--max-context) must be >= 2"},
-      {[](auto& c) { c.kv_blocks = 0; }, "kv_cache.blocks (--kv-blocks) must be >= 1"},
-      {[](auto& c) { c.page_size = 0; }, "kv_cache.page_size (--page-size)"},
-      {[](auto& c) { c.kv_blocks = 1, c.page_size = 1; }, "must hold >= 2 tokens, got 1"},
-      {[](auto& c) { c.kv_blocks = int64_t{1} << 31; }, "kv_cache.blocks (--kv-blocks) must be <= 2147483647"},
-      {[](auto& c) { c.page_size = int64_t{1} << 41; }, "kv_cache.page_size (--page-size) must be <= 4096"},
-      // "unlimited" as 2^63 - 1 overflowed ranks x requests and admitted nothing
-      {[](auto& c) { c.max_running_requests = std::numeric_limits<int64_t>::max(); },
-       "decode.max_running_requests (--max-running-requests) must be <= 16777216"},
-      {[](auto& c) { c.max_queued_requests = int64_t{1} << 25; }, "scheduler.max_queued_requests"},
-      {[](auto& c) { c.max_context = int64_t{1} << 25; }, "scheduler.max_context (--max-context) must be <="},
-      {[](auto& c) { c.max_prefill_tokens = int64_t{1} << 25; }, "prefill.max_prefill_tokens (--max-prefill-tokens) must be <="},
-      {[](auto& c) { c.prefill_ranks = 1025; }, "prefill.ranks (--prefill-ranks) must be <= 1024"},
-      {[](auto& c) { c.decode_ranks = 1025; }, "decode.ranks (--decode-ranks) must be <= 1024"},
-      {[](auto& c) { c.ranks_per_node = 1025; }, "cluster.ranks_per_node"},
-      {[](auto& c) { c.threads_per_rank = int64_t{1} << 32; }, "cluster.threads_per_rank (--threads-per-rank) must be <= 1024"},
-      {[](auto& c) { c.redundant_experts = int64_t{1} << 40; }, "expert_parallel.redundant_experts (--redundant-experts) must be <="},
-      {[](auto& c) { c.intra_node.latency_us = 1e30; }, "link_model.intra_node_latency_us (--intra-node-latency-us) must be a number in 0..1e7"},
-      {[](auto& c) { c.intra_node.bandwidth_gb_s = 1e-300; }, "(--intra-node-bandwidth-gbs) must be 0 (unlimited) or"},
-      {[](auto& c) { c.dispatch_dtype = "fp16"; }, "dispatch_dtype (--dispatch-dtype) must be fp8"},
-      {[](auto& c) { c.combine = "pairs"; }, "expert_parallel.combine (--combine) must be exact or reduced"},
-      {[](auto& c) { c.intra_node.latency_us = -1.0; }, "link_model.intra_node_latency_us"},
-      {[](auto& c) { c.inter_node.bandwidth_gb_s = -5.0; }, "(--inter-node-bandwidth-gbs)"},
-      {[](auto& c) { c.inter_node.latency_us = std::numeric_limits<double>::infinity(); },
-       "link_model.inter_node_latency_us"},
-      {[](auto& c) { c.host.clear(); }, "server.host (--host) must not be empty"},
-      {[](auto& c) { c.port = 65536; }, "server.port (--port) must be in 0..65535, got 65536"},
-      {[](auto& c) { c.port = -1; }, "server.port"},
+    {[](auto& c) { c.prefill_ranks = 0; }, "prefill.ranks (--prefill-ranks) must be >= 1, got 0"},
+    {[](auto& c) { c.decode_ranks = -1; }, "decode.ranks (--decode-ranks)"},
+    {[](auto& c) { c.ranks_per_node = 0; }, "cluster.ranks_per_node (--ranks-per-node)"},
+    {[](auto& c) { c.threads_per_rank = 0; }, "cluster.threads_per_rank (--threads-per-rank)"},
+    {[](auto& c) { c.redundant_experts = -1; }, "expert_parallel.redundant_experts"},
+    {[](auto& c) { c.chunked_prefill_size = 0; }, "prefill.chunked_prefill_size"},
+    {[](auto& c) { c.max_prefill_tokens = 511; },
+     "prefill.max_prefill_tokens (--max-prefill-tokens) must be >= prefill.chunked_prefill_size "
+     "(512), got 511"},
+    {[](auto& c) { c.max_running_requests = 0; }, "decode.max_running_requests"},
+    {[](auto& c) { c.max_queued_requests = 0; }, "scheduler.max_queued_requests"},
+    {[](auto& c) { c.max_context = 1; }, "scheduler.max_context (--max-context) must be >= 2"},
+    {[](auto& c) { c.kv_blocks = 0; }, "kv_cache.blocks (--kv-blocks) must be >= 1"},
+    {[](auto& c) { c.page_size = 0; }, "kv_cache.page_size (--page-size)"},
+    {[](auto& c) { c.kv_blocks = 1, c.page_size = 1; }, "must hold >= 2 tokens, got 1"},
+    {[](auto& c) { c.kv_blocks = int64_t{1} << 31; }, "kv_cache.blocks (--kv-blocks) must be <= 2147483647"},
+    {[](auto& c) { c.page_size = int64_t{1} << 41; }, "kv_cache.page_size (--page-size) must be <= 4096"},
+    // "unlimited" as 2^63 - 1 overflowed ranks x requests and admitted nothing
+    {[](auto& c) { c.max_running_requests = std::numeric_limits<int64_t>::max(); },
+     "decode.max_running_requests (--max-running-requests) must be <= 16777216"},
+    {[](auto& c) { c.max_queued_requests = int64_t{1} << 25; }, "scheduler.max_queued_requests"},
+    {[](auto& c) { c.max_context = int64_t{1} << 25; }, "scheduler.max_context (--max-context) must be <="},
+    {[](auto& c) { c.max_prefill_tokens = int64_t{1} << 25; },
+     "prefill.max_prefill_tokens (--max-prefill-tokens) must be <="},
+    {[](auto& c) { c.prefill_ranks = 1025; }, "prefill.ranks (--prefill-ranks) must be <= 1024"},
+    {[](auto& c) { c.decode_ranks = 1025; }, "decode.ranks (--decode-ranks) must be <= 1024"},
+    {[](auto& c) { c.ranks_per_node = 1025; }, "cluster.ranks_per_node"},
+    {[](auto& c) { c.threads_per_rank = int64_t{1} << 32; },
+     "cluster.threads_per_rank (--threads-per-rank) must be <= 1024"},
+    {[](auto& c) { c.redundant_experts = int64_t{1} << 40; },
+     "expert_parallel.redundant_experts (--redundant-experts) must be <="},
+    {[](auto& c) { c.intra_node.latency_us = 1e30; },
+     "link_model.intra_node_latency_us (--intra-node-latency-us) must be a number in 0..1e7"},
+    {[](auto& c) { c.intra_node.bandwidth_gb_s = 1e-300; },
+     "(--intra-node-bandwidth-gbs) must be 0 (unlimited) or"},
+    {[](auto& c) { c.dispatch_dtype = "fp16"; }, "dispatch_dtype (--dispatch-dtype) must be fp8"},
+    {[](auto& c) { c.combine = "pairs"; }, "expert_parallel.combine (--combine) must be exact or reduced"},
+    {[](auto& c) { c.intra_node.latency_us = -1.0; }, "link_model.intra_node_latency_us"},
+    {[](auto& c) { c.inter_node.bandwidth_gb_s = -5.0; }, "(--inter-node-bandwidth-gbs)"},
+    {[](auto& c) { c.inter_node.latency_us = std::numeric_limits<double>::infinity(); },
+     "link_model.inter_node_latency_us"},
+    {[](auto& c) { c.host.clear(); }, "server.host (--host) must not be empty"},
+    {[](auto& c) { c.port = 65536; }, "server.port (--port) must be in 0..65535, got 65536"},
+    {[](auto& c) { c.port = -1; }, "server.port"},
   };
   for (const rule& r : rules) {
     CAPTURE(r.names);
@@ -268,38 +274,76 @@ TEST_CASE("topology for a model: the ranks split the experts; the served context
   moe::model_config m;
   m.n_routed_experts = 16;
   m.max_position_embeddings = 163840;
-  topology_config cfg;                                      // 2 + 2 ranks, no redundant slots
+  topology_config cfg;  // 2 + 2 ranks, no redundant slots
   CHECK_NOTHROW(moe::validate_for_model(cfg, m));
   cfg.decode_ranks = 3;
-  CHECK(error_of([&] { moe::validate_for_model(cfg, m); }) ==
-        "topology: decode.ranks (--decode-ranks) must divide the model's 16 routed experts + 0 redundant slots "
-        "(expert_parallel.redundant_experts, --redundant-experts) = 16, got 3");
-  cfg.redundant_experts = 2;                                // 18 slots: 3 decode ranks split them
-  CHECK_NOTHROW(moe::validate_for_model(cfg, m));           // prefill's 2 ranks: 18 / 2 = 9 each
+  CHECK(
+    error_of([&] { moe::validate_for_model(cfg, m); }) ==
+    "topology: decode.ranks (--decode-ranks) must divide the model's 16 routed experts + 0 redundant slots "
+    "(expert_parallel.redundant_experts, --redundant-experts) = 16, got 3");
+  cfg.redundant_experts = 2;                       // 18 slots: 3 decode ranks split them
+  CHECK_NOTHROW(moe::validate_for_model(cfg, m));  // prefill's 2 ranks: 18 / 2 = 9 each
   cfg.prefill_ranks = 4;
-  CHECK(error_of([&] { moe::validate_for_model(cfg, m); }).find("prefill.ranks (--prefill-ranks) must divide") !=
-        std::string::npos);
-  m.n_routed_experts = 0;                                   // a dense model: anything goes
+  CHECK(error_of([&] {
+          moe::validate_for_model(cfg, m);
+        }).find("prefill.ranks (--prefill-ranks) must divide") != std::string::npos);
+  m.n_routed_experts = 0;  // a dense model: anything goes
   CHECK_NOTHROW(moe::validate_for_model(cfg, m));
 
-  topology_config t;                                        // 8192 context, 256 x 64 KV tokens
+  topology_config t;  // 8192 context, 256 x 64 KV tokens
   CHECK(moe::served_context(t, 163840) == 8192);
   CHECK(moe::served_context(t, 4096) == 4096);
   t.kv_blocks = 1;
   t.page_size = 8;
-  CHECK(moe::served_context(t, 163840) == 8);               // one rank's whole pool
+  CHECK(moe::served_context(t, 163840) == 8);  // one rank's whole pool
 }
 
 TEST_CASE("topology flags: none give the defaults, and every flag sets its field") {
   CHECK(resolve({}) == topology_config{});
-  const topology_config cfg = resolve(
-      {"--prefill-ranks", "3", "--decode-ranks", "5", "--ranks-per-node", "4",
-       "--redundant-experts", "32", "--two-batch-overlap", "off", "--chunked-prefill-size", "256",
-       "--max-prefill-tokens", "1024", "--max-running-requests", "16", "--max-queued-requests", "8",
-       "--kv-blocks", "100", "--page-size", "16", "--max-context", "2048", "--dispatch-dtype", "bf16",
-       "--combine", "reduced", "--threads-per-rank", "2", "--link-model", "on", "--intra-node-latency-us", "1.5",
-       "--intra-node-bandwidth-gbs", "2.5", "--inter-node-latency-us", "3",
-       "--inter-node-bandwidth-gbs", "0", "--host", "0.0.0.0", "--port", "9000"});
+  const topology_config cfg = resolve({"--prefill-ranks",
+                                       "3",
+                                       "--decode-ranks",
+                                       "5",
+                                       "--ranks-per-node",
+                                       "4",
+                                       "--redundant-experts",
+                                       "32",
+                                       "--two-batch-overlap",
+                                       "off",
+                                       "--chunked-prefill-size",
+                                       "256",
+                                       "--max-prefill-tokens",
+                                       "1024",
+                                       "--max-running-requests",
+                                       "16",
+                                       "--max-queued-requests",
+                                       "8",
+                                       "--kv-blocks",
+                                       "100",
+                                       "--page-size",
+                                       "16",
+                                       "--max-context",
+                                       "2048",
+                                       "--dispatch-dtype",
+                                       "bf16",
+                                       "--combine",
+                                       "reduced",
+                                       "--threads-per-rank",
+                                       "2",
+                                       "--link-model",
+                                       "on",
+                                       "--intra-node-latency-us",
+                                       "1.5",
+                                       "--intra-node-bandwidth-gbs",
+                                       "2.5",
+                                       "--inter-node-latency-us",
+                                       "3",
+                                       "--inter-node-bandwidth-gbs",
+                                       "0",
+                                       "--host",
+                                       "0.0.0.0",
+                                       "--port",
+                                       "9000"});
   topology_config want;
   want.prefill_ranks = 3;
   want.decode_ranks = 5;
@@ -351,14 +395,13 @@ TEST_CASE("topology flags: bad values are rejected") {
   CHECK_THROWS_AS(resolve({"--link-model", "yes"}), CLI::ValidationError);
   CHECK_THROWS_AS(resolve({"--dispatch-dtype", "fp16"}), CLI::ValidationError);
   CHECK_THROWS_AS(resolve({"--config", "/nonexistent/topo.toml"}), CLI::ValidationError);
-  CHECK_THROWS_AS(resolve({"--two-batch-overlap", "off", "--enable-two-batch-overlap"}),
-                  CLI::ExcludesError);
+  CHECK_THROWS_AS(resolve({"--two-batch-overlap", "off", "--enable-two-batch-overlap"}), CLI::ExcludesError);
   // Values that parse but fail validate() name the flag.
-  CHECK(error_of([] { resolve({"--prefill-ranks", "0"}); }).find("--prefill-ranks") !=
-        std::string::npos);
+  CHECK(error_of([] { resolve({"--prefill-ranks", "0"}); }).find("--prefill-ranks") != std::string::npos);
   CHECK(error_of([] { resolve({"--port", "70000"}); }).find("--port") != std::string::npos);
-  CHECK(error_of([] { resolve({"--chunked-prefill-size", "8192"}); }).find("--max-prefill-tokens") !=
-        std::string::npos);
+  CHECK(error_of([] {
+          resolve({"--chunked-prefill-size", "8192"});
+        }).find("--max-prefill-tokens") != std::string::npos);
 }
 
 TEST_CASE("topology flags: a bad file is an error naming the file and key") {
@@ -371,7 +414,7 @@ TEST_CASE("topology flags: a bad file is an error naming the file and key") {
 TEST_CASE("topology flags: only a verb that listens takes --host and --port") {
   CLI::App app;
   moe::tools::topology_options opts;
-  moe::tools::add_topology_options(app, opts);   // generate, bench-cluster
+  moe::tools::add_topology_options(app, opts);  // generate, bench-cluster
   std::vector<std::string> args = {"moeserve", "--port", "9000"};
   std::vector<char*> argv;
   for (std::string& a : args)

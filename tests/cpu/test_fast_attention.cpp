@@ -35,8 +35,8 @@ struct attention_case {
 
 // `seq_lens[s]` new tokens of sequence s at the end of `seq_lens[s] + past[s]` cached tokens;
 // blocks are handed out in reverse so block tables are not the identity.
-attention_case make_case(const mla_shape& m, const std::vector<int64_t>& seq_lens, const std::vector<int64_t>& past,
-                         uint32_t seed) {
+attention_case make_case(const mla_shape& m, const std::vector<int64_t>& seq_lens,
+                         const std::vector<int64_t>& past, uint32_t seed) {
   const int64_t kv_dim = m.kv_dim();
   attention_case c;
   int64_t num_blocks = 0;
@@ -62,17 +62,29 @@ attention_case make_case(const mla_shape& m, const std::vector<int64_t>& seq_len
 }
 
 mla_attention_params params(const mla_shape& m, attention_case& c, const linear_weight& kv_b, float* out,
-                            attention_form form = attention_form::absorbed, const attention_form* seq_form = nullptr) {
-  return {.q = c.q.data(), .out = out, .num_tokens = c.tokens, .num_heads = m.H,
-          .nope_dim = m.dn, .rope_dim = m.dr, .v_dim = m.dv, .kv_lora_rank = m.C, .kv_b_proj = &kv_b,
-          .softmax_scale = 0.3f, .form = form, .seq_form = seq_form,
+                            attention_form form = attention_form::absorbed,
+                            const attention_form* seq_form = nullptr) {
+  return {.q = c.q.data(),
+          .out = out,
+          .num_tokens = c.tokens,
+          .num_heads = m.H,
+          .nope_dim = m.dn,
+          .rope_dim = m.dr,
+          .v_dim = m.dv,
+          .kv_lora_rank = m.C,
+          .kv_b_proj = &kv_b,
+          .softmax_scale = 0.3f,
+          .form = form,
+          .seq_form = seq_form,
           .cache = {.base = c.cache.data(), .block_size = block_size, .kv_dim = m.kv_dim()},
-          .layout = {.seq_idx = c.seq_idx.data(), .positions = c.positions.data(),
+          .layout = {.seq_idx = c.seq_idx.data(),
+                     .positions = c.positions.data(),
                      .block_tables = c.table_ptrs.data()}};
 }
 
 std::vector<float> run(const mla_shape& m, backend& b, attention_case& c, const linear_weight& kv_b,
-                       attention_form form = attention_form::absorbed, const attention_form* seq_form = nullptr) {
+                       attention_form form = attention_form::absorbed,
+                       const attention_form* seq_form = nullptr) {
   std::vector<float> out(static_cast<size_t>(c.tokens * m.H * m.dv), -3.0f);
   b.mla_attention(params(m, c, kv_b, out.data(), form, seq_form));
   return out;
@@ -109,17 +121,23 @@ TEST_CASE("fast: absorbed mla_attention matches the reference for prefill, decod
     const auto kv_b = test::random_weight(type, m.H * (m.dn + m.dv), m.C, 21);
     for (int64_t tokens : {1, 3, 17, 64, 200}) {
       const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> layouts = {
-          {{tokens}, {0}},                                    // prefill from position 0
-          {std::vector<int64_t>(static_cast<size_t>(tokens), 1),   // decode: one token per sequence
-           [&] { std::vector<int64_t> p; for (int64_t s = 0; s < tokens; ++s) p.push_back((s * 37) % 90); return p; }()},
-          {{tokens, 2}, {40, 5}},                             // chunked prefill next to a short one
-          {{tokens}, {230}},           // a prefill chunk whose rows straddle the 256-key chunks
+        {{tokens}, {0}},                                        // prefill from position 0
+        {std::vector<int64_t>(static_cast<size_t>(tokens), 1),  // decode: one token per sequence
+         [&] {
+           std::vector<int64_t> p;
+           for (int64_t s = 0; s < tokens; ++s)
+             p.push_back((s * 37) % 90);
+           return p;
+         }()},
+        {{tokens, 2}, {40, 5}},  // chunked prefill next to a short one
+        {{tokens}, {230}},       // a prefill chunk whose rows straddle the 256-key chunks
       };
       for (size_t l = 0; l < layouts.size(); ++l) {
         CAPTURE(dtype_name(type));
         CAPTURE(tokens);
         CAPTURE(l);
-        attention_case c = make_case(m, layouts[l].first, layouts[l].second, 100u + static_cast<uint32_t>(tokens));
+        attention_case c = make_case(m, layouts[l].first, layouts[l].second,
+                                     100u + static_cast<uint32_t>(tokens));
         const auto want = run(m, ref, c, kv_b->w);
         const auto got = run(m, fast2, c, kv_b->w);
         // bf16 q_nope and o_lat into bf16 W_UK / W_UV (FP8 dequantised once, rounded to bf16);
@@ -151,17 +169,18 @@ TEST_CASE("fast: naive mla_attention matches the reference for prefill, decode a
       const linear_weight& w = panels ? stored->w : kv_b->w;
       for (int64_t tokens : {1, 17, 200}) {
         const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> layouts = {
-            {{tokens}, {0}},                                  // prefill from position 0
-            {{tokens, 2}, {40, 5}},                           // chunked prefill next to a short one
-            {{tokens}, {230}},                                // rows straddling the 256-key chunks
-            {{1, 1, 1}, {3, 300, 70}},                        // decode-shaped, in the naive form
+          {{tokens}, {0}},            // prefill from position 0
+          {{tokens, 2}, {40, 5}},     // chunked prefill next to a short one
+          {{tokens}, {230}},          // rows straddling the 256-key chunks
+          {{1, 1, 1}, {3, 300, 70}},  // decode-shaped, in the naive form
         };
         for (size_t l = 0; l < layouts.size(); ++l) {
           CAPTURE(dtype_name(type));
           CAPTURE(m.C);
           CAPTURE(tokens);
           CAPTURE(l);
-          attention_case c = make_case(m, layouts[l].first, layouts[l].second, 500u + static_cast<uint32_t>(tokens));
+          attention_case c = make_case(m, layouts[l].first, layouts[l].second,
+                                       500u + static_cast<uint32_t>(tokens));
           const auto want = run(m, ref, c, w, attention_form::naive);
           const auto got = run(m, fast3, c, w, attention_form::naive);
           // bf16 latents into bf16 / FP8 kv_b, fp32 from there: measured rms errors up to 0.004
@@ -213,11 +232,11 @@ TEST_CASE("fast: an FP8 kv_b with a scale block per head is absorbed as exact FP
   auto kv_b = test::random_weight(dtype::f8_e4m3, m.H * (m.dn + m.dv), m.C, 23);
   cpu_reference_backend ref;
   cpu_fast_backend fast(2);
-  for (const bool panels : {false, true}) {                  // kv_b itself in either layout
+  for (const bool panels : {false, true}) {  // kv_b itself in either layout
     CAPTURE(panels);
     const auto stored = panels ? test::to_fp8_panels(*kv_b) : nullptr;
     const linear_weight& w = panels ? stored->w : kv_b->w;
-    attention_case c = make_case(m, {1, 1, 1}, {5, 40, 70}, 7u);   // decode: three sequences
+    attention_case c = make_case(m, {1, 1, 1}, {5, 40, 70}, 7u);  // decode: three sequences
     std::vector<float> out(static_cast<size_t>(c.tokens * m.H * m.dv));
     const absorbed_kv_b& ab = fast.absorbed(params(m, c, w, out.data()));
     REQUIRE(ab.uk_t.size() == 2);
@@ -225,7 +244,7 @@ TEST_CASE("fast: an FP8 kv_b with a scale block per head is absorbed as exact FP
       CAPTURE(h);
       CHECK(ab.uk_t[h].layout == weight_layout::fp8_panels);
       CHECK(ab.uv[h].layout == weight_layout::fp8_panels);
-      for (int64_t c0 = 0; c0 < m.C; ++c0)                   // the very values of kv_b
+      for (int64_t c0 = 0; c0 < m.C; ++c0)  // the very values of kv_b
         for (int64_t j = 0; j < m.dn; ++j)
           REQUIRE(ab.uk_t[h].at(c0, j) == w.at(h * (m.dn + m.dv) + j, c0));
       for (int64_t i = 0; i < m.dv; ++i)
@@ -233,7 +252,7 @@ TEST_CASE("fast: an FP8 kv_b with a scale block per head is absorbed as exact FP
           REQUIRE(ab.uv[h].at(i, c0) == w.at(h * (m.dn + m.dv) + m.dn + i, c0));
     }
     for (const auto& [lens, past] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
-             {{1, 1, 1}, {5, 40, 70}}, {{50}, {0}}}) {          // decode (fused), prefill (phased)
+           {{1, 1, 1}, {5, 40, 70}}, {{50}, {0}}}) {  // decode (fused), prefill (phased)
       attention_case d = make_case(m, lens, past, 9u);
       const auto want = run(m, ref, d, w);
       const auto got = run(m, fast, d, w);
@@ -247,7 +266,7 @@ TEST_CASE("fast: an FP8 kv_b whose scale blocks straddle the heads is absorbed i
   MOE_SKIP_WITHOUT_FAST_PATH();
   const mla_shape& m = panel_shape;
   auto kv_b = test::random_weight(dtype::f8_e4m3, m.H * (m.dn + m.dv), m.C, 29);
-  kv_b->w.block_rows = 96;                                  // rows 96-191: head 0's W_UV and head 1's W_UK
+  kv_b->w.block_rows = 96;  // rows 96-191: head 0's W_UV and head 1's W_UK
   kv_b->scales.assign(static_cast<size_t>(((m.H * (m.dn + m.dv) + 95) / 96) * 1), 0.01f);
   kv_b->scales[1] = 0.02f;
   kv_b->w.scale_inv = kv_b->scales.data();
@@ -292,9 +311,10 @@ TEST_CASE("fast: long contexts in key chunks give the same numbers split over th
     const int64_t kv_dim = m.kv_dim(), qd = m.H * (m.dn + m.dr);
     std::copy_n(alone.q.begin(), qd, batch.q.begin());
     for (int64_t pos = 0; pos <= past; ++pos)
-      std::copy_n(alone.cache.begin() + (alone.tables[0][pos / block_size] * block_size + pos % block_size) * kv_dim,
-                  kv_dim,
-                  batch.cache.begin() + (batch.tables[0][pos / block_size] * block_size + pos % block_size) * kv_dim);
+      std::copy_n(
+        alone.cache.begin() + (alone.tables[0][pos / block_size] * block_size + pos % block_size) * kv_dim,
+        kv_dim,
+        batch.cache.begin() + (batch.tables[0][pos / block_size] * block_size + pos % block_size) * kv_dim);
     const auto batched = run(m, fast2, batch, kv_b->w);
     CHECK(std::memcmp(split.data(), batched.data(), split.size() * sizeof(float)) == 0);
   }

@@ -53,9 +53,16 @@ experts_case make_case(dtype type, int64_t num_experts, int64_t hidden, int64_t 
 
 std::vector<float> run(backend& b, const experts_case& c, int64_t begin, int64_t end) {
   std::vector<float> out(static_cast<size_t>(c.tokens * c.hidden), -7.0f);
-  b.moe_experts({.x = c.x.data(), .topk_ids = c.topk_ids.data(), .topk_weights = c.topk_weights.data(),
-                 .out = out.data(), .num_tokens = c.tokens, .hidden = c.hidden, .top_k = c.top_k,
-                 .experts = &c.experts, .expert_begin = begin, .expert_end = end});
+  b.moe_experts({.x = c.x.data(),
+                 .topk_ids = c.topk_ids.data(),
+                 .topk_weights = c.topk_weights.data(),
+                 .out = out.data(),
+                 .num_tokens = c.tokens,
+                 .hidden = c.hidden,
+                 .top_k = c.top_k,
+                 .experts = &c.experts,
+                 .expert_begin = begin,
+                 .expert_end = end});
   return out;
 }
 
@@ -96,16 +103,17 @@ TEST_CASE("fast: moe_experts gives a token the same bits alone or among 200") {
   cpu_fast_backend fast(2);
   for (dtype type : {dtype::bf16, dtype::f8_e4m3}) {
     CAPTURE(dtype_name(type));
-    const experts_case c = make_case(type, 8, 320, 200, 200, 4, 77u);   // ~100 rows an expert
+    const experts_case c = make_case(type, 8, 320, 200, 200, 4, 77u);  // ~100 rows an expert
     const auto together = run(fast, c, 0, 8);
     for (int64_t t = 0; t < c.tokens; t += 37) {
       CAPTURE(t);
-      experts_case one;                               // token t alone, the same weights
+      experts_case one;  // token t alone, the same weights
       one.tokens = 1, one.hidden = c.hidden, one.top_k = c.top_k;
       one.experts = c.experts;
       one.x.assign(c.x.begin() + t * c.hidden, c.x.begin() + (t + 1) * c.hidden);
       one.topk_ids.assign(c.topk_ids.begin() + t * c.top_k, c.topk_ids.begin() + (t + 1) * c.top_k);
-      one.topk_weights.assign(c.topk_weights.begin() + t * c.top_k, c.topk_weights.begin() + (t + 1) * c.top_k);
+      one.topk_weights.assign(c.topk_weights.begin() + t * c.top_k,
+                              c.topk_weights.begin() + (t + 1) * c.top_k);
       const auto alone = run(fast, one, 0, 8);
       CHECK(std::memcmp(alone.data(), together.data() + t * c.hidden, c.hidden * sizeof(float)) == 0);
     }
@@ -116,12 +124,12 @@ TEST_CASE("fast: an expert range no token routes into gives zeros, as the refere
   MOE_SKIP_WITHOUT_FAST_PATH();
   experts_case c = make_case(dtype::bf16, 8, 64, 64, 5, 2, 11u);
   for (int32_t& id : c.topk_ids)
-    id %= 4;                                // every token picks among experts 0-3
+    id %= 4;  // every token picks among experts 0-3
   cpu_reference_backend ref;
   for (int threads : {1, 2, 3}) {
     cpu_fast_backend fast(threads);
     CAPTURE(threads);
-    CHECK(run(fast, c, 4, 8) == std::vector<float>(5 * 64, 0.0f));   // divided by 0 experts
+    CHECK(run(fast, c, 4, 8) == std::vector<float>(5 * 64, 0.0f));  // divided by 0 experts
     CHECK(run(fast, c, 4, 8) == run(ref, c, 4, 8));
   }
 }
@@ -131,12 +139,16 @@ TEST_CASE("fast: group_by_expert is a stable counting sort that skips experts ou
   // 3 tokens, top 2; experts 0..3 in range [1, 4): expert 0 skipped.
   const std::vector<int32_t> ids = {2, 0, 1, 2, 3, 2};
   const std::vector<float> weights(ids.size(), 1.0f);
-  const moe_experts_params p{.topk_ids = ids.data(), .topk_weights = weights.data(), .num_tokens = 3,
-                             .top_k = 2, .expert_begin = 1, .expert_end = 4};
+  const moe_experts_params p{.topk_ids = ids.data(),
+                             .topk_weights = weights.data(),
+                             .num_tokens = 3,
+                             .top_k = 2,
+                             .expert_begin = 1,
+                             .expert_end = 4};
   expert_grouping g;
   group_by_expert(p, g);
-  CHECK(g.offsets == std::vector<int64_t>{0, 1, 4, 5});            // experts 1, 2, 3
-  CHECK(g.pos_slot == std::vector<int64_t>{2, 0, 3, 5, 4});        // slots in order per expert
+  CHECK(g.offsets == std::vector<int64_t>{0, 1, 4, 5});      // experts 1, 2, 3
+  CHECK(g.pos_slot == std::vector<int64_t>{2, 0, 3, 5, 4});  // slots in order per expert
   CHECK(g.slot_pos == std::vector<int64_t>{1, -1, 0, 2, 4, 3});
-  CHECK(g.active == std::vector<int64_t>{1, 0, 2});                // expert 2 (index 1) busiest
+  CHECK(g.active == std::vector<int64_t>{1, 0, 2});  // expert 2 (index 1) busiest
 }

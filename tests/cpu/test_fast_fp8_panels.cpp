@@ -17,16 +17,16 @@ TEST_CASE("fp8_panel_offset: hand-placed bytes, and every element of a weight at
   // in = 128: a panel is 64 x 128 bytes; per column pair 128 bytes: rows 0-31 then 32-63, each
   // half as four 16-byte groups of rows 4g .. 4g + 3 (8 bytes) then rows 16 + 4g .. (8 bytes).
   CHECK(fp8_panel_offset(0, 0, 128) == 0);
-  CHECK(fp8_panel_offset(0, 1, 128) == 1);                  // the pair's second column
+  CHECK(fp8_panel_offset(0, 1, 128) == 1);  // the pair's second column
   CHECK(fp8_panel_offset(1, 0, 128) == 2);
   CHECK(fp8_panel_offset(3, 1, 128) == 7);
-  CHECK(fp8_panel_offset(16, 0, 128) == 8);                 // rows 16-19 after rows 0-3
-  CHECK(fp8_panel_offset(4, 0, 128) == 16);                 // next 16-byte group
+  CHECK(fp8_panel_offset(16, 0, 128) == 8);  // rows 16-19 after rows 0-3
+  CHECK(fp8_panel_offset(4, 0, 128) == 16);  // next 16-byte group
   CHECK(fp8_panel_offset(31, 1, 128) == 3 * 16 + 8 + 3 * 2 + 1);
-  CHECK(fp8_panel_offset(32, 0, 128) == 64);                // second half of the pair's 128 bytes
-  CHECK(fp8_panel_offset(0, 2, 128) == 128);                // next column pair
-  CHECK(fp8_panel_offset(63, 127, 128) == 64 * 128 - 1);    // last byte of panel 0
-  CHECK(fp8_panel_offset(64, 0, 128) == 64 * 128);          // panel 1
+  CHECK(fp8_panel_offset(32, 0, 128) == 64);              // second half of the pair's 128 bytes
+  CHECK(fp8_panel_offset(0, 2, 128) == 128);              // next column pair
+  CHECK(fp8_panel_offset(63, 127, 128) == 64 * 128 - 1);  // last byte of panel 0
+  CHECK(fp8_panel_offset(64, 0, 128) == 64 * 128);        // panel 1
   std::set<int64_t> seen;
   for (int64_t o = 0; o < 192; ++o)
     for (int64_t i = 0; i < 256; ++i)
@@ -35,7 +35,7 @@ TEST_CASE("fp8_panel_offset: hand-placed bytes, and every element of a weight at
   CHECK(*seen.begin() == 0);
   CHECK(*seen.rbegin() == 192 * 256 - 1);
   CHECK(fp8_panels_fit(128, 64));
-  CHECK_FALSE(fp8_panels_fit(160, 1024));                   // kv_a_proj_with_mqa of the small preset
+  CHECK_FALSE(fp8_panels_fit(160, 1024));  // kv_a_proj_with_mqa of the small preset
   CHECK_FALSE(fp8_panels_fit(256, 96));
 }
 
@@ -73,7 +73,7 @@ TEST_CASE("fast: FP8 GEMV and GEMM over panels match the row-major weight and th
       const auto want = test::run_linear(ref, rm->w, x, tokens);
       const auto rows = test::run_linear(fast2, rm->w, x, tokens);
       const auto panels = test::run_linear(fast2, pn->w, x, tokens);
-      CHECK(test::max_rel_error(panels, want) < 1e-2);      // bf16 activations, as row-major
+      CHECK(test::max_rel_error(panels, want) < 1e-2);  // bf16 activations, as row-major
       // row-major FP8 takes the GEMM at any row count; panels the GEMV up to 8 rows: one sum order
       CHECK(test::same_bits(panels, rows));
       CHECK(test::same_bits(panels, test::run_linear(fast1, pn->w, x, tokens)));
@@ -110,7 +110,7 @@ TEST_CASE("fast: FP8 panels serve any row range, panel-aligned or not") {
           if (j >= r.nr)
             REQUIRE(g == -7.0f);
           else
-            REQUIRE(g == w);                                // one sum order in every kernel
+            REQUIRE(g == w);  // one sum order in every kernel
         }
     }
   }
@@ -120,7 +120,7 @@ TEST_CASE("fast: batch-1 GEMV over FP8 panels equals a by-hand sum, subnormal we
   MOE_SKIP_WITHOUT_FAST_PATH();
   const int64_t out = 128, in = 256;
   auto rm = test::random_weight(dtype::f8_e4m3, out, in, 9u);
-  for (int64_t i = 0; i < in; ++i)                          // row 0: subnormal codes only
+  for (int64_t i = 0; i < in; ++i)  // row 0: subnormal codes only
     rm->bytes[i] = static_cast<uint8_t>(1 + i % 7) | static_cast<uint8_t>(i % 2 ? 0x80 : 0);
   const auto pn = test::to_fp8_panels(*rm);
   const auto x = test::random_floats(in, 21u, 3.0f);
@@ -128,7 +128,8 @@ TEST_CASE("fast: batch-1 GEMV over FP8 panels equals a by-hand sum, subnormal we
   test::check_fp8_gemv_by_hand(*rm, test::run_linear(fast, pn->w, x, 1), x);
 }
 
-TEST_CASE("fast: FP8 block sums are added to nearest with subnormal results flushed, in every kernel, whatever the caller's MXCSR") {
+TEST_CASE(
+  "fast: FP8 block sums are added to nearest with subnormal results flushed, in every kernel, whatever the caller's MXCSR") {
   // A row's scale blocks: its sums go in block by block (fast_linear.hpp fp8_block_sum) in the
   // GEMV (1 row), the vdpbf16ps tile (9 rows) and the FMA tile (20 rows) alike. Activations
   // ~2^-16 and row block 1's scales 2^-126 make that block's sums subnormal (~2^-132): every
@@ -143,7 +144,7 @@ TEST_CASE("fast: FP8 block sums are added to nearest with subnormal results flus
   const auto pn = test::to_fp8_panels(*rm);
   const std::vector<float> x = test::random_floats(rows * in, 63u, 1.0f / 65536.0f);
   fast::thread_scratch s;
-  auto run = [&](int64_t first, int64_t n) {                        // rows [first, first + n), this thread
+  auto run = [&](int64_t first, int64_t n) {  // rows [first, first + n), this thread
     std::vector<const float*> ptrs;
     for (int64_t m = first; m < first + n; ++m)
       ptrs.push_back(x.data() + m * in);
@@ -151,7 +152,7 @@ TEST_CASE("fast: FP8 block sums are added to nearest with subnormal results flus
     fast::linear_rows({.num_rows = n, .k = in, .f32 = ptrs.data()}, pn->w, 0, out, y.data(), out, s);
     return y;
   };
-  auto all_ways = [&] {                                              // FMA tile, then 9-row tiles, then GEMV
+  auto all_ways = [&] {  // FMA tile, then 9-row tiles, then GEMV
     std::vector<std::vector<float>> ways = {run(0, rows), run(0, 9), run(9, 9), run(18, 2)};
     std::vector<float> alone;
     for (int64_t m = 0; m < rows; ++m) {
@@ -162,7 +163,7 @@ TEST_CASE("fast: FP8 block sums are added to nearest with subnormal results flus
   };
   const auto [ways, alone] = all_ways();
   const unsigned saved = _mm_getcsr();
-  _mm_setcsr((saved & ~0x6000u) | 0x4000u);                          // round down
+  _mm_setcsr((saved & ~0x6000u) | 0x4000u);  // round down
   const auto [ways_down, alone_down] = all_ways();
   _mm_setcsr(saved);
   CHECK(_mm_getcsr() == saved);
@@ -191,10 +192,10 @@ TEST_CASE("fast: FP8 panels need block rows in whole panels, else the reference 
   CHECK(fast::fast_supports(pn->w));
   pn->w.block_rows = 96;
   CHECK_FALSE(fast::fast_supports(pn->w));
-  rm->w.layout = weight_layout::fp8_panels;                 // columns that do not fill a step
+  rm->w.layout = weight_layout::fp8_panels;  // columns that do not fill a step
   rm->w.in_features = 96;
   CHECK_FALSE(fast::fast_supports(rm->w));
-  rm->w.in_features = 128;                                  // rows need not fill panels (padded)
+  rm->w.in_features = 128;  // rows need not fill panels (padded)
   rm->w.out_features = 96;
   CHECK(fast::fast_supports(rm->w));
 }
@@ -207,7 +208,7 @@ TEST_CASE("fast: plan_gemv cuts weights in FP8 panels at whole panels") {
   const linear_weight* ws[] = {&q_a->w, &kv_a->w};
   const std::vector<gemv_piece> pieces = plan_gemv(ws, 4);
   const int64_t rows[] = {384, 160};
-  for (const gemv_piece& p : pieces) {                      // each weight cut at its own panels
+  for (const gemv_piece& p : pieces) {  // each weight cut at its own panels
     CAPTURE(p.weight);
     CAPTURE(p.r0);
     CHECK(p.r0 % fp8_panel_rows == 0);

@@ -20,9 +20,7 @@ using namespace moe;
 
 namespace {
 
-[[nodiscard]] float flush(float v) {
-  return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
-}
+[[nodiscard]] float flush(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
 
 // VDPBF16PS's sums for one output: the activations rounded to bf16, as the kernels' inputs.
 float vdpbf16ps_by_hand(const float* x, const uint16_t* w, int64_t in) {
@@ -75,17 +73,17 @@ TEST_CASE("fast: the GEMM's FMA tiles sum as vdpbf16ps, subnormal inputs and res
       want[static_cast<size_t>(m * out + r)] = vdpbf16ps_by_hand(&x[m * in], &wbits[r * in], in);
       zero_by_flush += want[static_cast<size_t>(m * out + r)] == 0.0f;
     }
-  CHECK(zero_by_flush >= 2 * out);                          // the flushes decide many outputs
+  CHECK(zero_by_flush >= 2 * out);  // the flushes decide many outputs
   cpu_fast_backend fast(2);
   for (const uint16_t* panels : {static_cast<const uint16_t*>(nullptr), packed.get()}) {
     CAPTURE(panels != nullptr);
     w.gemm_panels = panels;
-    const std::vector<float> together = test::run_linear(fast, w, x, rows);   // FMA tiles
+    const std::vector<float> together = test::run_linear(fast, w, x, rows);  // FMA tiles
     CHECK(test::same_bits(together, want));
-    for (int64_t m = 0; m < rows; ++m) {                    // one row: the vdpbf16ps kernels
+    for (int64_t m = 0; m < rows; ++m) {  // one row: the vdpbf16ps kernels
       CAPTURE(m);
       const std::vector<float> alone =
-          test::run_linear(fast, w, std::vector<float>(x.begin() + m * in, x.begin() + (m + 1) * in), 1);
+        test::run_linear(fast, w, std::vector<float>(x.begin() + m * in, x.begin() + (m + 1) * in), 1);
       CHECK(std::memcmp(alone.data(), want.data() + m * out, out * sizeof(float)) == 0);
     }
   }
@@ -100,16 +98,16 @@ TEST_CASE("fast: the FMA tiles round to nearest whatever the caller's MXCSR, and
   for (int64_t m = 0; m < rows; ++m)
     ptrs.push_back(x.data() + m * in);
   fast::thread_scratch s;
-  auto run = [&](int64_t n, int64_t k, const linear_weight& wt) {    // on this thread
+  auto run = [&](int64_t n, int64_t k, const linear_weight& wt) {  // on this thread
     std::vector<float> y(static_cast<size_t>(n * out), -7.0f);
     fast::linear_rows({.num_rows = n, .k = k, .f32 = ptrs.data()}, wt, 0, out, y.data(), out, s);
     return y;
   };
   const unsigned saved = _mm_getcsr();
-  _mm_setcsr((saved & ~0x6000u) | 0x4000u);                          // round down
-  const std::vector<float> together = run(rows, in, w->w);          // FMA tiles
+  _mm_setcsr((saved & ~0x6000u) | 0x4000u);                 // round down
+  const std::vector<float> together = run(rows, in, w->w);  // FMA tiles
   std::vector<float> alone;
-  for (int64_t m = 0; m < rows; ++m) {                               // one row: vdpbf16ps
+  for (int64_t m = 0; m < rows; ++m) {  // one row: vdpbf16ps
     ptrs[0] = x.data() + m * in;
     const std::vector<float> y = run(1, in, w->w);
     alone.insert(alone.end(), y.begin(), y.end());

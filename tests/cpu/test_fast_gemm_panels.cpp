@@ -27,11 +27,12 @@ TEST_CASE("fast: a GEMM over a weight packed ahead equals packing per call, and 
     linear_weight packed = o->w;
     const std::shared_ptr<const uint16_t> panels = fast::pack_gemm_panels(o->w);
     packed.gemm_panels = panels.get();
-    for (const int64_t tokens : {1, 3, 9, 17, 40}) {        // GEMV and GEMM sizes of FP8 panels
+    for (const int64_t tokens : {1, 3, 9, 17, 40}) {  // GEMV and GEMM sizes of FP8 panels
       CAPTURE(tokens);
       const std::vector<float> x = test::random_floats(tokens * in, 11u + static_cast<uint32_t>(tokens));
       const std::vector<float> expected = test::run_linear(fast1, o->w, x, tokens);
-      for (backend* b : {static_cast<backend*>(&fast1), static_cast<backend*>(&fast2), static_cast<backend*>(&fast3)})
+      for (backend* b :
+           {static_cast<backend*>(&fast1), static_cast<backend*>(&fast2), static_cast<backend*>(&fast3)})
         CHECK(test::same_bits(test::run_linear(*b, packed, x, tokens), expected));
     }
     // overwrite the stored weight: one row and 17 rows still compute with the packed copy
@@ -57,7 +58,7 @@ TEST_CASE("fast: prepare_fast_weights packs each BF16 weight once and pads FP8 r
   CHECK_THROWS_AS((void)fast::pad_fp8_panels(bf16->w), std::invalid_argument);
   model_weights w;
   w.lm_head = fp8->w;
-  fast::prepare_fast_weights(w);                            // nothing to lay out: no-op
+  fast::prepare_fast_weights(w);  // nothing to lay out: no-op
   CHECK(w.lm_head.gemm_panels == nullptr);
   CHECK(w.lm_head.data == fp8->w.data);
   CHECK(w.fast_copies.empty());
@@ -71,11 +72,11 @@ TEST_CASE("fast: prepare_fast_weights packs each BF16 weight once and pads FP8 r
     l.moe.experts.push_back({fp8->w, fp8->w, fp8->w});
   }
   fast::prepare_fast_weights(w);
-  CHECK(w.fast_copies.size() == 1);                         // lm_head, 2 routers, 2 kv_a: one buffer
+  CHECK(w.fast_copies.size() == 1);  // lm_head, 2 routers, 2 kv_a: one buffer
   REQUIRE(w.lm_head.gemm_panels != nullptr);
   for (const layer_weights& l : w.layers) {
     CHECK(l.moe.gate.gemm_panels != nullptr);
-    CHECK(l.attn.o_proj.gemm_panels == nullptr);            // FP8 whose rows fill panels: left as is
+    CHECK(l.attn.o_proj.gemm_panels == nullptr);  // FP8 whose rows fill panels: left as is
     CHECK(l.attn.o_proj.data == fp8->w.data);
     CHECK(l.moe.experts[0].down_proj.data == fp8->w.data);
     const linear_weight& k = l.attn.kv_a_proj_with_mqa;
@@ -97,7 +98,7 @@ TEST_CASE("fast: prepare_fast_weights packs each BF16 weight once and pads FP8 r
     CHECK(w.lm_head.gemm_panels[j * 2 + 1] == stored[j * 64 + 1]);
   }
   const uint16_t* again = w.lm_head.gemm_panels;
-  fast::prepare_fast_weights(w);                            // laid out once
+  fast::prepare_fast_weights(w);  // laid out once
   CHECK(w.lm_head.gemm_panels == again);
   CHECK(w.fast_copies.size() == 1);
 }

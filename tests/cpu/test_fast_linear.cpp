@@ -42,11 +42,11 @@ std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vec
 
 TEST_CASE("fast: scaled e4m3 -> bf16 bit permutation is the value times 2^-120 for every code but NaN") {
   MOE_SKIP_WITHOUT_FAST_PATH();
-  const auto out = expand_all_codes(
-      [](__m512i c, __m512i& u0, __m512i& u1) { fast::fp8x64_to_bf16_scaled(c, u0, u1); });
+  const auto out =
+    expand_all_codes([](__m512i c, __m512i& u0, __m512i& u1) { fast::fp8x64_to_bf16_scaled(c, u0, u1); });
   for (int code = 0; code < 256; ++code) {
     if ((code & 0x7f) == 0x7f)
-      continue;                                     // NaN: documented as a finite value
+      continue;  // NaN: documented as a finite value
     CAPTURE(code);
     // By hand: sign, exponent e (bias 7) and mantissa m of the code; subnormal when e == 0.
     const int e = (code >> 3) & 15, m = code & 7;
@@ -55,7 +55,7 @@ TEST_CASE("fast: scaled e4m3 -> bf16 bit permutation is the value times 2^-120 f
     CHECK(std::ldexp(static_cast<double>(bf16_to_f32(out[code])), fast::fp8_scaled_shift) == want);
     // Subnormal codes land on bf16 subnormals (exponent field 0), which vdpbf16ps reads as 0.
     CHECK(((out[code] >> 7) & 0xff) == (e == 0 ? 0 : e));
-    CHECK(fast::fp8_to_bf16_scaled(static_cast<uint8_t>(code)) == out[code]);   // the GEMM's scalar gather
+    CHECK(fast::fp8_to_bf16_scaled(static_cast<uint8_t>(code)) == out[code]);  // the GEMM's scalar gather
   }
 }
 
@@ -65,7 +65,7 @@ TEST_CASE("fast: batch-1 FP8 GEMV equals a by-hand sum, with subnormal weights r
   // 128-block); row 0 holds only subnormal codes, row 1 only normal ones, the rest anything.
   for (int64_t in : {int64_t{1024}, int64_t{320}}) {
     CAPTURE(in);
-    const int64_t out = 130;                       // two scale row blocks, the second partial
+    const int64_t out = 130;  // two scale row blocks, the second partial
     auto w = test::random_weight(dtype::f8_e4m3, out, in, 5u);
     for (int64_t i = 0; i < in; ++i) {
       w->bytes[i] = static_cast<uint8_t>(1 + i % 7) | static_cast<uint8_t>(i % 2 ? 0x80 : 0);
@@ -76,7 +76,6 @@ TEST_CASE("fast: batch-1 FP8 GEMV equals a by-hand sum, with subnormal weights r
     test::check_fp8_gemv_by_hand(*w, run_linear(fast, w->w, x, 1), x);
   }
 }
-
 
 TEST_CASE("fast: linear matches the reference for every weight dtype, GEMV and GEMM sizes") {
   MOE_SKIP_WITHOUT_FAST_PATH();
@@ -116,9 +115,9 @@ TEST_CASE("fast: a row's result does not depend on the other rows of its call, f
   // GEMV reads as zero.
   MOE_SKIP_WITHOUT_FAST_PATH();
   cpu_fast_backend fast(2);
-  const int64_t out = 448, in = 1024;                       // 7 panels: tasks of 2 at batch 1
+  const int64_t out = 448, in = 1024;  // 7 panels: tasks of 2 at batch 1
   auto fp8 = test::random_weight(dtype::f8_e4m3, out, in, 41u);
-  for (int64_t i = 0; i < in; i += 37)                      // sprinkle subnormal codes
+  for (int64_t i = 0; i < in; i += 37)  // sprinkle subnormal codes
     fp8->bytes[static_cast<size_t>((i % out) * in + i)] = static_cast<uint8_t>(1 + i % 7);
   const auto panels = test::to_fp8_panels(*fp8);
   const auto bf16 = test::random_weight(dtype::bf16, out, in, 43u);
@@ -126,16 +125,20 @@ TEST_CASE("fast: a row's result does not depend on the other rows of its call, f
   const std::shared_ptr<const uint16_t> packed = fast::pack_gemm_panels(bf16->w);
   bf16_packed.gemm_panels = packed.get();
   const auto x = test::random_floats(20 * in, 45u);
-  const std::pair<const char*, const linear_weight*> kinds[] = {
-      {"fp8 panels", &panels->w}, {"fp8 row-major", &fp8->w}, {"bf16 packed", &bf16_packed}, {"bf16", &bf16->w}};
+  const std::pair<const char*, const linear_weight*> kinds[] = {{"fp8 panels", &panels->w},
+                                                                {"fp8 row-major", &fp8->w},
+                                                                {"bf16 packed", &bf16_packed},
+                                                                {"bf16", &bf16->w}};
   for (const auto& [name, w] : kinds) {
     CAPTURE(name);
     std::vector<std::vector<float>> alone;
     for (int64_t t = 0; t < 20; ++t)
-      alone.push_back(run_linear(fast, *w, std::vector<float>(x.begin() + t * in, x.begin() + (t + 1) * in), 1));
+      alone.push_back(
+        run_linear(fast, *w, std::vector<float>(x.begin() + t * in, x.begin() + (t + 1) * in), 1));
     for (const int64_t rows : {2, 5, 6, 7, 8, 9, 13, 20}) {
       CAPTURE(rows);
-      const std::vector<float> together = run_linear(fast, *w, std::vector<float>(x.begin(), x.begin() + rows * in), rows);
+      const std::vector<float> together =
+        run_linear(fast, *w, std::vector<float>(x.begin(), x.begin() + rows * in), rows);
       for (int64_t t = 0; t < rows; ++t) {
         CAPTURE(t);
         CHECK(std::memcmp(together.data() + t * out, alone[t].data(), out * sizeof(float)) == 0);

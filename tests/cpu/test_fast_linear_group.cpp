@@ -106,7 +106,8 @@ TEST_CASE("fast: plan_gemv cuts the weights' rows into equal tasks of whole pane
     const linear_weight gate = fp8(256, 1024);
     const linear_weight* w[] = {&gate};
     same(plan_gemv(w, 2), {piece{0, 0, 0, 128}, piece{1, 0, 128, 128}});
-    same(plan_gemv(w, 4), {piece{0, 0, 0, 64}, piece{1, 0, 64, 64}, piece{2, 0, 128, 64}, piece{3, 0, 192, 64}});
+    same(plan_gemv(w, 4),
+         {piece{0, 0, 0, 64}, piece{1, 0, 64, 64}, piece{2, 0, 128, 64}, piece{3, 0, 192, 64}});
   }
   SUBCASE("a task crosses into the next weight at that weight's own first panel") {
     // a's 96 rows are 2 panels (the second short); 5 panels on 2 threads as 2 tasks: 3 + 2
@@ -138,7 +139,8 @@ TEST_CASE("linear_group refuses weights of different input widths and a missing 
   backends.push_back(make_cpu_reference_backend());
   if (cpu_fast_path_supported())
     backends.push_back(make_cpu_fast_backend(2));
-  const auto a = test::random_weight(dtype::bf16, 32, 64, 1u), b = test::random_weight(dtype::bf16, 32, 96, 2u);
+  const auto a = test::random_weight(dtype::bf16, 32, 64, 1u),
+             b = test::random_weight(dtype::bf16, 32, 96, 2u);
   std::vector<float> x(96, 1.0f), o0(32), o1(32);
   const linear_weight* mixed[] = {&a->w, &b->w};
   float* two[] = {o0.data(), o1.data()};

@@ -18,7 +18,7 @@ TEST_CASE("fast: thread_pool runs each task exactly once per call") {
     CHECK(pool.size() == threads);
     std::vector<std::atomic<int>> hits(1000);
     for (int round = 0; round < 300; ++round) {
-      const int64_t n = (round * 37) % 1000 + 1;         // 1 .. 1000 tasks, including a single one
+      const int64_t n = (round * 37) % 1000 + 1;  // 1 .. 1000 tasks, including a single one
       std::atomic<bool> bad_thread{false};
       pool.parallel_for(n, [&](int64_t task, int thread) {
         hits[task].fetch_add(1, std::memory_order_relaxed);
@@ -32,7 +32,7 @@ TEST_CASE("fast: thread_pool runs each task exactly once per call") {
         hits[t] = 0;
       }
       CHECK(wrong == 0);
-      if (round % 100 == 99)                              // let the workers fall asleep
+      if (round % 100 == 99)  // let the workers fall asleep
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }

@@ -17,10 +17,10 @@
 #include "kernels/model/weights.hpp"
 
 /// Ends a test case early, with a message, on a CPU without the fast path's instructions.
-#define MOE_SKIP_WITHOUT_FAST_PATH()                                                        \
-  if (!moe::cpu_fast_path_supported()) {                                                   \
+#define MOE_SKIP_WITHOUT_FAST_PATH()                                                          \
+  if (!moe::cpu_fast_path_supported()) {                                                      \
     MESSAGE("skipped: this CPU lacks AVX-512 BF16, VBMI or GFNI, which the fast path needs"); \
-    return;                                                                                \
+    return;                                                                                   \
   }
 
 namespace moe::test {
@@ -43,8 +43,7 @@ inline std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 
 
 /// Random [out, in] weight of `type`. FP8: uniformly random codes (every value but NaN, so zero
 /// and subnormals appear) with random per-128x128-block scales.
-inline std::unique_ptr<owned_weight> random_weight(dtype type, int64_t out, int64_t in,
-                                                   uint32_t seed) {
+inline std::unique_ptr<owned_weight> random_weight(dtype type, int64_t out, int64_t in, uint32_t seed) {
   auto o = std::make_unique<owned_weight>();
   const int64_t n = out * in;
   o->bytes.resize(static_cast<size_t>(n * dtype_size(type)));
@@ -66,7 +65,7 @@ inline std::unique_ptr<owned_weight> random_weight(dtype type, int64_t out, int6
       case dtype::f8_e4m3: {
         uint8_t b = static_cast<uint8_t>(rng());
         if ((b & 0x7f) == 0x7f)
-          b ^= 1;                                  // no NaN
+          b ^= 1;  // no NaN
         o->bytes[i] = b;
         break;
       }
@@ -131,7 +130,8 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 /// rounded to bf16, times the weight's block scale, summed in double; the kernels sum fp32
 /// products of the same values per 128-column block and scale the block sums, so they agree to
 /// 1e-6 of the sum of |terms|. Rows whose codes are all subnormal must come out exactly 0.
-inline void check_fp8_gemv_by_hand(const owned_weight& rm, const std::vector<float>& got, const std::vector<float>& x) {
+inline void check_fp8_gemv_by_hand(const owned_weight& rm, const std::vector<float>& got,
+                                   const std::vector<float>& x) {
   const int64_t out = rm.w.out_features, in = rm.w.in_features;
   for (int64_t r = 0; r < out; ++r) {
     CAPTURE(r);

@@ -16,10 +16,10 @@
 
 namespace moe::test {
 
-inline constexpr float gap_sentinel = -12345.0f;   // between strided rows; must survive
+inline constexpr float gap_sentinel = -12345.0f;  // between strided rows; must survive
 
 struct norm_case {
-  int64_t tokens = 0, dim = 0, stride = 0;         // stride 0 -> dim
+  int64_t tokens = 0, dim = 0, stride = 0;  // stride 0 -> dim
   std::vector<float> x, weight;
 
   [[nodiscard]] int64_t row_stride() const { return stride == 0 ? dim : stride; }
@@ -55,7 +55,8 @@ inline std::vector<float> run_norm(backend& b, const norm_case& c, bool in_place
 }
 
 /// Element-wise closeness (relative 1e-5) and normalised MSE below 1e-10; gaps untouched.
-inline void check_norm_close(const norm_case& c, const std::vector<float>& got, const std::vector<float>& want) {
+inline void check_norm_close(const norm_case& c, const std::vector<float>& got,
+                             const std::vector<float>& want) {
   REQUIRE(got.size() == want.size());
   double err = 0.0, ref = 0.0;
   int64_t bad = 0, bad_gap = 0;
@@ -77,7 +78,7 @@ inline void check_norm_close(const norm_case& c, const std::vector<float>& got, 
 }
 
 struct gate_case {
-  std::vector<float> logits, bias;                 // bias empty -> none
+  std::vector<float> logits, bias;  // bias empty -> none
   int64_t tokens = 0, experts = 0, groups = 1, topk_group = 1, top_k = 1;
   bool norm = true;
   float scale = 1.0f;
@@ -126,8 +127,12 @@ struct gate_result {
 inline moe_gate_params gate_params(const gate_case& c, gate_result& r) {
   r.ids.assign(static_cast<size_t>(c.tokens * c.top_k), -1);
   r.weights.assign(static_cast<size_t>(c.tokens * c.top_k), -1.0f);
-  return {c.logits.data(), c.bias.empty() ? nullptr : c.bias.data(), r.ids.data(), r.weights.data(),
-          c.tokens, c.experts, c.groups, c.topk_group, c.top_k, c.norm, c.scale};
+  return {c.logits.data(), c.bias.empty() ? nullptr : c.bias.data(),
+          r.ids.data(),    r.weights.data(),
+          c.tokens,        c.experts,
+          c.groups,        c.topk_group,
+          c.top_k,         c.norm,
+          c.scale};
 }
 
 inline gate_result run_gate(backend& b, const gate_case& c) {
@@ -154,7 +159,8 @@ inline void check_gate_close(const gate_case& c, const gate_result& got, const g
     const auto g = by_id(c, got, t), w = by_id(c, want, t);
     for (size_t k = 0; k < g.size(); ++k) {
       bad_ids += g[k].first != w[k].first;
-      bad_weights += !(std::fabs(g[k].second - w[k].second) <= 1e-6f * std::max(1.0f, std::fabs(w[k].second)));
+      bad_weights +=
+        !(std::fabs(g[k].second - w[k].second) <= 1e-6f * std::max(1.0f, std::fabs(w[k].second)));
     }
   }
   CHECK(bad_ids == 0);

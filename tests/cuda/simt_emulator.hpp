@@ -18,7 +18,7 @@
 namespace moe::test {
 
 class host_simt {
-public:
+ public:
   host_simt(std::barrier<>& bar, std::vector<uint64_t>& slots, int thread)
       : bar_(bar), slots_(slots), thread_(thread) {}
 
@@ -38,7 +38,7 @@ public:
   void sync_warp() const { bar_.arrive_and_wait(); }
   void sync_block() const { bar_.arrive_and_wait(); }
 
-private:
+ private:
   std::barrier<>& bar_;
   std::vector<uint64_t>& slots_;
   int thread_;
@@ -68,7 +68,7 @@ void emulate_launch(int64_t blocks, int threads, int64_t shared_floats, Body bod
       for (int64_t b = 0; b < blocks; ++b) {
         block_state& s = *state[static_cast<size_t>(b)];
         body(host_simt(s.bar, s.slots, t), b, t, s.shared.data());
-        s.bar.arrive_and_drop();            // a thread that returned early stops counting
+        s.bar.arrive_and_drop();  // a thread that returned early stops counting
       }
     });
 }

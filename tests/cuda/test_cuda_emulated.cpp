@@ -16,7 +16,7 @@ namespace {
 
 /// rms_norm and moe_gate as the CUDA launchers would run them, emulated; other ops throw.
 class emulated_cuda_backend : public backend {
-public:
+ public:
   [[nodiscard]] std::string_view name() const noexcept override { return "cuda-emulated"; }
   [[nodiscard]] bool supports(op_kind op) const noexcept override {
     return op == op_kind::rms_norm || op == op_kind::moe_gate;
@@ -30,8 +30,9 @@ public:
                    });
   }
   void moe_gate(const moe_gate_params& p) override {
-    const cuda::moe_gate_args a{p.logits, p.bias, p.topk_ids, p.topk_weights, p.num_tokens, p.num_experts,
-                                p.num_groups, p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor};
+    const cuda::moe_gate_args a{
+      p.logits,     p.bias,       p.topk_ids, p.topk_weights,   p.num_tokens,           p.num_experts,
+      p.num_groups, p.topk_group, p.top_k,    p.norm_topk_prob, p.routed_scaling_factor};
     const int warps = cuda::moe_gate_warps_per_block(a.num_experts, a.num_groups);
     emulate_launch((a.num_tokens + warps - 1) / warps, warps * cuda::warp_size,
                    warps * cuda::moe_gate_smem_floats_per_warp(a.num_experts, a.num_groups),
@@ -48,7 +49,7 @@ public:
   void add(const add_params&) override { unsupported(); }
   void moe_experts(const moe_experts_params&) override { unsupported(); }
 
-private:
+ private:
   [[noreturn]] static void unsupported() { throw std::logic_error("not emulated"); }
 };
 
@@ -60,13 +61,15 @@ TEST_CASE("emulated kernels: launch shapes") {
   CHECK(cuda::rms_norm_threads(7168) == 896);
   CHECK(cuda::rms_norm_threads(1 << 20) == 1024);
   CHECK(cuda::moe_gate_warps_per_block(256, 8) == 4);
-  CHECK(cuda::moe_gate_warps_per_block(2048, 1) == 2);   // 16 KiB a warp
+  CHECK(cuda::moe_gate_warps_per_block(2048, 1) == 2);  // 16 KiB a warp
 }
 
 TEST_CASE("emulated kernels: rms_norm matches the CPU reference") {
   const auto ref = make_cpu_reference_backend();
   emulated_cuda_backend emu;
-  struct shape { int64_t tokens, dim, stride; };
+  struct shape {
+    int64_t tokens, dim, stride;
+  };
   for (const shape s : {shape{1, 7168, 0}, shape{2, 7168, 0}, shape{5, 64, 80}, shape{4, 1000, 1003},
                         shape{2, 1536, 0}, shape{3, 7, 0}}) {
     CAPTURE(s.tokens);
@@ -119,7 +122,7 @@ TEST_CASE("emulated kernels: moe_gate reproduces the spec's worked example") {
   const gate_case c = spec_gate_case();
   const gate_result r = run_gate(emu, c);
   check_spec_gate(r);
-  CHECK(r.ids == std::vector<int32_t>{3, 2});   // biased score descending
+  CHECK(r.ids == std::vector<int32_t>{3, 2});  // biased score descending
 }
 
 }  // namespace moe::test

@@ -8,10 +8,10 @@
 #include "cuda/cases.hpp"
 
 #ifdef MOE_HAVE_CUDA
-#include <stdexcept>
+#  include <stdexcept>
 
-#include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/launchers.hpp"
+#  include "kernels/cuda/cuda_backend.hpp"
+#  include "kernels/cuda/launchers.hpp"
 #endif
 
 namespace moe::test {
@@ -46,18 +46,18 @@ TEST_CASE("build: the CUDA library links and reports its status") {
 TEST_CASE("launchers: bad arguments throw before touching a device") {
   float f = 0.0f;
   int32_t id = 0;
-  const cuda::rms_norm_args norm{&f, &f, &f, 1, 4, 2, 1e-6f};   // stride < dim
+  const cuda::rms_norm_args norm{&f, &f, &f, 1, 4, 2, 1e-6f};  // stride < dim
   CHECK_THROWS_AS(cuda::rms_norm(norm, nullptr), std::invalid_argument);
   cuda::moe_gate_args gate{&f, nullptr, &id, &f, 1, 256, 8, 4, 8, true, 2.5f};
-  gate.num_groups = 7;                                           // does not divide 256
+  gate.num_groups = 7;  // does not divide 256
   CHECK_THROWS_AS(cuda::moe_gate(gate, nullptr), std::invalid_argument);
   gate.num_groups = 8;
-  gate.top_k = 4 * 32 + 1;                                       // more than the kept groups hold
+  gate.top_k = 4 * 32 + 1;  // more than the kept groups hold
   CHECK_THROWS_AS(cuda::moe_gate(gate, nullptr), std::invalid_argument);
   gate.top_k = 8;
-  gate.num_tokens = 0;                                           // nothing to do: no launch
+  gate.num_tokens = 0;  // nothing to do: no launch
   CHECK_NOTHROW(cuda::moe_gate(gate, nullptr));
-  if (make_cuda_backends().empty()) {                            // a real launch fails loudly
+  if (make_cuda_backends().empty()) {  // a real launch fails loudly
     gate.num_tokens = 1;
     CHECK_THROWS_AS(cuda::moe_gate(gate, nullptr), std::runtime_error);
   }
@@ -65,7 +65,9 @@ TEST_CASE("launchers: bad arguments throw before touching a device") {
 
 TEST_CASE("rms_norm: every CUDA backend matches the CPU reference") {
   const auto ref = make_cpu_reference_backend();
-  struct shape { int64_t tokens, dim, stride; };
+  struct shape {
+    int64_t tokens, dim, stride;
+  };
   for (auto& dev : devices_or_skip()) {
     CAPTURE(dev->name());
     CHECK(dev->supports(op_kind::rms_norm));

@@ -21,13 +21,13 @@ TEST_CASE("fp8 payload: one scale per 128 channels, amax maps to 448") {
   CHECK(p.scales[0] == doctest::Approx(2.0 / 448.0));
   CHECK(p.scales[1] == doctest::Approx(0.5 / 448.0));
   CHECK(p.num_bytes() == 130 + 2 * sizeof(float));
-  CHECK(static_cast<uint8_t>(p.data[5]) == 0xFE);            // -448
+  CHECK(static_cast<uint8_t>(p.data[5]) == 0xFE);  // -448
   std::vector<float> y(130);
   decode_rows(p, y.data());
   CHECK(y[5] == doctest::Approx(-2.0));
-  CHECK(y[6] == doctest::Approx(1.0));                       // 224 is exact in e4m3
+  CHECK(y[6] == doctest::Approx(1.0));  // 224 is exact in e4m3
   CHECK(y[128] == doctest::Approx(0.5));
-  CHECK(y[129] == doctest::Approx(0.25));                    // 224 again
+  CHECK(y[129] == doctest::Approx(0.25));  // 224 again
   CHECK(y[0] == 0.0f);
 }
 
@@ -43,7 +43,7 @@ TEST_CASE("fp8 payload: relative error of a typical row stays within e4m3's 2^-4
 }
 
 TEST_CASE("bf16 and fp32 payloads") {
-  const std::vector<float> x = {1.0f, 1.00390625f, 3.14159265f};   // 1 + 2^-8 rounds to even -> 1
+  const std::vector<float> x = {1.0f, 1.00390625f, 3.14159265f};  // 1 + 2^-8 rounds to even -> 1
   std::vector<float> y = x;
   round_trip_rows(y.data(), 1, 3, payload_dtype::bf16);
   CHECK(y[0] == 1.0f);

@@ -45,20 +45,27 @@ TEST_CASE("routed experts with FP8 dispatch and BF16 combine equal the per-pair 
     for (int64_t k = 0; k < K; ++k) {
       const int32_t e = step.topk_ids()[t * K + k];
       const float wk = step.topk_weights()[t * K + k];
-      ref->moe_experts({.x = x.data() + t * D, .topk_ids = &e, .topk_weights = &wk, .out = y.data(),
-                        .num_tokens = 1, .hidden = D, .top_k = 1, .experts = &w.layers[moe_layer].moe.experts,
-                        .expert_begin = 0, .expert_end = w.config.n_routed_experts,
+      ref->moe_experts({.x = x.data() + t * D,
+                        .topk_ids = &e,
+                        .topk_weights = &wk,
+                        .out = y.data(),
+                        .num_tokens = 1,
+                        .hidden = D,
+                        .top_k = 1,
+                        .experts = &w.layers[moe_layer].moe.experts,
+                        .expert_begin = 0,
+                        .expert_end = w.config.n_routed_experts,
                         .round_outputs_bf16 = true});
       for (int64_t i = 0; i < D; ++i)
-        expected[t * D + i] += y[i];                         // y is already BF16-exact
+        expected[t * D + i] += y[i];  // y is already BF16-exact
     }
-  CHECK(ep == expected);                                     // bit for bit
-  double num = 0.0, den = 0.0;                               // and close to the exact path
+  CHECK(ep == expected);        // bit for bit
+  double num = 0.0, den = 0.0;  // and close to the exact path
   for (size_t i = 0; i < ep.size(); ++i) {
     num += (ep[i] - exact[i]) * (ep[i] - exact[i]);
     den += exact[i] * exact[i];
   }
-  CHECK(num > 0.0);                                          // the payload types do round
+  CHECK(num > 0.0);  // the payload types do round
   CHECK(std::sqrt(num / den) < 0.05);
   kv.release(cache);
 }

@@ -21,7 +21,7 @@ struct moe_layer_inputs {
   int64_t layer_idx = 0, num_tokens = 0;
   std::vector<float> x, weights;
   std::vector<int32_t> ids;
-  std::vector<float> exact_fp8_bf16, exact_bf16_bf16, exact_fp32;   // routed_local outputs
+  std::vector<float> exact_fp8_bf16, exact_bf16_bf16, exact_fp32;  // routed_local outputs
 };
 
 // Runs a prompt up to the first MoE layer's router and records routed_local's answers.
@@ -67,20 +67,22 @@ std::vector<float> run_group(const model_weights& w, backend& ref, const moe_lay
   for (int64_t s = 0; s < 2; ++s) {
     const int64_t t0 = token_begin[s], n = token_end[s] - t0;
     auto out = make_dispatches(placement, {.step = 3, .layer_idx = in.layer_idx, .micro_batch = 0}, s,
-                               std::span(in.x).subspan(t0 * D, n * D), std::span(in.ids).subspan(t0 * K, n * K),
+                               std::span(in.x).subspan(t0 * D, n * D),
+                               std::span(in.ids).subspan(t0 * K, n * K),
                                std::span(in.weights).subspan(t0 * K, n * K), n, D, K, ep, plans[s]);
     REQUIRE(static_cast<int64_t>(out.size()) == R);
     for (int64_t r = 0; r < R; ++r)
       inbox[r].push_back(out[r]);
   }
   // each rank answers what it got, in a random arrival order
-  std::vector<std::vector<std::shared_ptr<const ep_combine>>> answers(2, std::vector<std::shared_ptr<const ep_combine>>(R));
+  std::vector<std::vector<std::shared_ptr<const ep_combine>>> answers(
+    2, std::vector<std::shared_ptr<const ep_combine>>(R));
   for (int64_t r = 0; r < R; ++r) {
     std::shuffle(inbox[r].begin(), inbox[r].end(), rng);
     auto combined = run_dispatched_experts(ref, w.layers[in.layer_idx].moe, placement, r, inbox[r], D);
     for (size_t i = 0; i < combined.size(); ++i) {
       CHECK(combined[i]->key == inbox[r][i]->key);
-      answers[inbox[r][i]->src_rank][r] = combined[i];       // source s is rank s
+      answers[inbox[r][i]->src_rank][r] = combined[i];  // source s is rank s
     }
   }
   std::vector<float> out(static_cast<size_t>(T * D), -1.0f);
@@ -95,7 +97,7 @@ std::vector<float> run_group(const model_weights& w, backend& ref, const moe_lay
 std::vector<float> reference_reduced(const model_weights& w, backend& ref, const moe_layer_inputs& in,
                                      const layer_placement& placement, ep_precision ep) {
   const int64_t D = w.config.hidden_size, K = w.config.num_experts_per_tok, T = in.num_tokens;
-  const int64_t split = T / 2 + 1;           // run_group's two source ranks
+  const int64_t split = T / 2 + 1;  // run_group's two source ranks
   std::vector<float> xq = in.x, out(static_cast<size_t>(T * D), 0.0f), part(static_cast<size_t>(D));
   round_trip_rows(xq.data(), T, D, ep.dispatch);
   const moe_weights& moe = w.layers[in.layer_idx].moe;
@@ -107,12 +109,20 @@ std::vector<float> reference_reduced(const model_weights& w, backend& ref, const
       for (int64_t k = 0; k < K; ++k) {
         const int32_t e = in.ids[t * K + k];
         const auto& slots = placement.expert_slots[e];
-        if (placement.rank_of_slot(slots[static_cast<size_t>((t - (src ? split : 0) + src) % static_cast<int64_t>(slots.size()))]) != r)
+        if (placement.rank_of_slot(slots[static_cast<size_t>((t - (src ? split : 0) + src) %
+                                                             static_cast<int64_t>(slots.size()))]) != r)
           continue;
         std::vector<float> y(static_cast<size_t>(D));
-        ref.moe_experts({.x = xq.data() + t * D, .topk_ids = &e, .topk_weights = &in.weights[t * K + k],
-                         .out = y.data(), .num_tokens = 1, .hidden = D, .top_k = 1, .experts = &moe.experts,
-                         .expert_begin = 0, .expert_end = static_cast<int64_t>(moe.experts.size()),
+        ref.moe_experts({.x = xq.data() + t * D,
+                         .topk_ids = &e,
+                         .topk_weights = &in.weights[t * K + k],
+                         .out = y.data(),
+                         .num_tokens = 1,
+                         .hidden = D,
+                         .top_k = 1,
+                         .experts = &moe.experts,
+                         .expert_begin = 0,
+                         .expert_end = static_cast<int64_t>(moe.experts.size()),
                          .round_outputs_bf16 = ep.combine == payload_dtype::bf16});
         for (int64_t i = 0; i < D; ++i)
           part[i] += y[i];
@@ -137,25 +147,25 @@ TEST_CASE("expert-parallel dispatch and combine equal routed_local bit for bit")
   const moe_layer_inputs in = capture(w, *ref);
   const int64_t E = w.config.n_routed_experts;
   std::mt19937 rng(7);
-  for (const int64_t num_ranks : {2, 4}) {      // two source ranks: ranks 0 and 1
+  for (const int64_t num_ranks : {2, 4}) {  // two source ranks: ranks 0 and 1
     for (const int64_t redundant : {int64_t{0}, num_ranks}) {
       CAPTURE(num_ranks);
       CAPTURE(redundant);
       if ((E + redundant) % num_ranks != 0)
         continue;
       layer_placement placement = default_layer_placement(E, redundant, num_ranks);
-      std::vector<int32_t> shuffled = placement.slot_expert;   // and a scrambled placement
+      std::vector<int32_t> shuffled = placement.slot_expert;  // and a scrambled placement
       std::shuffle(shuffled.begin(), shuffled.end(), rng);
       for (const layer_placement& p : {placement, make_layer_placement(shuffled, num_ranks, E)}) {
-        CHECK(run_group(w, *ref, in, p, {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16}, rng) ==
-              in.exact_fp8_bf16);
-        CHECK(run_group(w, *ref, in, p, {.dispatch = payload_dtype::bf16, .combine = payload_dtype::bf16}, rng) ==
-              in.exact_bf16_bf16);
+        CHECK(run_group(w, *ref, in, p, {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16},
+                        rng) == in.exact_fp8_bf16);
+        CHECK(run_group(w, *ref, in, p, {.dispatch = payload_dtype::bf16, .combine = payload_dtype::bf16},
+                        rng) == in.exact_bf16_bf16);
         CHECK(run_group(w, *ref, in, p, {}, rng) == in.exact_fp32);
       }
     }
   }
-  CHECK(in.exact_fp8_bf16 != in.exact_fp32);                 // the payload types matter
+  CHECK(in.exact_fp8_bf16 != in.exact_fp32);  // the payload types matter
 }
 
 TEST_CASE("the reduced combine: per-(token, rank) sums in rank order, whatever the arrival order") {
@@ -164,7 +174,8 @@ TEST_CASE("the reduced combine: per-(token, rank) sums in rank order, whatever t
   const moe_layer_inputs in = capture(w, *ref);
   const int64_t E = w.config.n_routed_experts, D = w.config.hidden_size, K = w.config.num_experts_per_tok;
   std::mt19937 rng(11);
-  const ep_precision fp8 = {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16, .sum = combine_sum::per_rank};
+  const ep_precision fp8 = {
+    .dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16, .sum = combine_sum::per_rank};
   const ep_precision fp32 = {.sum = combine_sum::per_rank};
   // one rank: nothing crosses a link, so nothing is rounded again: routed_local bit for bit
   for (const auto& [ep, want] : {std::pair{fp8, &in.exact_fp8_bf16}, std::pair{fp32, &in.exact_fp32}}) {
@@ -187,7 +198,7 @@ TEST_CASE("the reduced combine: per-(token, rank) sums in rank order, whatever t
     for (const layer_placement& p : {placement, make_layer_placement(shuffled, num_ranks, E)}) {
       const std::vector<float> want = reference_reduced(w, *ref, in, p, fp8);
       CHECK(run_group(w, *ref, in, p, fp8, rng) == want);
-      CHECK(run_group(w, *ref, in, p, fp8, rng) == want);      // another arrival order, same bits
+      CHECK(run_group(w, *ref, in, p, fp8, rng) == want);  // another arrival order, same bits
       CHECK(run_group(w, *ref, in, p, fp32, rng) == reference_reduced(w, *ref, in, p, fp32));
       // one more bf16 rounding per remote rank: near the exact combine, not equal to it
       const std::vector<float> got = run_group(w, *ref, in, p, fp8, rng);
@@ -196,7 +207,7 @@ TEST_CASE("the reduced combine: per-(token, rank) sums in rank order, whatever t
         max_err = std::max(max_err, static_cast<double>(std::abs(got[i] - in.exact_fp8_bf16[i])));
         max_abs = std::max(max_abs, static_cast<double>(std::abs(in.exact_fp8_bf16[i])));
       }
-      CHECK(max_err <= max_abs * K / 128.0);                   // K values, each off by <= 2^-8 relative
+      CHECK(max_err <= max_abs * K / 128.0);  // K values, each off by <= 2^-8 relative
     }
   }
 }
@@ -208,8 +219,9 @@ TEST_CASE("the reduced combine by hand: rank order, own rank unrounded") {
   const std::vector<int32_t> ids = {3, 0, 1, 0};
   const std::vector<float> wts = {0.5f, 0.5f, 0.5f, 0.5f};
   dispatch_plan plan;
-  auto d = make_dispatches(p, {}, 0, x, ids, wts, 2, 2, 2,
-                           {.dispatch = payload_dtype::fp32, .combine = payload_dtype::bf16, .sum = combine_sum::per_rank}, plan);
+  auto d = make_dispatches(
+    p, {}, 0, x, ids, wts, 2, 2, 2,
+    {.dispatch = payload_dtype::fp32, .combine = payload_dtype::bf16, .sum = combine_sum::per_rank}, plan);
   CHECK(d[0]->rows.num_rows == 2);
   CHECK(d[1]->rows.num_rows == 1);
   CHECK(plan.pair_row == std::vector<int32_t>{0, 0, 1, 1});
@@ -217,8 +229,10 @@ TEST_CASE("the reduced combine by hand: rank order, own rank unrounded") {
   const float own[] = {1.0f, 1.0f / 3.0f, 100.0f, 200.0f};
   const float remote[] = {1.0f / 3.0f, 1.0f};
   const std::vector<std::shared_ptr<const ep_combine>> answers = {
-      std::make_shared<ep_combine>(ep_combine{.key = {}, .src_rank = 0, .outputs = encode_rows(own, 2, 2, payload_dtype::fp32)}),
-      std::make_shared<ep_combine>(ep_combine{.key = {}, .src_rank = 1, .outputs = encode_rows(remote, 1, 2, payload_dtype::bf16)})};
+    std::make_shared<ep_combine>(
+      ep_combine{.key = {}, .src_rank = 0, .outputs = encode_rows(own, 2, 2, payload_dtype::fp32)}),
+    std::make_shared<ep_combine>(
+      ep_combine{.key = {}, .src_rank = 1, .outputs = encode_rows(remote, 1, 2, payload_dtype::bf16)})};
   std::vector<float> out(4);
   combine_outputs(plan, answers, out.data(), 2);
   // bf16(1/3) = 0x3EAB = 0.333984375; token 0 = own row 0 + remote row 0, token 1 = own row 1
@@ -232,13 +246,14 @@ TEST_CASE("dispatch sends each token once per rank and spreads replicas") {
   CHECK(p.expert_slots[0] == std::vector<int32_t>{0, 4});
   const int64_t D = 2, K = 2, T = 2;
   const std::vector<float> x = {1, 2, 3, 4};
-  const std::vector<int32_t> ids = {0, 2,    // token 0: expert 0 -> replica (0 + src 0) % 2 = slot 0 (rank 0); 2 -> rank 0
-                                    0, 3};   // token 1: expert 0 -> slot 4 (rank 1); 3 -> rank 1
+  const std::vector<int32_t> ids = {
+    0, 2,   // token 0: expert 0 -> replica (0 + src 0) % 2 = slot 0 (rank 0); 2 -> rank 0
+    0, 3};  // token 1: expert 0 -> slot 4 (rank 1); 3 -> rank 1
   const std::vector<float> wts = {0.5f, 0.25f, 1.0f, 2.0f};
   dispatch_plan plan;
   auto d = make_dispatches(p, {}, 0, x, ids, wts, T, D, K, {}, plan);
   REQUIRE(d.size() == 2);
-  CHECK(d[0]->rows.num_rows == 1);                           // token 0 once, for two pairs
+  CHECK(d[0]->rows.num_rows == 1);  // token 0 once, for two pairs
   CHECK(d[0]->pair_row == std::vector<int32_t>{0, 0});
   CHECK(d[0]->pair_expert == std::vector<int32_t>{0, 2});
   CHECK(d[1]->rows.num_rows == 1);
@@ -257,18 +272,20 @@ TEST_CASE("a dispatch to a rank that lacks the expert, and bad placements, are r
   const int64_t E = w.config.n_routed_experts, D = w.config.hidden_size;
   const layer_placement p = default_layer_placement(E, 0, 2);
   std::vector<float> x(static_cast<size_t>(D), 0.5f);
-  const std::vector<int32_t> ids = {0};                      // expert 0 lives on rank 0
+  const std::vector<int32_t> ids = {0};  // expert 0 lives on rank 0
   const std::vector<float> wts = {1.0f};
   dispatch_plan plan;
   auto d = make_dispatches(p, {}, 0, x, ids, wts, 1, D, 1, {}, plan);
   const std::vector<std::shared_ptr<const ep_dispatch>> wrong = {d[0]};
-  CHECK_THROWS_AS((void)run_dispatched_experts(*ref, w.layers[w.config.first_k_dense_replace].moe, p, 1, wrong, D),
+  CHECK_THROWS_AS((void)run_dispatched_experts(*ref, w.layers[w.config.first_k_dense_replace].moe, p, 1,
+                                               wrong, D),
                   std::logic_error);
   CHECK_THROWS_AS((void)make_layer_placement({0, 1, 2}, 2, 3), std::invalid_argument);     // 3 slots, 2 ranks
   CHECK_THROWS_AS((void)make_layer_placement({0, 1, 1, 0}, 2, 3), std::invalid_argument);  // expert 2 missing
   CHECK_THROWS_AS((void)make_layer_placement({0, 1, 5, 2}, 2, 3), std::invalid_argument);  // no expert 5
   CHECK_THROWS_AS((void)make_dispatches(p, {}, 0, x, ids, wts, 1, D, 1,
-                                        {.dispatch = payload_dtype::fp8, .combine = payload_dtype::fp8}, plan),
+                                        {.dispatch = payload_dtype::fp8, .combine = payload_dtype::fp8},
+                                        plan),
                   std::invalid_argument);
 }
 
@@ -285,7 +302,7 @@ TEST_CASE("answer groups: one expert batch for small dispatches, peers first one
     return out;
   };
   using groups = std::vector<std::vector<size_t>>;
-  const int64_t slots = 4, min_rows = 32;                  // a split needs 128 pairs from each peer
+  const int64_t slots = 4, min_rows = 32;  // a split needs 128 pairs from each peer
   // decode-sized: one batch, each expert's weights read once
   CHECK(answer_groups(received({3, 5}), 0, slots, min_rows) == groups{{0, 1}});
   // prefill-sized from every peer: the peers, then this rank's own (however small)

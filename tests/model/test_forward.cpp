@@ -52,7 +52,7 @@ TEST_CASE_FIXTURE(fixture, "naive and absorbed MLA give the same logits") {
   const auto naive = prefill_all(prompt, attention_forms::all(attention_form::naive));
   const auto absorbed = prefill_all(prompt, attention_forms::all(attention_form::absorbed));
   CHECK(rel_diff(absorbed, naive) < 1e-5);
-  CHECK(rel_diff(prefill_all(prompt, {}), naive) < 1e-5);   // the default: naive, absorbed last layer
+  CHECK(rel_diff(prefill_all(prompt, {}), naive) < 1e-5);  // the default: naive, absorbed last layer
   CHECK(cache.num_free_blocks() == cache.num_blocks());
 }
 
@@ -113,11 +113,11 @@ TEST_CASE_FIXTURE(fixture, "a batch of sequences equals each sequence alone") {
 TEST_CASE_FIXTURE(fixture, "activations stay O(1) through every layer and logits are finite") {
   std::vector<double> layer_rms;
   model_runner runner(w, *ref, cache, {.observe_layer = [&](int64_t, std::span<const float> h) {
-                                         double ss = 0.0;
-                                         for (float v : h)
-                                           ss += static_cast<double>(v) * v;
-                                         layer_rms.push_back(std::sqrt(ss / h.size()));
-                                       }});
+                        double ss = 0.0;
+                        for (float v : h)
+                          ss += static_cast<double>(v) * v;
+                        layer_rms.push_back(std::sqrt(ss / h.size()));
+                      }});
   sequence_kv kv;
   REQUIRE(kv.reserve(cache, static_cast<int64_t>(prompt.size())));
   const batch_entry e{.tokens = prompt, .kv = &kv, .all_logits = true};
@@ -155,13 +155,13 @@ TEST_CASE_FIXTURE(fixture, "the last layer runs on the logit rows only, with the
   const int64_t V = w.config.vocab_size, L = w.config.num_hidden_layers, D = w.config.hidden_size;
   struct run {
     std::vector<float> logits, cached;
-    std::vector<int64_t> rows;                // per layer: rows of h after it
+    std::vector<int64_t> rows;  // per layer: rows of h after it
   };
   auto go = [&](bool all) {
     run out;
     model_runner runner(w, *ref, cache, {.observe_layer = [&](int64_t, std::span<const float> h) {
-                                           out.rows.push_back(static_cast<int64_t>(h.size()) / D);
-                                         }});
+                          out.rows.push_back(static_cast<int64_t>(h.size()) / D);
+                        }});
     std::vector<sequence_kv> kvs(prompts.size());
     std::vector<batch_entry> batch;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -183,12 +183,12 @@ TEST_CASE_FIXTURE(fixture, "the last layer runs on the logit rows only, with the
   const run pruned = go(false), full = go(true);
   REQUIRE(pruned.rows.size() == static_cast<size_t>(L));
   for (int64_t l = 0; l + 1 < L; ++l)
-    CHECK(pruned.rows[l] == 12);                               // every token up to the last layer
-  CHECK(pruned.rows[L - 1] == 2);                              // then the two logit rows
+    CHECK(pruned.rows[l] == 12);   // every token up to the last layer
+  CHECK(pruned.rows[L - 1] == 2);  // then the two logit rows
   CHECK(full.rows[L - 1] == 12);
   REQUIRE(pruned.logits.size() == static_cast<size_t>(2 * V));
   REQUIRE(full.logits.size() == static_cast<size_t>(12 * V));
-  for (const auto& [mine, theirs] : {std::pair{0, 4}, std::pair{1, 7}})   // last rows of the prompts
+  for (const auto& [mine, theirs] : {std::pair{0, 4}, std::pair{1, 7}})  // last rows of the prompts
     CHECK(std::equal(pruned.logits.begin() + mine * V, pruned.logits.begin() + (mine + 1) * V,
                      full.logits.begin() + theirs * V));
   CHECK(pruned.cached == full.cached);

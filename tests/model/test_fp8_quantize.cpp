@@ -48,13 +48,18 @@ TEST_CASE("FP8 block quantisation: scales amax / 448, codes to nearest even, par
   //   block (1, 1): a ramp with amax 0.75 -> scale 0.75 / 448
   const linear_weight w = f32_weight(owner, 192, 200, [](int64_t o, int64_t i) -> float {
     if (o < 128 && i < 128) {
-      if (o == 5 && i == 7) return 448.0f;
-      if (o == 6 && i == 7) return 17.0f;
-      if (o == 6 && i == 8) return -19.0f;
+      if (o == 5 && i == 7)
+        return 448.0f;
+      if (o == 6 && i == 7)
+        return 17.0f;
+      if (o == 6 && i == 8)
+        return -19.0f;
       return 0.01f * static_cast<float>((o * 7 + i) % 13 - 6);
     }
-    if (o < 128) return 0.0f;
-    if (i < 128) return (o + i) % 2 ? 1e-40f : -5e-41f;
+    if (o < 128)
+      return 0.0f;
+    if (i < 128)
+      return (o + i) % 2 ? 1e-40f : -5e-41f;
     return 0.75f * static_cast<float>((o - 128) * 72 + (i - 128)) / (64.0f * 72.0f - 1.0f);
   });
   const linear_weight q = quantize_to_fp8(w, weight_layout::row_major, owner);
@@ -66,10 +71,10 @@ TEST_CASE("FP8 block quantisation: scales amax / 448, codes to nearest even, par
   CHECK(scale_of(q, 1, 0) == std::ldexp(1.0f, -126));
   CHECK(scale_of(q, 1, 1) == 0.75f / 448.0f);
   const auto* codes = static_cast<const uint8_t*>(q.data);
-  CHECK(codes[5 * 200 + 7] == 0x7E);                        // 448
+  CHECK(codes[5 * 200 + 7] == 0x7E);  // 448
   CHECK(q.at(6, 7) == 16.0f);
   CHECK(q.at(6, 8) == -20.0f);
-  CHECK(codes[191 * 200 + 199] == 0x7E);                    // the ramp's end is its block's amax
+  CHECK(codes[191 * 200 + 199] == 0x7E);  // the ramp's end is its block's amax
   CHECK(q.at(0, 130) == 0.0f);
   // every element within half a step of e4m3 at its block's scale (subnormal steps: 2^-9)
   for (int64_t o = 0; o < 192; ++o)
@@ -86,7 +91,8 @@ TEST_CASE("FP8 block quantisation: scales amax / 448, codes to nearest even, par
 TEST_CASE("FP8 block quantisation into panels reads back as row-major, BF16 input included") {
   model_weights owner;
   const linear_weight w = f32_weight(owner, 192, 256, [](int64_t o, int64_t i) {
-    return std::sin(0.37f * static_cast<float>(o) + 0.11f * static_cast<float>(i)) * (1.0f + static_cast<float>(o % 5));
+    return std::sin(0.37f * static_cast<float>(o) + 0.11f * static_cast<float>(i)) *
+           (1.0f + static_cast<float>(o % 5));
   });
   const linear_weight rows = quantize_to_fp8(w, weight_layout::row_major, owner);
   const linear_weight panels = quantize_to_fp8(w, weight_layout::fp8_panels, owner);
@@ -104,25 +110,26 @@ TEST_CASE("FP8 block quantisation into panels reads back as row-major, BF16 inpu
       differ += static_cast<const uint8_t*>(from_bf16.data)[from_bf16.index(o, i)] !=
                 static_cast<const uint8_t*>(rows.data)[rows.index(o, i)];
     }
-  CHECK(differ > 0);                                        // BF16 rounding moves a few codes,
-  CHECK(differ < 192 * 256 / 20);                          // not most
+  CHECK(differ > 0);               // BF16 rounding moves a few codes,
+  CHECK(differ < 192 * 256 / 20);  // not most
   CHECK(owner.requantized.size() == 3);
 }
 
 TEST_CASE("--lm-head-fp8: the lm_head becomes FP8, the tied embedding stays, fast equals reference") {
-  model_weights w = testing::tiny_model_builder(5, testing::tiny_weights::fp8).build(testing::panel_config(1024));
-  w.config.tie_word_embeddings = true;                      // as the loader binds a tied head
+  model_weights w =
+    testing::tiny_model_builder(5, testing::tiny_weights::fp8).build(testing::panel_config(1024));
+  w.config.tie_word_embeddings = true;  // as the loader binds a tied head
   w.lm_head = w.embed_tokens;
   const linear_weight embed = w.embed_tokens;
   const int64_t bytes_before = weight_bytes_per_token(w);
   quantize_lm_head_fp8(w, /*panels=*/true);
   REQUIRE(w.lm_head.type == dtype::f8_e4m3);
-  CHECK(w.lm_head.layout == weight_layout::fp8_panels);     // 1024 x 128 fits the panels
+  CHECK(w.lm_head.layout == weight_layout::fp8_panels);  // 1024 x 128 fits the panels
   CHECK(w.embed_tokens.data == embed.data);
   CHECK(w.embed_tokens.type == embed.type);
-  CHECK(bytes_before - weight_bytes_per_token(w) == 1024 * 128 * 3 - 4 * 8);   // f32 -> e4m3, plus 8 scales
+  CHECK(bytes_before - weight_bytes_per_token(w) == 1024 * 128 * 3 - 4 * 8);  // f32 -> e4m3, plus 8 scales
   const void* fp8_head = w.lm_head.data;
-  quantize_lm_head_fp8(w, /*panels=*/true);                 // FP8 already: left alone
+  quantize_lm_head_fp8(w, /*panels=*/true);  // FP8 already: left alone
   CHECK(w.lm_head.data == fp8_head);
 
   const std::vector<int32_t> prompt = {1, 900, 17, 513, 64, 1023, 2, 300};
@@ -149,9 +156,11 @@ TEST_CASE("--lm-head-fp8: the lm_head becomes FP8, the tied embedding stays, fas
     max_ref = std::max(max_ref, std::fabs(expected[k]));
     max_diff = std::max(max_diff, std::fabs(got[k] - expected[k]));
   }
-  CHECK(max_diff < 5e-2f * max_ref);                        // the fast path's tolerance (bf16 activations)
+  CHECK(max_diff < 5e-2f * max_ref);  // the fast path's tolerance (bf16 activations)
   for (size_t r = 0; r < prompt.size(); ++r) {
-    const auto row = [&](const std::vector<float>& v) { return v.begin() + static_cast<std::ptrdiff_t>(r * 1024); };
+    const auto row = [&](const std::vector<float>& v) {
+      return v.begin() + static_cast<std::ptrdiff_t>(r * 1024);
+    };
     CHECK(std::max_element(row(got), row(got) + 1024) - row(got) ==
           std::max_element(row(expected), row(expected) + 1024) - row(expected));
   }

@@ -73,7 +73,7 @@ TEST_CASE_FIXTURE(gen_fixture, "greedy generation: length, stop token ids, stop 
       const auto r = run(p, &s);
       CHECK(r.reason == finish_reason::stop);
       CHECK(r.text == base.text.substr(0, base.text.find(stop)));
-      CHECK(s == r.text);                                     // nothing past the stop was streamed
+      CHECK(s == r.text);  // nothing past the stop was streamed
     }
   }
 }
@@ -82,7 +82,7 @@ TEST_CASE_FIXTURE(gen_fixture, "a prompt that does not fit the context is reject
   if (!tok)
     return;
   generator gen(runner, tok);
-  const std::vector<int32_t> long_prompt(16 * 8, 5);         // the cache holds 128 tokens
+  const std::vector<int32_t> long_prompt(16 * 8, 5);  // the cache holds 128 tokens
   CHECK_THROWS_AS(gen.run(long_prompt, {}), input_error);
   CHECK_THROWS_AS(gen.run({}, {}), input_error);
   CHECK(cache.num_free_blocks() == cache.num_blocks());
@@ -95,7 +95,8 @@ TEST_CASE_FIXTURE(gen_fixture, "a prompt that does not fit the context is reject
   CHECK(r.reason == finish_reason::length);
 }
 
-TEST_CASE_FIXTURE(gen_fixture, "logprobs: each output token's log-softmax and the top alternatives, by hand") {
+TEST_CASE_FIXTURE(gen_fixture,
+                  "logprobs: each output token's log-softmax and the top alternatives, by hand") {
   if (!tok) {
     MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
     return;
@@ -122,7 +123,7 @@ TEST_CASE_FIXTURE(gen_fixture, "logprobs: each output token's log-softmax and th
     CHECK(t.token_id == r.output_ids[i]);
     CHECK(t.logprob == doctest::Approx(logprob(t.token_id)).epsilon(1e-5));
     REQUIRE(t.top.size() == 3);
-    CHECK(t.top[0].token_id == t.token_id);                 // greedy: the most likely token
+    CHECK(t.top[0].token_id == t.token_id);  // greedy: the most likely token
     for (size_t k = 0; k < 3; ++k)
       CHECK(t.top[k].logprob == doctest::Approx(logprob(t.top[k].token_id)).epsilon(1e-5));
     CHECK(t.top[0].logprob >= t.top[1].logprob);

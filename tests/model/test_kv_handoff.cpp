@@ -28,8 +28,9 @@ TEST_CASE("decode after a KV hand-off equals decode on the prefill cache") {
   REQUIRE(there.reserve(decode_cache, 7));
   import_kv(decode_cache, there, pages);
   CHECK(there.num_cached == 6);
-  const batch_entry a{.tokens = next, .kv = &here, .decode = true}, b{.tokens = next, .kv = &there, .decode = true};
-  CHECK(prefill.forward(std::span(&a, 1)) == decode.forward(std::span(&b, 1)));   // bit-identical
+  const batch_entry a{.tokens = next, .kv = &here, .decode = true},
+    b{.tokens = next, .kv = &there, .decode = true};
+  CHECK(prefill.forward(std::span(&a, 1)) == decode.forward(std::span(&b, 1)));  // bit-identical
 
   here.release(prefill_cache);
   there.release(decode_cache);

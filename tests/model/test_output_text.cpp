@@ -21,7 +21,7 @@ TEST_CASE("token_finish: EOS, stop ids, max_tokens and a full context") {
 
 TEST_CASE("find_stop finds the earliest stop string that ends after search_from") {
   CHECK(find_stop("abcdef", {"cd", "b"}, 0) == 1);
-  CHECK(find_stop("abcdef", {"cd"}, 3) == 2);                 // "cd" ends at 4 > 3
+  CHECK(find_stop("abcdef", {"cd"}, 3) == 2);  // "cd" ends at 4 > 3
   CHECK(find_stop("abcdef", {"xy"}, 0) == std::string::npos);
   CHECK(find_stop("abc", {}, 0) == std::string::npos);
 }

@@ -13,9 +13,13 @@ TEST_CASE("V3 YaRN inv_freq and softmax scale match model-spec 5.3") {
   c.qk_rope_head_dim = 64;
   const rope_tables t = make_rope_tables(c);
   REQUIRE(t.inv_freq.size() == 32);
-  const std::pair<int, double> expected[] = {{0, 1.0}, {8, 0.1}, {10, 5.623413252e-2},
-                                             {11, 3.900692657e-2}, {16, 5.5e-3},
-                                             {22, 1.778279410e-4}, {23, 3.333803580e-5},
+  const std::pair<int, double> expected[] = {{0, 1.0},
+                                             {8, 0.1},
+                                             {10, 5.623413252e-2},
+                                             {11, 3.900692657e-2},
+                                             {16, 5.5e-3},
+                                             {22, 1.778279410e-4},
+                                             {23, 3.333803580e-5},
                                              {31, 3.333803580e-6}};
   for (auto [i, v] : expected)
     CHECK(t.inv_freq[i] == doctest::Approx(v).epsilon(1e-6));
@@ -37,7 +41,7 @@ TEST_CASE("without rope_scaling the frequencies are plain RoPE") {
   model_config c = testing::tiny_config();
   c.rope_scaling.reset();
   const rope_tables t = make_rope_tables(c);
-  CHECK(t.inv_freq[1] == doctest::Approx(0.1));              // 10000^(-2/8)
-  CHECK(t.inv_freq[3] == doctest::Approx(1e-3));             // 10000^(-6/8)
+  CHECK(t.inv_freq[1] == doctest::Approx(0.1));   // 10000^(-2/8)
+  CHECK(t.inv_freq[3] == doctest::Approx(1e-3));  // 10000^(-6/8)
   CHECK(t.softmax_scale == doctest::Approx(1.0 / std::sqrt(24.0)));
 }

@@ -41,7 +41,7 @@ inline model_config panel_config(int64_t vocab) {
 }
 
 class tiny_model_builder {
-public:
+ public:
   explicit tiny_model_builder(uint64_t seed, tiny_weights format = tiny_weights::f32)
       : rng_(seed), format_(format) {}
 
@@ -49,7 +49,7 @@ public:
     model_weights w;
     w.config = c;
     const int64_t D = c.hidden_size, H = c.num_attention_heads, dq = c.qk_head_dim();
-    w.embed_tokens = linear(w, c.vocab_size, D, std::sqrt(float(D)), storage::f32);   // rows of RMS ~1
+    w.embed_tokens = linear(w, c.vocab_size, D, std::sqrt(float(D)), storage::f32);  // rows of RMS ~1
     w.lm_head = linear(w, c.vocab_size, D, 1.0f / std::sqrt(float(D)), kept_bf16());
     w.norm = norm(D);
     const float out_scale = 1.0f / std::sqrt(2.0f * c.num_hidden_layers);
@@ -86,7 +86,7 @@ public:
     return w;
   }
 
-private:
+ private:
   enum class storage { f32, bf16, fp8 };
 
   // N(0,1)/sqrt(in) * scale, stored in w.owned as `as` says, else as the builder's format (bf16:
@@ -107,7 +107,9 @@ private:
     return {.type = dtype::f32, .data = w.owned.back().data(), .out_features = out, .in_features = in};
   }
   // The weights V3 keeps BF16 in its FP8 checkpoints (the lm_head, the routers).
-  [[nodiscard]] storage kept_bf16() const { return format_ == tiny_weights::fp8 ? storage::bf16 : storage::f32; }
+  [[nodiscard]] storage kept_bf16() const {
+    return format_ == tiny_weights::fp8 ? storage::bf16 : storage::f32;
+  }
 
   // `n` bytes of storage owned by `w` (a float vector, so model_weights::owned can hold it).
   static void* bytes(model_weights& w, int64_t n) {
@@ -134,13 +136,17 @@ private:
       for (int64_t i = 0; i < in; ++i) {
         const float s = scales[static_cast<size_t>((o / 128) * bcols + i / 128)];
         codes[panels ? fp8_panel_offset(o, i, in) : o * in + i] =
-            f32_to_fp8_e4m3(s > 0.0f ? v[static_cast<size_t>(o * in + i)] / s : 0.0f);
+          f32_to_fp8_e4m3(s > 0.0f ? v[static_cast<size_t>(o * in + i)] / s : 0.0f);
       }
     w.owned.push_back(std::move(scales));
-    return {.type = dtype::f8_e4m3, .data = codes,
+    return {.type = dtype::f8_e4m3,
+            .data = codes,
             .layout = panels ? weight_layout::fp8_panels : weight_layout::row_major,
-            .out_features = out, .in_features = in, .scale_inv = w.owned.back().data(),
-            .block_rows = 128, .block_cols = 128};
+            .out_features = out,
+            .in_features = in,
+            .scale_inv = w.owned.back().data(),
+            .block_rows = 128,
+            .block_cols = 128};
   }
   mlp_weights mlp(model_weights& w, int64_t inter, int64_t D, float out_scale) {
     return {linear(w, inter, D), linear(w, inter, D), linear(w, D, inter, out_scale)};

@@ -69,9 +69,13 @@ struct server_fixture {
     weights = std::make_shared<const model_weights>(tiny_model_builder(9).build(tiny_config(vocab_size)));
     handles = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
     server = std::make_unique<net::rpc_server>(
-        sys, net::serving_target{.handles = handles, .tok = tok, .vocab_size = vocab_size,
-                                 .max_context = static_cast<size_t>(topo.max_context), .model_name = "tiny"},
-        net::server_config{.limits = limits, .keys = std::move(keys)});
+      sys,
+      net::serving_target{.handles = handles,
+                          .tok = tok,
+                          .vocab_size = vocab_size,
+                          .max_context = static_cast<size_t>(topo.max_context),
+                          .model_name = "tiny"},
+      net::server_config{.limits = limits, .keys = std::move(keys)});
   }
   ~server_fixture() {
     if (server)
@@ -108,21 +112,23 @@ struct server_fixture {
       rank_stats s{};
       for (int tries = 0; tries < 100000; ++tries) {
         self->request(rank, std::chrono::seconds(5), stats_atom::value)
-            .receive([&](const rank_stats& r) { s = r; }, [&](caf::error&) {});
+          .receive([&](const rank_stats& r) { s = r; }, [&](caf::error&) {});
         if (s.num_running == 0 && s.num_free_blocks == s.num_blocks)
           break;
       }
       out.push_back(s);
     };
-    for (const auto& r : handles.prefill_ranks) ask(r);
-    for (const auto& r : handles.decode_ranks) ask(r);
+    for (const auto& r : handles.prefill_ranks)
+      ask(r);
+    for (const auto& r : handles.decode_ranks)
+      ask(r);
     return out;
   }
 };
 
 /// A blocking client over loopback.
 class test_client {
-public:
+ public:
   explicit test_client(uint16_t port) : socket_(io_), decoder_(big_limits()) {
     socket_.connect({asio::ip::make_address("127.0.0.1"), port});
     socket_.set_option(asio::ip::tcp::no_delay(true));
@@ -161,12 +167,12 @@ public:
       while (read_more())
         pending_.clear();
     } catch (const std::runtime_error&) {
-      return false;                                          // timed out: still open
+      return false;  // timed out: still open
     }
     return true;
   }
 
-private:
+ private:
   static net::frame_limits big_limits() {
     return {.max_frame_bytes = size_t{64} << 20, .max_str_bytes = size_t{64} << 20};
   }

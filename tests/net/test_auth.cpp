@@ -20,17 +20,17 @@ TEST_CASE("a token grants admin for the admin key, client for the api key, else 
   const auth_keys both{.api_key = "client-key", .admin_key = "admin-key"};
   CHECK(role_for(both, "client-key") == auth_role::client);
   CHECK(role_for(both, "admin-key") == auth_role::admin);
-  CHECK(role_for(both, "client-ke") == auth_role::none);     // a prefix
-  CHECK(role_for(both, "client-key ") == auth_role::none);   // one byte more
+  CHECK(role_for(both, "client-ke") == auth_role::none);    // a prefix
+  CHECK(role_for(both, "client-key ") == auth_role::none);  // one byte more
   CHECK(role_for(both, "") == auth_role::none);
   const auth_keys client_only{.api_key = "k", .admin_key = ""};
   CHECK(role_for(client_only, "k") == auth_role::client);
-  CHECK(role_for(client_only, "") == auth_role::none);       // an unset admin key matches nothing
+  CHECK(role_for(client_only, "") == auth_role::none);  // an unset admin key matches nothing
   const auth_keys admin_only{.api_key = "", .admin_key = "a"};
   CHECK(role_for(admin_only, "a") == auth_role::admin);
   CHECK(role_for(admin_only, "") == auth_role::none);
   CHECK(role_for(admin_only, "b") == auth_role::none);
-  CHECK(role_for({}, "anything") == auth_role::client);      // no keys: nothing to check
+  CHECK(role_for({}, "anything") == auth_role::client);  // no keys: nothing to check
 }
 
 TEST_CASE("health and auth are open to all, every other method from client up") {
@@ -59,7 +59,8 @@ TEST_CASE("auth takes one string token") {
   CHECK(std::get<rpc_error>(bad).message.rfind("token: ", 0) == 0);
   const auto none = unpack_one(packed([](packer& pk) { pk.pack_array(0); }));
   CHECK(std::get<rpc_error>(parse_auth(none.get())).code == rpc_errc::invalid_request);
-  const auto long_token = unpack_one(packed([](packer& pk) { pk.pack_array(1).pack(std::string(2000, 'x')); }));
+  const auto long_token =
+    unpack_one(packed([](packer& pk) { pk.pack_array(1).pack(std::string(2000, 'x')); }));
   CHECK(std::get<rpc_error>(parse_auth(long_token.get())).code == rpc_errc::too_large);
   CHECK(unauthenticated("generate").code == rpc_errc::auth);
   CHECK(wrong_token().code == rpc_errc::auth);
@@ -69,7 +70,7 @@ TEST_CASE("equal_constant_time: equal only for the same bytes, never for an unse
   CHECK(equal_constant_time("abc", "abc"));
   CHECK_FALSE(equal_constant_time("abd", "abc"));
   CHECK_FALSE(equal_constant_time("ab", "abc"));
-  CHECK_FALSE(equal_constant_time("abcabc", "abc"));          // the key repeated is not the key
+  CHECK_FALSE(equal_constant_time("abcabc", "abc"));  // the key repeated is not the key
   CHECK_FALSE(equal_constant_time("", "abc"));
   CHECK_FALSE(equal_constant_time("", ""));
   CHECK_FALSE(equal_constant_time("x", ""));

@@ -36,8 +36,7 @@ TEST_CASE("prompt_ids_of: text gets BOS, chat goes through the template, ids pas
   CHECK(std::get<std::vector<int32_t>>(prompt_ids_of(chat, *tok, 129280)) ==
         tok->encode(apply_chat_template({{"user", "Hi"}}, true)));
   generate_request ids{.kind = prompt_kind::token_ids, .input_ids = {0, 5, 999}};
-  CHECK(std::get<std::vector<int32_t>>(prompt_ids_of(ids, *tok, 1000)) ==
-        std::vector<int32_t>{0, 5, 999});
+  CHECK(std::get<std::vector<int32_t>>(prompt_ids_of(ids, *tok, 1000)) == std::vector<int32_t>{0, 5, 999});
 }
 
 TEST_CASE("prompt_ids_of: ids outside the model's vocabulary and empty prompts are 422") {

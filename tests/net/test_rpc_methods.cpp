@@ -73,15 +73,14 @@ TEST_CASE("tokenize takes a string or a map with prompt or messages") {
   CHECK_FALSE(req.add_generation_prompt);
 
   const std::tuple<msgpack::object_handle, rpc_errc, std::string> bad[] = {
-      {params_of([](packer& pk) { pk.pack_array(1).pack(5); }), rpc_errc::invalid_request, "params"},
-      {params_of([](packer& pk) { pk.pack_array(1).pack_map(0); }), rpc_errc::validation, "prompt"},
-      {params_of([](packer& pk) { pk.pack_array(1).pack_map(1).pack("text").pack("x"); }),
-       rpc_errc::validation, "text"},
-      {params_of([](packer& pk) {
-         pk.pack_array(1).pack_map(1).pack("add_special_tokens").pack(1);
-       }), rpc_errc::validation, "add_special_tokens"},
-      {params_of([](packer& pk) { pk.pack_array(1).pack(std::string(11, 'a')); }),
-       rpc_errc::too_large, "prompt"},
+    {params_of([](packer& pk) { pk.pack_array(1).pack(5); }), rpc_errc::invalid_request, "params"},
+    {params_of([](packer& pk) { pk.pack_array(1).pack_map(0); }), rpc_errc::validation, "prompt"},
+    {params_of([](packer& pk) { pk.pack_array(1).pack_map(1).pack("text").pack("x"); }), rpc_errc::validation,
+     "text"},
+    {params_of([](packer& pk) { pk.pack_array(1).pack_map(1).pack("add_special_tokens").pack(1); }),
+     rpc_errc::validation, "add_special_tokens"},
+    {params_of([](packer& pk) { pk.pack_array(1).pack(std::string(11, 'a')); }), rpc_errc::too_large,
+     "prompt"},
   };
   for (const auto& [params, code, field] : bad) {
     const rpc_error err = error_of(parse_tokenize(params.get(), {.max_prompt_bytes = 10}));
@@ -111,15 +110,17 @@ TEST_CASE("models, health, ready and stats take no params") {
 TEST_CASE("a token notification carries msgid, seq, ids and the text delta") {
   const msgpack::object_handle oh = unpack_one(bytes_of(encode_token(9, 3, {17, 18}, "he")));
   const auto [type, method, params] =
-      oh.get().as<std::tuple<int, std::string,
-                             std::tuple<uint32_t, uint64_t, std::vector<int32_t>, std::string>>>();
+    oh.get()
+      .as<std::tuple<int, std::string, std::tuple<uint32_t, uint64_t, std::vector<int32_t>, std::string>>>();
   CHECK(type == 2);
   CHECK(method == "token");
   CHECK(params == std::make_tuple(9u, uint64_t{3}, std::vector<int32_t>{17, 18}, std::string("he")));
 }
 
 TEST_CASE("a generate result holds ids, text, finish_reason, usage and float timings") {
-  const generate_result r{.output_ids = {5, 6}, .text = "ab", .reason = finish_reason::length,
+  const generate_result r{.output_ids = {5, 6},
+                          .text = "ab",
+                          .reason = finish_reason::length,
                           .usage = {.prompt_tokens = 7, .completion_tokens = 2},
                           .timings = {.queue = 0.0, .ttft = 2.0, .decode = 0.25}};
   const msgpack::object_handle oh = unpack_one(bytes_of(encode_generate_result(4, r)));
@@ -137,15 +138,15 @@ TEST_CASE("a generate result holds ids, text, finish_reason, usage and float tim
   CHECK(usage == std::map<std::string, int64_t>{{"prompt_tokens", 7}, {"completion_tokens", 2}});
   const auto timings = m.at("timings").as<std::map<std::string, msgpack::object>>();
   for (const char* key : {"queue", "ttft", "decode"})
-    CHECK(timings.at(key).type == msgpack::type::FLOAT64);   // 0.0 and 2.0 stay floats
+    CHECK(timings.at(key).type == msgpack::type::FLOAT64);  // 0.0 and 2.0 stay floats
   CHECK(timings.at("ttft").as<double>() == 2.0);
   CHECK(timings.at("decode").as<double>() == 0.25);
 }
 
 TEST_CASE("logprobs, when asked, are a 5th token element and a result key, as float32 maps") {
   const std::vector<token_logprobs> lp = {
-      {.token_id = 17, .logprob = -0.5f, .top = {{17, -0.5f}, {3, -1.0f}}},
-      {.token_id = 18, .logprob = 0.0f, .top = {}}};
+    {.token_id = 17, .logprob = -0.5f, .top = {{17, -0.5f}, {3, -1.0f}}},
+    {.token_id = 18, .logprob = 0.0f, .top = {}}};
   const msgpack::object_handle note = unpack_one(bytes_of(encode_token(9, 0, {17, 18}, "he", &lp)));
   const msgpack::object_array& params = note.get().via.array.ptr[2].via.array;
   REQUIRE(params.size == 5);
@@ -157,8 +158,8 @@ TEST_CASE("logprobs, when asked, are a 5th token element and a result key, as fl
   const auto top = entries[0].at("top_logprobs").as<std::vector<std::tuple<int32_t, float>>>();
   CHECK(top == std::vector<std::tuple<int32_t, float>>{{17, -0.5f}, {3, -1.0f}});
   const auto pair = entries[0].at("top_logprobs").via.array.ptr[1].via.array;
-  CHECK(pair.ptr[1].type == msgpack::type::FLOAT32);         // -1.0 stays a float
-  CHECK(entries[1].at("logprob").type == msgpack::type::FLOAT32);   // 0.0 too
+  CHECK(pair.ptr[1].type == msgpack::type::FLOAT32);               // -1.0 stays a float
+  CHECK(entries[1].at("logprob").type == msgpack::type::FLOAT32);  // 0.0 too
   CHECK(entries[1].at("top_logprobs").via.array.size == 0);
 
   generate_result r{.output_ids = {17, 18}, .text = "he", .reason = finish_reason::length};

@@ -17,8 +17,8 @@ using namespace moe::testing;
 namespace {
 
 /// [0, msgid, "generate", [{input_ids, max_tokens, ignore_eos, stream, temperature[, seed]}]]
-std::string generate_ids(uint32_t msgid, const std::vector<int32_t>& ids, int32_t max_tokens,
-                         bool stream, std::optional<uint64_t> seed = std::nullopt) {
+std::string generate_ids(uint32_t msgid, const std::vector<int32_t>& ids, int32_t max_tokens, bool stream,
+                         std::optional<uint64_t> seed = std::nullopt) {
   return packed([&](packer& pk) {
     pk.pack_array(4).pack(0).pack(msgid).pack("generate").pack_array(1).pack_map(seed ? 6 : 5);
     pk.pack("input_ids").pack(ids).pack("max_tokens").pack(max_tokens);
@@ -123,7 +123,8 @@ TEST_CASE_FIXTURE(server_fixture, "a short generate overtakes a long one on the 
   CHECK(result_map(second).at("output_ids").as<std::vector<int32_t>>().size() == 60);
 }
 
-TEST_CASE_FIXTURE(server_fixture, "queue time runs until prefill starts: a request behind the only running slot waits") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "queue time runs until prefill starts: a request behind the only running slot waits") {
   if (skip_without_tokenizer())
     return;
   topo.max_running_requests = 1;
@@ -147,7 +148,7 @@ TEST_CASE_FIXTURE(server_fixture, "queue time runs until prefill starts: a reque
   CHECK(second.at("queue") >= 0.9 * (first.at("ttft") + first.at("decode")));
   for (const auto* t : {&first, &second}) {
     CHECK(t->at("queue") >= 0.0);
-    CHECK(t->at("ttft") >= t->at("queue"));                  // the first token follows prefill
+    CHECK(t->at("ttft") >= t->at("queue"));  // the first token follows prefill
   }
 }
 
@@ -164,7 +165,8 @@ TEST_CASE_FIXTURE(server_fixture, "100 concurrent clients stream what the single
       ids.push_back(static_cast<int32_t>(rng() % 1000));
     prompts.push_back(ids);
     clients.push_back(std::make_unique<test_client>(server->port()));
-    clients.back()->send(generate_ids(i, ids, 1 + i % 4, true, i % 3 == 0 ? std::optional<uint64_t>(i) : std::nullopt));
+    clients.back()->send(
+      generate_ids(i, ids, 1 + i % 4, true, i % 3 == 0 ? std::optional<uint64_t>(i) : std::nullopt));
   }
   for (uint32_t i = 0; i < 100; ++i) {
     CAPTURE(i);
@@ -172,7 +174,7 @@ TEST_CASE_FIXTURE(server_fixture, "100 concurrent clients stream what the single
     const net::rpc_response r = clients[i]->next_response(&notes);
     REQUIRE(error_code(r) == 0);
     const generation_result want = reference_run(
-        prompts[i], sampling_of(1 + i % 4, i % 3 == 0 ? std::optional<uint64_t>(i) : std::nullopt));
+      prompts[i], sampling_of(1 + i % 4, i % 3 == 0 ? std::optional<uint64_t>(i) : std::nullopt));
     const streamed s = collect(notes, i);
     CHECK(s.seq_ok);
     CHECK(s.ids == want.output_ids);
@@ -189,7 +191,7 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
   {
     test_client client(server->port());
     client.send(generate_ids(1, {0, 1, 2, 3}, 120, true));
-    const net::rpc_message m = client.next();                // the first token is out
+    const net::rpc_message m = client.next();  // the first token is out
     REQUIRE(std::holds_alternative<net::rpc_notification>(m));
     client.close();
   }
@@ -198,8 +200,8 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
     CHECK(s.num_running == 0);
     CHECK(s.num_free_blocks == s.num_blocks);
   }
-  CHECK(stats.back().num_steps < 119);                       // aborted, not run to max_tokens
-  test_client again(server->port());                        // the server still serves
+  CHECK(stats.back().num_steps < 119);  // aborted, not run to max_tokens
+  test_client again(server->port());    // the server still serves
   again.send(request_bytes(1, "health", std::vector<int>{}));
   CHECK(error_code(again.next_response()) == 0);
   // the server's stats count it as cancelled, with the tokens it made: the closed connection's
@@ -216,7 +218,7 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
     output_tokens = m.at("output_tokens").as<int64_t>();
   }
   CHECK(cancelled == 1);
-  CHECK(output_tokens >= 1);                                 // at least the token it saw
+  CHECK(output_tokens >= 1);  // at least the token it saw
 }
 
 TEST_CASE_FIXTURE(server_fixture, "the cluster stopping answers in-flight generates 503 at once") {
@@ -225,12 +227,12 @@ TEST_CASE_FIXTURE(server_fixture, "the cluster stopping answers in-flight genera
   start();
   test_client client(server->port());
   client.send(generate_ids(1, {0, 1, 2, 3}, 120, true));
-  REQUIRE(std::holds_alternative<net::rpc_notification>(client.next()));   // decoding
+  REQUIRE(std::holds_alternative<net::rpc_notification>(client.next()));  // decoding
   const auto t0 = std::chrono::steady_clock::now();
-  handles.stop();                                            // what serve does after SIGTERM
+  handles.stop();  // what serve does after SIGTERM
   const net::rpc_response r = client.next_response();
   CHECK(error_code(r) == 503);
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));   // not a timeout's 10-30 s
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));  // not a timeout's 10-30 s
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leaves nothing behind") {
@@ -243,9 +245,9 @@ TEST_CASE_FIXTURE(server_fixture, "a client that closes right after sending leav
     for (uint32_t i = 0; i < 5; ++i)
       bytes += generate_ids(i, {0, static_cast<int32_t>(i)}, 30, true);
     client.send(bytes);
-    client.close();                                          // before any is admitted, likely
+    client.close();  // before any is admitted, likely
   }
-  test_client other(server->port());                         // the io thread has seen the close
+  test_client other(server->port());  // the io thread has seen the close
   other.send(request_bytes(1, "health", std::vector<int>{}));
   CHECK(error_code(other.next_response()) == 0);
   for (const rank_stats& s : idle_rank_stats())

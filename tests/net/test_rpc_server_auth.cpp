@@ -67,11 +67,13 @@ TEST_CASE_FIXTURE(server_fixture, "with an api key only health answers before au
   const auto* note = std::get_if<net::rpc_notification>(&m);
   REQUIRE(note != nullptr);
   CHECK(note->method == "error");
-  CHECK(note->params.via.array.ptr[0].as<std::map<std::string, msgpack::object>>().at("code").as<int>() == 401);
+  CHECK(note->params.via.array.ptr[0].as<std::map<std::string, msgpack::object>>().at("code").as<int>() ==
+        401);
   CHECK(error_code(ask(c, request_bytes(6, "nope", std::vector<int>{}))) == 404);
 }
 
-TEST_CASE_FIXTURE(server_fixture, "the api key and the admin key open the connection, a wrong token does not") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "the api key and the admin key open the connection, a wrong token does not") {
   if (skip_without_tokenizer())
     return;
   start({}, keys);
@@ -87,7 +89,7 @@ TEST_CASE_FIXTURE(server_fixture, "the api key and the admin key open the connec
   const net::rpc_response as_admin = ask(admin, auth_bytes(1, "admin-secret"));
   REQUIRE(error_code(as_admin) == 0);
   CHECK(role_of(as_admin) == "admin");
-  CHECK(error_code(ask(admin, small_generate(2))) == 0);    // admin includes client access
+  CHECK(error_code(ask(admin, small_generate(2))) == 0);  // admin includes client access
 
   // pipelined: auth is answered before the generate behind it is read
   test_client pipelined(server->port());
@@ -105,6 +107,6 @@ TEST_CASE_FIXTURE(server_fixture, "the third wrong token closes the connection a
   CHECK(error_code(ask(c, auth_bytes(2, "guess-2"))) == 401);
   CHECK(error_code(ask(c, auth_bytes(3, "guess-3"))) == 401);
   CHECK(c.closed_by_server());
-  test_client fresh(server->port());                          // only that connection
+  test_client fresh(server->port());  // only that connection
   CHECK(error_code(ask(fresh, auth_bytes(1, "client-secret"))) == 0);
 }

@@ -43,28 +43,28 @@ TEST_CASE_FIXTURE(server_fixture, "each bad request is answered with its error c
   CHECK(code_of(c, request_bytes(2, "generate", std::vector<int>{1})) == 400);
   CHECK(code_of(c, generate_with(3, 1, [](packer& pk) { pk.pack("max_token").pack(3); })) == 422);
   CHECK(code_of(c, generate_with(4, 1, [](packer& pk) {
-          pk.pack("input_ids").pack(std::vector<int32_t>(128, 1));
-        })) == 413);                                         // fills the 128-token context
+                  pk.pack("input_ids").pack(std::vector<int32_t>(128, 1));
+                })) == 413);  // fills the 128-token context
   CHECK(code_of(c, generate_with(5, 2, [](packer& pk) {
-          pk.pack("input_ids").pack(std::vector<int32_t>{0, 1}).pack("max_tokens").pack(127);
-        })) == 422);
+                  pk.pack("input_ids").pack(std::vector<int32_t>{0, 1}).pack("max_tokens").pack(127);
+                })) == 422);
   CHECK(code_of(c, generate_with(6, 1, [](packer& pk) {
-          pk.pack("input_ids").pack(std::vector<int32_t>{0, 1000});
-        })) == 422);                                         // outside the model's vocabulary
+                  pk.pack("input_ids").pack(std::vector<int32_t>{0, 1000});
+                })) == 422);  // outside the model's vocabulary
   CHECK(code_of(c, generate_with(7, 1, [](packer& pk) { pk.pack("prompt").pack("hi"); })) ==
-        422);                                                // the tokenizer's ids exceed 1000
+        422);  // the tokenizer's ids exceed 1000
   CHECK(code_of(c, generate_with(8, 1, [](packer& pk) { pk.pack("temperature").pack(-1); })) == 422);
   CHECK(code_of(c, request_bytes(9, "health", std::vector<int>{1})) == 400);
   CHECK(code_of(c, generate_with(14, 2, [](packer& pk) {
-          pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("model").pack("other");
-        })) == 422);
+                  pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("model").pack("other");
+                })) == 422);
   CHECK(code_of(c, generate_with(15, 2, [](packer& pk) {
-          pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("logprobs").pack(21);
-        })) == 422);                                         // vLLM's maximum is 20
+                  pk.pack("input_ids").pack(std::vector<int32_t>{0}).pack("logprobs").pack(21);
+                })) == 422);  // vLLM's maximum is 20
   CHECK(code_of(c, request_bytes(10, "detokenize", std::vector<std::vector<int64_t>>{{-1}})) == 422);
   CHECK(code_of(c, request_bytes(11, "cancel", std::vector<std::string>{"x"})) == 422);
   c.send(request_bytes(13, "cancel", std::vector<uint32_t>{99}));
-  CHECK_FALSE(c.next_response().result.as<bool>());          // nothing in flight with msgid 99
+  CHECK_FALSE(c.next_response().result.as<bool>());  // nothing in flight with msgid 99
   c.send(notification_bytes("nope", std::vector<int>{}));
   const net::rpc_message m = c.next();
   const auto* note = std::get_if<net::rpc_notification>(&m);
@@ -101,17 +101,18 @@ TEST_CASE_FIXTURE(server_fixture, "oversized and deeply nested frames close only
   start({.frames = {.max_frame_bytes = 4096}});
   test_client healthy(server->port());
   {
-    test_client c(server->port());                           // a string past the frame limit
+    test_client c(server->port());  // a string past the frame limit
     c.send(packed([](packer& pk) {
-      pk.pack_array(4).pack(0).pack(1).pack("tokenize").pack_array(1).pack_str(3u << 20);
-    }) + std::string(5000, 'a'));
+             pk.pack_array(4).pack(0).pack(1).pack("tokenize").pack_array(1).pack_str(3u << 20);
+           }) +
+           std::string(5000, 'a'));
     const net::rpc_response r = c.next_response();
     CHECK(r.msgid == 1);
     CHECK(error_code(r) == 413);
     CHECK(c.closed_by_server());
   }
   {
-    test_client c(server->port());                           // params nested 20 deep
+    test_client c(server->port());  // params nested 20 deep
     c.send(packed([](packer& pk) {
       pk.pack_array(4).pack(0).pack(2).pack("generate");
       for (int i = 0; i < 20; ++i)
@@ -124,7 +125,7 @@ TEST_CASE_FIXTURE(server_fixture, "oversized and deeply nested frames close only
     CHECK(c.closed_by_server());
   }
   {
-    test_client c(server->port());                           // not MessagePack-RPC at all
+    test_client c(server->port());  // not MessagePack-RPC at all
     c.send(std::string("\xc1\xc1\xc1", 3));
     CHECK(c.closed_by_server());
   }
@@ -135,13 +136,12 @@ TEST_CASE_FIXTURE(server_fixture, "oversized and deeply nested frames close only
 TEST_CASE_FIXTURE(server_fixture, "idle and read-progress timeouts close the connection") {
   if (skip_without_tokenizer())
     return;
-  start({.idle_timeout = std::chrono::milliseconds(300),
-         .read_timeout = std::chrono::milliseconds(300)});
+  start({.idle_timeout = std::chrono::milliseconds(300), .read_timeout = std::chrono::milliseconds(300)});
   test_client idle(server->port());
-  CHECK(idle.closed_by_server());                            // sent nothing
+  CHECK(idle.closed_by_server());  // sent nothing
   test_client slow(server->port());
   slow.send(request_bytes(1, "health", std::vector<int>{}).substr(0, 3));
-  CHECK(slow.closed_by_server());                            // a message that stopped coming
+  CHECK(slow.closed_by_server());  // a message that stopped coming
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a connection over the limit gets a 429 notification") {
@@ -149,7 +149,7 @@ TEST_CASE_FIXTURE(server_fixture, "a connection over the limit gets a 429 notifi
     return;
   start({.max_connections = 2});
   test_client a(server->port()), b(server->port());
-  a.send(request_bytes(1, "health", std::vector<int>{}));    // a and b are both admitted
+  a.send(request_bytes(1, "health", std::vector<int>{}));  // a and b are both admitted
   CHECK(error_code(a.next_response()) == 0);
   b.send(request_bytes(1, "health", std::vector<int>{}));
   CHECK(error_code(b.next_response()) == 0);
@@ -189,7 +189,7 @@ TEST_CASE_FIXTURE(server_fixture, "stats and ready go through the cluster") {
     CHECK(rank.at("free_blocks").as<int64_t>() <= rank.at("blocks").as<int64_t>());
   }
   CHECK(m.at("window").as<std::map<std::string, msgpack::object>>().at("output_tokens").as<int64_t>() == 2);
-  CHECK(m.at("queue").as<std::map<std::string, int64_t>>().at("admitted") == 2);   // ready's too
+  CHECK(m.at("queue").as<std::map<std::string, int64_t>>().at("admitted") == 2);  // ready's too
 }
 
 TEST_CASE_FIXTURE(server_fixture, "a reply over the write buffer drops the connection, not the server") {
@@ -199,7 +199,7 @@ TEST_CASE_FIXTURE(server_fixture, "a reply over the write buffer drops the conne
   test_client c(server->port());
   std::string text;
   for (int i = 0; i < 2000; ++i)
-    text += "word" + std::to_string(i) + " ";               // thousands of ids: over 4 KiB
+    text += "word" + std::to_string(i) + " ";  // thousands of ids: over 4 KiB
   c.send(request_bytes(1, "tokenize", std::vector<std::string>{text}));
   CHECK(c.closed_by_server());
   test_client again(server->port());
@@ -210,8 +210,7 @@ TEST_CASE_FIXTURE(server_fixture, "a reply over the write buffer drops the conne
 TEST_CASE_FIXTURE(server_fixture, "random bytes from many clients never take the server down") {
   if (skip_without_tokenizer())
     return;
-  start({.idle_timeout = std::chrono::milliseconds(200),
-         .read_timeout = std::chrono::milliseconds(200)});
+  start({.idle_timeout = std::chrono::milliseconds(200), .read_timeout = std::chrono::milliseconds(200)});
   std::mt19937 rng(11);
   for (int i = 0; i < 60; ++i) {
     CAPTURE(i);
@@ -219,13 +218,13 @@ TEST_CASE_FIXTURE(server_fixture, "random bytes from many clients never take the
     std::string bytes(1 + rng() % 512, '\0');
     for (char& b : bytes)
       b = static_cast<char>(rng());
-    if (i % 3 == 0)                                          // a valid request's prefix first
+    if (i % 3 == 0)  // a valid request's prefix first
       bytes = request_bytes(1, "generate", std::vector<int>{}).substr(0, 4) + bytes;
     try {
       c.send(bytes);
-    } catch (const std::system_error&) {                     // closed before all of it was sent
+    } catch (const std::system_error&) {  // closed before all of it was sent
     }
-    CHECK(c.closed_by_server());                             // at the latest by a timeout
+    CHECK(c.closed_by_server());  // at the latest by a timeout
   }
   test_client after(server->port());
   after.send(request_bytes(1, "health", std::vector<int>{}));
@@ -235,13 +234,13 @@ TEST_CASE_FIXTURE(server_fixture, "random bytes from many clients never take the
 TEST_CASE_FIXTURE(server_fixture, "detokenize takes any id the model can produce, past the tokenizer's") {
   if (skip_without_tokenizer())
     return;
-  start({}, {}, 129280);                    // V3's embedding rows; the tokenizer has 128815 ids
+  start({}, {}, 129280);  // V3's embedding rows; the tokenizer has 128815 ids
   REQUIRE(tok->vocab_size() < 129044);
   test_client c(server->port());
   c.send(request_bytes(1, "detokenize", std::vector<std::vector<int32_t>>{{0, 129044}}));
   const net::rpc_response r = c.next_response();
   REQUIRE(error_code(r) == 0);
-  CHECK(r.result.as<std::string>() == tok->decode({0}));   // no token: no text, as in HF
+  CHECK(r.result.as<std::string>() == tok->decode({0}));  // no token: no text, as in HF
   CHECK(code_of(c, request_bytes(2, "detokenize", std::vector<std::vector<int32_t>>{{129280}})) == 422);
 }
 
@@ -252,7 +251,7 @@ TEST_CASE_FIXTURE(server_fixture, "a client whose sends straddle message boundar
   std::string bytes;
   for (uint32_t id = 1; id <= 12; ++id)
     bytes += request_bytes(id, "health", std::vector<int>{});
-  const size_t len = bytes.size() / 12;      // msgids below 128: every request the same size
+  const size_t len = bytes.size() / 12;  // msgids below 128: every request the same size
   // each send ends one message and starts the next, 100 ms apart: 1.2 s in all, every message
   // whole within 100 ms, the connection never without a started message
   test_client c(server->port());
@@ -292,6 +291,6 @@ TEST_CASE_FIXTURE(server_fixture, "ready and stats requests in flight per connec
   CHECK(ok + overloaded == 20);
   CHECK(ok >= 8);
   CHECK(overloaded >= 1);
-  c.send(request_bytes(99, "ready", std::vector<int>{}));   // answered ones free their places
+  c.send(request_bytes(99, "ready", std::vector<int>{}));  // answered ones free their places
   CHECK(error_code(c.next_response()) == 0);
 }

@@ -20,7 +20,7 @@ struct wire_logprobs {
   int32_t token_id = 0;
   double logprob = 0.0;
   std::vector<std::pair<int32_t, double>> top;
-  bool float32 = true;                      // every logprob on the wire is a msgpack float32
+  bool float32 = true;  // every logprob on the wire is a msgpack float32
 };
 
 /// [0, msgid, "generate", [{input_ids, max_tokens, ignore_eos, stream, temperature, seed, logprobs?}]]
@@ -68,17 +68,20 @@ std::vector<wire_logprobs> streamed_logprobs(const std::vector<net::rpc_notifica
 std::vector<double> log_softmax(const float* row, size_t vocab) {
   const double max_logit = *std::max_element(row, row + vocab);
   double sum = 0.0;
-  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - max_logit);
+  for (size_t i = 0; i < vocab; ++i)
+    sum += std::exp(static_cast<double>(row[i]) - max_logit);
   std::vector<double> out(vocab);
-  for (size_t i = 0; i < vocab; ++i) out[i] = static_cast<double>(row[i]) - max_logit - std::log(sum);
+  for (size_t i = 0; i < vocab; ++i)
+    out[i] = static_cast<double>(row[i]) - max_logit - std::log(sum);
   return out;
 }
 
-constexpr double tolerance = 1e-4;          // float32 on the wire; decode steps vs one prefill
+constexpr double tolerance = 1e-4;  // float32 on the wire; decode steps vs one prefill
 
 }  // namespace
 
-TEST_CASE_FIXTURE(server_fixture, "logprobs are the raw log_softmax of the model's logits, streamed and final") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "logprobs are the raw log_softmax of the model's logits, streamed and final") {
   if (skip_without_tokenizer())
     return;
   start();
@@ -120,8 +123,8 @@ TEST_CASE_FIXTURE(server_fixture, "logprobs are the raw log_softmax of the model
           CHECK(lp.top[j].second <= lp.top[j - 1].second);
         sum += std::exp(lp.top[j].second);
       }
-      CHECK(std::log(sum) <= 1e-6);                          // a part of one distribution
-      if (temperature == 0.0f) {                             // greedy samples the maximum
+      CHECK(std::log(sum) <= 1e-6);  // a part of one distribution
+      if (temperature == 0.0f) {     // greedy samples the maximum
         CHECK(lp.top[0].first == lp.token_id);
         CHECK(lp.logprob == lp.top[0].second);
       }
@@ -130,15 +133,17 @@ TEST_CASE_FIXTURE(server_fixture, "logprobs are the raw log_softmax of the model
       CHECK(lp.logprob == doctest::Approx(want[static_cast<size_t>(lp.token_id)]).epsilon(tolerance));
       for (const auto& [id, value] : lp.top)
         CHECK(value == doctest::Approx(want[static_cast<size_t>(id)]).epsilon(tolerance));
-      const double least_listed = lp.top.back().second;   // nobody left out is more likely
+      const double least_listed = lp.top.back().second;  // nobody left out is more likely
       for (size_t id = 0; id < vocab; ++id)
-        if (std::none_of(lp.top.begin(), lp.top.end(), [&](const auto& e) { return e.first == static_cast<int32_t>(id); }))
+        if (std::none_of(lp.top.begin(), lp.top.end(),
+                         [&](const auto& e) { return e.first == static_cast<int32_t>(id); }))
           CHECK(want[id] <= least_listed + tolerance);
     }
   }
 }
 
-TEST_CASE_FIXTURE(server_fixture, "logprobs 0 gives the sampled token's only, and none asked means none sent") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "logprobs 0 gives the sampled token's only, and none asked means none sent") {
   if (skip_without_tokenizer())
     return;
   start();

@@ -8,12 +8,17 @@ using moe::net::format_stats_line;
 using moe::net::stats_line_figures;
 
 TEST_CASE("a stats line: token rates over its interval, requests, every rank's KV in use, connections") {
-  const stats_line_figures f{.seconds = 4.0, .requests = 3, .failed = 1, .input_tokens = 482, .output_tokens = 180,
-                             .connections = 2, .prefill_kv = {0.0, 0.125}, .decode_kv = {0.374, 0.996}};
-  CHECK(format_stats_line(f) ==
-        "prompt 120.5 tok/s, generation 45.0 tok/s, 3 requests (1 failed) in 4.0 s, "
-        "KV in use: prefill 0 % 13 %, decode 37 % 100 %, 2 connections");
-  const stats_line_figures one{.seconds = 0.0, .requests = 1, .connections = 1};   // no division by zero
+  const stats_line_figures f{.seconds = 4.0,
+                             .requests = 3,
+                             .failed = 1,
+                             .input_tokens = 482,
+                             .output_tokens = 180,
+                             .connections = 2,
+                             .prefill_kv = {0.0, 0.125},
+                             .decode_kv = {0.374, 0.996}};
+  CHECK(format_stats_line(f) == "prompt 120.5 tok/s, generation 45.0 tok/s, 3 requests (1 failed) in 4.0 s, "
+                                "KV in use: prefill 0 % 13 %, decode 37 % 100 %, 2 connections");
+  const stats_line_figures one{.seconds = 0.0, .requests = 1, .connections = 1};  // no division by zero
   CHECK(format_stats_line(one) ==
         "prompt 0.0 tok/s, generation 0.0 tok/s, 1 request (0 failed) in 0.0 s, KV in use: prefill, decode, "
         "1 connection");

@@ -42,13 +42,14 @@ std::string notification_bytes(std::string_view method, const Params& params) {
 inline msgpack::object_handle unpack_one(const std::string& bytes) {
   size_t offset = 0;
   msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), offset);
-  if (offset != bytes.size()) throw std::runtime_error("trailing bytes after one value");
+  if (offset != bytes.size())
+    throw std::runtime_error("trailing bytes after one value");
   return oh;
 }
 
 /// Builds generate's params [ {key: value, ...} ], keys in the order added.
 class params_builder {
-public:
+ public:
   template <class T>
   params_builder& add(std::string key, T value) {
     entries_.push_back([key = std::move(key), value](packer& pk) { pk.pack(key).pack(value); });
@@ -60,17 +61,21 @@ public:
   }
   /// A key whose value `fill` packs (exactly one value).
   params_builder& add_raw(std::string key, std::function<void(packer&)> fill) {
-    entries_.push_back([key = std::move(key), fill](packer& pk) { pk.pack(key); fill(pk); });
+    entries_.push_back([key = std::move(key), fill](packer& pk) {
+      pk.pack(key);
+      fill(pk);
+    });
     return *this;
   }
   [[nodiscard]] msgpack::object_handle build() const {
     return unpack_one(packed([&](packer& pk) {
       pk.pack_array(1).pack_map(static_cast<uint32_t>(entries_.size()));
-      for (const auto& entry : entries_) entry(pk);
+      for (const auto& entry : entries_)
+        entry(pk);
     }));
   }
 
-private:
+ private:
   std::vector<std::function<void(packer&)>> entries_;
 };
 

@@ -13,8 +13,8 @@ using namespace moe;
 namespace {
 
 matrix<double> readme_weight() {
-  const std::vector<double> w = {90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86,
-                                 20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27};
+  const std::vector<double> w = {90, 132, 40,  61, 104, 165, 39,  4,   73,  56, 183, 86,
+                                 20, 107, 104, 64, 19,  197, 187, 157, 172, 86, 16,  27};
   matrix<double> m(2, 12);
   m.data = w;
   return m;
@@ -33,10 +33,10 @@ TEST_CASE("rebalance_experts reproduces the EPLB README example (hierarchical)")
   CHECK(row(plan.logcnt, 0) == std::vector<int32_t>{1, 2, 1, 1, 2, 2, 1, 1, 1, 1, 2, 1});
   CHECK(row(plan.logcnt, 1) == std::vector<int32_t>{1, 2, 1, 1, 1, 2, 2, 1, 2, 1, 1, 1});
   REQUIRE(plan.log2phy.size() == 2);
-  CHECK(plan.log2phy[0].data == std::vector<int32_t>{12, -1, 15, 13, 11, -1, 6, -1, 7, 5, 0, 2,
-                                                     1, -1, 3, -1, 4, -1, 9, -1, 8, 10, 14, -1});
+  CHECK(plan.log2phy[0].data == std::vector<int32_t>{12, -1, 15, 13, 11, -1, 6, -1, 7, 5,  0,  2,
+                                                     1,  -1, 3,  -1, 4,  -1, 9, -1, 8, 10, 14, -1});
   CHECK(plan.log2phy[1].data == std::vector<int32_t>{13, -1, 15, 11, 8, -1, 14, -1, 9, -1, 10, 12,
-                                                     2, 4, 0, -1, 6, 3, 7, -1, 1, -1, 5, -1});
+                                                     2,  4,  0,  -1, 6, 3,  7,  -1, 1, -1, 5,  -1});
   const auto l0 = rank_loads(plan, readme_weight(), 0, 8);
   const std::vector<double> expected_l0 = {121.5, 86.5, 125, 113, 147.5, 131.5, 156, 152};
   for (size_t i = 0; i < l0.size(); ++i)
@@ -71,7 +71,7 @@ TEST_CASE("global policy when groups do not divide among nodes, every expert pla
   matrix<double> w(1, 12);
   for (int64_t e = 0; e < 12; ++e)
     w(0, e) = 10.0 + static_cast<double>((e * 7) % 12);
-  const expert_plan plan = rebalance_experts(w, 18, 4, 3, 6);   // 4 % 3 != 0 -> global
+  const expert_plan plan = rebalance_experts(w, 18, 4, 3, 6);  // 4 % 3 != 0 -> global
   std::vector<int32_t> seen(12, 0);
   for (int32_t e : plan.phy2log.data)
     ++seen[e];
@@ -81,7 +81,7 @@ TEST_CASE("global policy when groups do not divide among nodes, every expert pla
 }
 
 TEST_CASE("the global policy needs neither ranks % nodes nor experts % groups; no layers, no plan") {
-  matrix<double> w(1, 12);                  // loads [10 17 12 19 14 21 16 11 18 13 20 15]
+  matrix<double> w(1, 12);  // loads [10 17 12 19 14 21 16 11 18 13 20 15]
   for (int64_t e = 0; e < 12; ++e)
     w(0, e) = 10.0 + static_cast<double>((e * 7) % 12);
   // 4 groups over 3 nodes: global, 4 ranks (4 % 3 != 0). No replicas; by hand, heaviest first

@@ -23,9 +23,10 @@ TEST_CASE("decode: least KV usage and fewest requests, only ranks with room") {
                                           {.num_used_blocks = 10, .num_blocks = 100, .num_running = 2},
                                           {.num_used_blocks = 10, .num_blocks = 100, .num_running = 9}};
   CHECK(pick_decode_rank(loads, 5) == 1);
-  CHECK(pick_decode_rank(loads, 95) == std::nullopt);       // nobody has 95 free blocks
+  CHECK(pick_decode_rank(loads, 95) == std::nullopt);  // nobody has 95 free blocks
   CHECK(pick_decode_rank(loads, 25) == 1);
-  const std::vector<decode_load> full = {{.num_used_blocks = 0, .num_blocks = 10, .num_running = 4, .max_running = 4},
-                                         {.num_used_blocks = 9, .num_blocks = 10, .num_running = 0, .max_running = 4}};
-  CHECK(pick_decode_rank(full, 1) == 1);                     // rank 0 has no running slot left
+  const std::vector<decode_load> full = {
+    {.num_used_blocks = 0, .num_blocks = 10, .num_running = 4, .max_running = 4},
+    {.num_used_blocks = 9, .num_blocks = 10, .num_running = 0, .max_running = 4}};
+  CHECK(pick_decode_rank(full, 1) == 1);  // rank 0 has no running slot left
 }

@@ -27,7 +27,8 @@ sampling_params greedy() {
 
 std::vector<float> log_of(const std::vector<double>& probs) {
   std::vector<float> out;
-  for (double p : probs) out.push_back(static_cast<float>(std::log(p)));
+  for (double p : probs)
+    out.push_back(static_cast<float>(std::log(p)));
   return out;
 }
 
@@ -46,8 +47,8 @@ std::map<int32_t, int> draw_many(sampling_params p, const std::vector<float>& lo
 /// Asserts only the tokens in `expected` (token -> probability) appear, and the counts fit them:
 /// Pearson chi-square below `bound` (generous for the few degrees of freedom used here; the
 /// p = 0.001 critical values are 10.8 / 13.8 / 16.3 for 1 / 2 / 3 degrees of freedom).
-void check_distribution(const std::map<int32_t, int>& counts,
-                        const std::map<int32_t, double>& expected, int n, double bound = 20.0) {
+void check_distribution(const std::map<int32_t, int>& counts, const std::map<int32_t, double>& expected,
+                        int n, double bound = 20.0) {
   for (const auto& [tok, c] : counts) {
     INFO("token " << tok << " drawn " << c << " times");
     CHECK(expected.count(tok) == 1);
@@ -95,17 +96,17 @@ TEST_CASE("greedy on a read-only row: lowest id of the largest, NaN never wins, 
   const float inf = std::numeric_limits<float>::infinity();
   auto pick = [&](std::vector<float> v) { return s.sample(std::span<const float>(v)); };
   CHECK(pick({1.0f, 3.0f, 2.0f, 3.0f}) == 1);
-  CHECK(pick({nan, -inf, nan}) == 1);                      // the only non-NaN entry
-  CHECK(pick({nan, nan}) == 0);                            // nothing to pick: 0, as sample(vector&)
-  std::vector<float> long_row(37, 0.5f);                   // 2 full lane blocks and a tail of 5
-  long_row[3] = 9.0f;                                      // lane 3's largest, then a NaN in that lane
+  CHECK(pick({nan, -inf, nan}) == 1);     // the only non-NaN entry
+  CHECK(pick({nan, nan}) == 0);           // nothing to pick: 0, as sample(vector&)
+  std::vector<float> long_row(37, 0.5f);  // 2 full lane blocks and a tail of 5
+  long_row[3] = 9.0f;                     // lane 3's largest, then a NaN in that lane
   long_row[19] = nan;
   CHECK(pick(long_row) == 3);
   long_row[3] = 0.5f;
   long_row[20] = 9.0f;
   long_row[35] = 9.0f;
   CHECK(pick(long_row) == 20);
-  long_row[36] = 9.5f;                                     // the largest in the tail
+  long_row[36] = 9.5f;  // the largest in the tail
   CHECK(pick(long_row) == 36);
   long_row[36] = nan;
   long_row[17] = inf;
@@ -142,7 +143,7 @@ TEST_CASE("repetition penalty divides positive and multiplies negative logits of
   std::vector<float> row{2.0f, -1.0f, -3.0f, 4.0f, 0.5f};
   (void)s.sample(row);
   CHECK(row == std::vector<float>{1.0f, -1.0f, -6.0f, 4.0f, 0.5f});
-  s.accept(4);                   // an output token counts as seen too
+  s.accept(4);  // an output token counts as seen too
   std::vector<float> row2{2.0f, -1.0f, -3.0f, 4.0f, 0.5f};
   (void)s.sample(row2);
   CHECK(row2 == std::vector<float>{1.0f, -1.0f, -6.0f, 4.0f, 0.25f});
@@ -152,7 +153,7 @@ TEST_CASE("presence and frequency penalties use output tokens only") {
   sampling_params p = greedy();
   p.presence_penalty = 0.5f;
   p.frequency_penalty = 0.25f;
-  sampler s(p, {0});             // prompt token 0 is not penalised
+  sampler s(p, {0});  // prompt token 0 is not penalised
   s.accept(1);
   s.accept(1);
   s.accept(3);
@@ -178,7 +179,7 @@ TEST_CASE("all penalties together: repetition first, then presence/frequency") {
 
 TEST_CASE("temperature scales logits before the draw") {
   sampling_params p;
-  p.temperature = 0.5f;          // logits [0, ln 2] -> weights [1, 4]
+  p.temperature = 0.5f;  // logits [0, ln 2] -> weights [1, 4]
   const int n = 20000;
   auto counts = draw_many(p, {0.0f, static_cast<float>(std::log(2.0))}, n);
   check_distribution(counts, {{0, 0.2}, {1, 0.8}}, n);
@@ -192,7 +193,7 @@ TEST_CASE("top-k keeps the k largest") {
   const double z = std::exp(4.0) + std::exp(5.0);
   check_distribution(counts, {{3, std::exp(4.0) / z}, {4, std::exp(5.0) / z}}, n);
 
-  p.top_k = 0;                   // 0 behaves as -1: every token possible
+  p.top_k = 0;  // 0 behaves as -1: every token possible
   auto all = draw_many(p, {0.0f, 0.0f, 0.0f}, 3000);
   CHECK(all.size() == 3);
 }
@@ -208,11 +209,11 @@ TEST_CASE("top-p keeps the smallest set reaching top_p, at least one token") {
   const std::vector<float> logits = log_of({0.1, 0.2, 0.3, 0.4});
   const int n = 20000;
   sampling_params p;
-  p.top_p = 0.6f;                // 0.4 < 0.6, 0.4 + 0.3 = 0.7 >= 0.6 -> {3, 2}
+  p.top_p = 0.6f;  // 0.4 < 0.6, 0.4 + 0.3 = 0.7 >= 0.6 -> {3, 2}
   check_distribution(draw_many(p, logits, n), {{2, 3.0 / 7.0}, {3, 4.0 / 7.0}}, n);
-  p.top_p = 0.3f;                // the top token alone suffices
+  p.top_p = 0.3f;  // the top token alone suffices
   check_distribution(draw_many(p, logits, 2000), {{3, 1.0}}, 2000);
-  p.top_p = 0.95f;               // needs all four
+  p.top_p = 0.95f;  // needs all four
   check_distribution(draw_many(p, logits, n), {{0, 0.1}, {1, 0.2}, {2, 0.3}, {3, 0.4}}, n);
 }
 
@@ -220,9 +221,9 @@ TEST_CASE("top-p applies to the distribution left by top-k") {
   const std::vector<float> logits = log_of({0.05, 0.15, 0.2, 0.25, 0.35});
   const int n = 20000;
   sampling_params p;
-  p.top_p = 0.7f;                // alone: 0.35, 0.6, 0.8 -> {4, 3, 2}
+  p.top_p = 0.7f;  // alone: 0.35, 0.6, 0.8 -> {4, 3, 2}
   check_distribution(draw_many(p, logits, n), {{2, 0.25}, {3, 0.3125}, {4, 0.4375}}, n);
-  p.top_k = 3;                   // renormalised {0.25, 0.3125, 0.4375}: 0.4375, 0.75 -> {4, 3}
+  p.top_k = 3;  // renormalised {0.25, 0.3125, 0.4375}: 0.4375, 0.75 -> {4, 3}
   check_distribution(draw_many(p, logits, n), {{3, 0.3125 / 0.75}, {4, 0.4375 / 0.75}}, n);
 }
 
@@ -230,11 +231,11 @@ TEST_CASE("min-p drops tokens below min_p * max probability") {
   const std::vector<float> logits = log_of({0.1, 0.2, 0.3, 0.4});
   const int n = 20000;
   sampling_params p;
-  p.min_p = 0.6f;                // cut 0.24 -> {2, 3}
+  p.min_p = 0.6f;  // cut 0.24 -> {2, 3}
   check_distribution(draw_many(p, logits, n), {{2, 3.0 / 7.0}, {3, 4.0 / 7.0}}, n);
-  p.min_p = 0.45f;               // cut 0.18 -> {1, 2, 3}
+  p.min_p = 0.45f;  // cut 0.18 -> {1, 2, 3}
   check_distribution(draw_many(p, logits, n), {{1, 2.0 / 9.0}, {2, 3.0 / 9.0}, {3, 4.0 / 9.0}}, n);
-  p.min_p = 1.0f;                // only the maximum
+  p.min_p = 1.0f;  // only the maximum
   check_distribution(draw_many(p, logits, 2000), {{3, 1.0}}, 2000);
 }
 
@@ -242,12 +243,12 @@ TEST_CASE("min-p runs before top-k and top-p (vLLM v1): top-p sums what min-p ke
   const std::vector<float> logits = log_of({0.2, 0.3, 0.5});
   const int n = 20000;
   sampling_params p;
-  p.top_p = 0.6f;                // alone: 0.5, 0.8 -> {2, 1}
+  p.top_p = 0.6f;  // alone: 0.5, 0.8 -> {2, 1}
   check_distribution(draw_many(p, logits, n), {{1, 0.375}, {2, 0.625}}, n);
-  p.min_p = 0.5f;                // first: cut 0.25 -> {1, 2} as {0.375, 0.625}; top-p 0.6 -> {2}
+  p.min_p = 0.5f;  // first: cut 0.25 -> {1, 2} as {0.375, 0.625}; top-p 0.6 -> {2}
   check_distribution(draw_many(p, logits, 2000), {{2, 1.0}}, 2000);
   p.top_p = 1.0f;
-  p.top_k = 1;                   // min-p keeps {1, 2}, top-k the largest of them
+  p.top_k = 1;  // min-p keeps {1, 2}, top-k the largest of them
   check_distribution(draw_many(p, logits, 2000), {{2, 1.0}}, 2000);
 }
 
@@ -294,7 +295,7 @@ TEST_CASE("same seed gives the same sequence, another seed a different one") {
   };
   CHECK(run(42) == run(42));
   CHECK(run(42) != run(43));
-  sampling_params unseeded;       // random_device seeding: still produces valid tokens
+  sampling_params unseeded;  // random_device seeding: still produces valid tokens
   sampler u(unseeded, {});
   std::vector<float> row = logits;
   const int32_t t = u.sample(row);

@@ -21,7 +21,7 @@ TEST_CASE("chat template matches the Jinja render of every vector") {
 
 TEST_CASE("chat template: system prompts follow BOS, turns alternate") {
   const std::vector<moe::chat_message> messages = {
-      {"system", "S1"}, {"user", "hi"}, {"system", "S2"}, {"assistant", "yo"}, {"user", "q"}};
+    {"system", "S1"}, {"user", "hi"}, {"system", "S2"}, {"assistant", "yo"}, {"user", "q"}};
   CHECK(moe::apply_chat_template(messages) ==
         "<｜begin▁of▁sentence｜>S1\n\nS2<｜User｜>hi<｜Assistant｜>yo<｜end▁of▁sentence｜>"
         "<｜User｜>q<｜Assistant｜>");
@@ -44,6 +44,6 @@ TEST_CASE("chat template encodes to the special-token ids") {
   CHECK(ids[0] == tok->bos_id());
   CHECK(ids[1] == *tok->token_id("<｜User｜>"));
   CHECK(ids[3] == *tok->token_id("<｜Assistant｜>"));
-  CHECK_FALSE(tok->is_special(ids[1]));          // User/Assistant are added but not special
+  CHECK_FALSE(tok->is_special(ids[1]));  // User/Assistant are added but not special
   CHECK(tok->is_special(ids[0]));
 }

@@ -45,7 +45,7 @@ TEST_CASE("decode keeps special tokens unless skip_special") {
   CHECK(tok->decode(ids, /*skip_special=*/true) == "<｜User｜>Hi");
   CHECK(tok->token_bytes(tok->eos_id()) == "<｜end▁of▁sentence｜>");
   CHECK(tok->token_bytes(*tok->token_id("Ġthe")) == " the");
-  CHECK(tok->decode({-1, 999999, tok->vocab_size()}).empty());   // unknown ids are skipped
+  CHECK(tok->decode({-1, 999999, tok->vocab_size()}).empty());  // unknown ids are skipped
   CHECK_FALSE(tok->token_id("no such token").has_value());
 }
 
@@ -59,8 +59,8 @@ TEST_CASE("decode turns invalid UTF-8 into U+FFFD") {
   const int32_t a0 = byte_token(*tok, 0xA0), ff = byte_token(*tok, 0xFF);
   const int32_t x = *tok->token_id("x");
   CHECK(tok->decode({e4, bd, a0}) == "你");
-  CHECK(tok->decode({e4, bd}) == replacement);                   // cut short at the end
-  CHECK(tok->decode({e4, bd, x}) == replacement + "x");          // cut short by a bad byte
+  CHECK(tok->decode({e4, bd}) == replacement);           // cut short at the end
+  CHECK(tok->decode({e4, bd, x}) == replacement + "x");  // cut short by a bad byte
   CHECK(tok->decode({ff, x}) == replacement + "x");
   CHECK(joined(stream(tok, {e4, bd})) == replacement);
   CHECK(joined(stream(tok, {ff, e4, x})) == replacement + replacement + "x");
@@ -75,10 +75,10 @@ TEST_CASE("incremental decoder never emits half a character") {
   const int32_t e4 = byte_token(*tok, 0xE4), bd = byte_token(*tok, 0xBD), a0 = byte_token(*tok, 0xA0);
   CHECK(stream(tok, {e4, bd, a0}) == std::vector<std::string>{"", "", "你", ""});
 
-  int num_split_chars = 0;                       // texts where some token ends mid-character
-  for (const std::string text : {"👨‍👩‍👧‍👦 family", "🇺🇸🇨🇳🇯🇵🇩🇪", "😀😃😄😁😆😅😂🤣",
-                                 "深度求索是一家人工智能公司", "カタカナとひらがな", "안녕하세요, 세계!",
-                                 "I love 🍕 and 🍣!"}) {
+  int num_split_chars = 0;  // texts where some token ends mid-character
+  for (const std::string text :
+       {"👨‍👩‍👧‍👦 family", "🇺🇸🇨🇳🇯🇵🇩🇪", "😀😃😄😁😆😅😂🤣",
+        "深度求索是一家人工智能公司", "カタカナとひらがな", "안녕하세요, 세계!", "I love 🍕 and 🍣!"}) {
     const auto ids = tok->encode(text);
     const auto parts = stream(tok, ids);
     CHECK(joined(parts) == text);
@@ -87,7 +87,7 @@ TEST_CASE("incremental decoder never emits half a character") {
     for (size_t i = 0; i < ids.size(); ++i)
       num_split_chars += parts[i].empty() && !tok->token_bytes(ids[i]).empty();
   }
-  CHECK(num_split_chars > 0);                    // the cases above do exercise the hold-back
+  CHECK(num_split_chars > 0);  // the cases above do exercise the hold-back
 }
 
 TEST_CASE("incremental decoding equals decode on every vector") {

@@ -32,8 +32,7 @@ json mini_tokenizer_json(const std::vector<std::pair<std::string, std::string>>&
   return {{"version", "1.0"},
           {"added_tokens", added},
           {"normalizer", nullptr},
-          {"pre_tokenizer",
-           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
           {"decoder", {{"type", "ByteLevel"}}},
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}};
 }
@@ -74,16 +73,15 @@ TEST_CASE("mini BPE: the lowest-ranked pair merges first") {
     const auto bc_first = load_mini("bc", mini_tokenizer_json({{"b", "c"}, {"a", "b"}}, as_arrays));
     CHECK(bc_first->encode("abc") == std::vector<int32_t>{'a', id_of(*bc_first, "bc")});
   }
-  const auto tok = load_mini("hello", mini_tokenizer_json({{"h", "e"}, {"l", "l"}, {"he", "ll"},
-                                                           {"hell", "o"}, {"Ġ", "hello"}},
-                                                          false));
+  const auto tok = load_mini(
+    "hello",
+    mini_tokenizer_json({{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"Ġ", "hello"}}, false));
   CHECK(tok->encode("hello") == std::vector<int32_t>{id_of(*tok, "hello")});
-  CHECK(tok->encode(" hello hello") ==
-        std::vector<int32_t>{id_of(*tok, " hello"), id_of(*tok, " hello")});
+  CHECK(tok->encode(" hello hello") == std::vector<int32_t>{id_of(*tok, " hello"), id_of(*tok, " hello")});
   CHECK(tok->encode("hellohello") == std::vector<int32_t>{id_of(*tok, "hello"), id_of(*tok, "hello")});
   CHECK(tok->decode(tok->encode("hello, world!")) == "hello, world!");
   CHECK(tok->vocab_size() == 261);
-  CHECK(tok->bos_id() == -1);                    // no config and no DeepSeek BOS token
+  CHECK(tok->bos_id() == -1);  // no config and no DeepSeek BOS token
   CHECK_THROWS_AS((void)tok->encode("x", /*add_bos=*/true), moe::input_error);
 }
 
@@ -96,17 +94,16 @@ TEST_CASE("mini BPE: a long run of one byte merges like a short one") {
 }
 
 TEST_CASE("mini added tokens: leftmost-longest, lstrip, rstrip, single_word") {
-  const json added = json::array({added_token(300, "<s>"), added_token(301, "<s>>"),
-                                  added_token(302, "[L]", /*lstrip=*/true),
-                                  added_token(303, "[R]", false, /*rstrip=*/true),
-                                  added_token(304, "tok", false, false, /*single_word=*/true)});
+  const json added =
+    json::array({added_token(300, "<s>"), added_token(301, "<s>>"), added_token(302, "[L]", /*lstrip=*/true),
+                 added_token(303, "[R]", false, /*rstrip=*/true),
+                 added_token(304, "tok", false, false, /*single_word=*/true)});
   const auto tok = load_mini("added", mini_tokenizer_json({}, false, added));
   CHECK(tok->encode("a<s>>b") == std::vector<int32_t>{'a', 301, 'b'});
   CHECK(tok->encode("<s<s>") == std::vector<int32_t>{'<', 's', 300});
   CHECK(tok->encode("x  [L]y") == std::vector<int32_t>{'x', 302, 'y'});
   CHECK(tok->encode("x[R] \n y") == std::vector<int32_t>{'x', 303, 'y'});
-  CHECK(tok->encode("a tok b") == std::vector<int32_t>{'a', id_of(*tok, " "), 304,
-                                                       id_of(*tok, " "), 'b'});
+  CHECK(tok->encode("a tok b") == std::vector<int32_t>{'a', id_of(*tok, " "), 304, id_of(*tok, " "), 'b'});
   CHECK(tok->encode("atok") == std::vector<int32_t>{'a', 't', 'o', 'k'});
   CHECK(tok->is_special(300));
   CHECK(tok->decode({'a', 300, 'b'}, /*skip_special=*/true) == "ab");
@@ -114,8 +111,8 @@ TEST_CASE("mini added tokens: leftmost-longest, lstrip, rstrip, single_word") {
 
 TEST_CASE("load errors name the file") {
   const auto empty = write_dir("empty", {});
-  CHECK_THROWS_WITH_AS((void)moe::tokenizer::load(empty),
-                       doctest::Contains("tokenizer.json"), moe::input_error);
+  CHECK_THROWS_WITH_AS((void)moe::tokenizer::load(empty), doctest::Contains("tokenizer.json"),
+                       moe::input_error);
   const auto bad_json = write_dir("bad_json", {{"tokenizer.json", "{not json"}});
   CHECK_THROWS_WITH_AS((void)moe::tokenizer::load(bad_json), doctest::Contains("malformed JSON"),
                        moe::input_error);
@@ -124,11 +121,13 @@ TEST_CASE("load errors name the file") {
   CHECK_THROWS_WITH_AS((void)load_mini("bad_merge", bad_merge), doctest::Contains("not in the vocab"),
                        moe::input_error);
   json bad_regex = mini_tokenizer_json({}, false);
-  bad_regex["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
-                                      {"behavior", "Isolated"}, {"invert", false}},
-                                     {{"type", "ByteLevel"}, {"use_regex", false}}})}};
+  bad_regex["pre_tokenizer"] = {{"type", "Sequence"},
+                                {"pretokenizers",
+                                 json::array({{{"type", "Split"},
+                                               {"pattern", {{"Regex", "(unclosed"}}},
+                                               {"behavior", "Isolated"},
+                                               {"invert", false}},
+                                              {{"type", "ByteLevel"}, {"use_regex", false}}})}};
   CHECK_THROWS_WITH_AS((void)load_mini("bad_regex", bad_regex), doctest::Contains("does not compile"),
                        moe::input_error);
   json normalizer = mini_tokenizer_json({}, false);
@@ -136,6 +135,6 @@ TEST_CASE("load errors name the file") {
   CHECK_THROWS_AS((void)load_mini("normalizer", normalizer), moe::input_error);
   const auto bad_config = write_dir("bad_config", {{"tokenizer.json", mini_tokenizer_json({}, false).dump()},
                                                    {"tokenizer_config.json", R"({"bos_token": "<nope>"})"}});
-  CHECK_THROWS_WITH_AS((void)moe::tokenizer::load(bad_config),
-                       doctest::Contains("tokenizer_config.json"), moe::input_error);
+  CHECK_THROWS_WITH_AS((void)moe::tokenizer::load(bad_config), doctest::Contains("tokenizer_config.json"),
+                       moe::input_error);
 }

@@ -13,10 +13,9 @@ namespace {
 
 /// tokenizer.json's pre_tokenizer patterns, JSON-unescaped.
 const std::vector<std::string> deepseek_patterns = {
-    R"(\p{N}{1,3})",
-    "[一-龥぀-ゟ゠-ヿ]+",
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
-    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
+  R"(\p{N}{1,3})", "[一-龥぀-ゟ゠-ヿ]+",
+  "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+  " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
 
 std::vector<std::string> split(const moe::pre_tokenizer& pre, const std::string& text) {
   std::vector<std::string_view> views;
@@ -50,12 +49,12 @@ TEST_CASE("pre-tokenizer splits as the regexes say") {
   CHECK(split(pre, "it's (ok).\r\nno") == v{"it", "'s", " (", "ok", ").\r\n", "no"});
   CHECK(split(pre, "你好world世界") == v{"你好", "world", "世界"});
   CHECK(split(pre, "\x01\x02x\x03") == v{"\x01", "\x02x", "\x03"});
-  CHECK(split(pre, "\n  \u3000\n x") == v{"\n  \u3000\n", " x"});   // newline after wide space
+  CHECK(split(pre, "\n  \u3000\n x") == v{"\n  \u3000\n", " x"});  // newline after wide space
   CHECK(split(pre, "").empty());
   // U+180E is no space to Oniguruma (nor JavaScript), though PCRE2's \s includes it
   CHECK(split(pre, " \u180e") == v{" ", "\u180e"});
   CHECK(split(pre, "a \u180e\u180e b") == v{"a", " ", "\u180e\u180e", " b"});
-  CHECK(split(pre, "\u0085\u2028 x") == v{"\u0085\u2028", " x"});   // NEL and Zl are spaces
+  CHECK(split(pre, "\u0085\u2028 x") == v{"\u0085\u2028", " x"});  // NEL and Zl are spaces
 }
 
 TEST_CASE("\\s and \\S are Oniguruma's in and out of bracket classes, escapes kept") {
@@ -73,12 +72,25 @@ TEST_CASE("ASCII matchers split exactly like PCRE2 on random text") {
   // runs of one class, so that ASCII and non-ASCII neighbours of each kind meet (whitespace,
   // where the regexes look furthest ahead, twice as often)
   const std::vector<std::string> space = {" "}, tab = {"\t", "\v", "\f"}, newline = {"\n", "\r", "\r\n"},
-                                  wide_space = {"\u00a0", "\u3000", "\u2003", "\u2028"};
-  const std::vector<std::vector<std::string>> classes = {
-      space, tab, newline, wide_space, space, tab, newline, wide_space,
-      {"a", "Z", "q"}, {"é", "ж", "Ω", "ß"}, {".", ",", "'", "(", "$", "_"}, {"—", "“", "。", "€", "«"},
-      {"1", "9", "0"}, {"١", "²", "½", "①"}, {"\u0301", "\u0308"}, {"你", "カ", "ー", "ひ"},
-      {"한", "😀", "\x01", "\x7f"}, {"\xff", "\xe4\xbd"}};
+                                 wide_space = {"\u00a0", "\u3000", "\u2003", "\u2028"};
+  const std::vector<std::vector<std::string>> classes = {space,
+                                                         tab,
+                                                         newline,
+                                                         wide_space,
+                                                         space,
+                                                         tab,
+                                                         newline,
+                                                         wide_space,
+                                                         {"a", "Z", "q"},
+                                                         {"é", "ж", "Ω", "ß"},
+                                                         {".", ",", "'", "(", "$", "_"},
+                                                         {"—", "“", "。", "€", "«"},
+                                                         {"1", "9", "0"},
+                                                         {"١", "²", "½", "①"},
+                                                         {"\u0301", "\u0308"},
+                                                         {"你", "カ", "ー", "ひ"},
+                                                         {"한", "😀", "\x01", "\x7f"},
+                                                         {"\xff", "\xe4\xbd"}};
 
   std::mt19937 gen(7);
   auto check_same = [&](const std::string& text) {
@@ -110,7 +122,7 @@ TEST_CASE("long runs of one class split in linear time") {
     return num_pieces;
   };
   CHECK(count(std::string(n, '7')) == (n + 2) / 3);
-  CHECK(count(std::string(n, ' ') + "x") == 2);        // "   ...  " then " x"
+  CHECK(count(std::string(n, ' ') + "x") == 2);  // "   ...  " then " x"
   CHECK(count(std::string(n, 'a')) == 1);
   CHECK(count(std::string(n, '\n') + "é") == 2);
   CHECK(count(std::string(n / 2, ' ') + "é" + std::string(n / 2, '.')) == 3);

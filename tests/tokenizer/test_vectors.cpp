@@ -35,8 +35,8 @@ TEST_CASE("encode matches the JavaScript tokenizer on every vector") {
     if (ids != expected) {
       ++num_failed;
       FAIL_CHECK(c.at("category").get<std::string>()
-                 << " " << printable(text) << "\n  got      " << nlohmann::json(ids).dump()
-                 << "\n  expected " << nlohmann::json(expected).dump());
+                 << " " << printable(text) << "\n  got      " << nlohmann::json(ids).dump() << "\n  expected "
+                 << nlohmann::json(expected).dump());
     }
     CHECK_MESSAGE(tok->decode(ids) == text, printable(text));
   }

@@ -12,20 +12,21 @@
 using namespace moe::tools;
 
 TEST_CASE("length ranges are [floor(len(1-r)), ceil(len(1+r))], at least 1") {
-  CHECK(length_range_of(64, 0.0).min == 64);                 // r = 0: exactly len
+  CHECK(length_range_of(64, 0.0).min == 64);  // r = 0: exactly len
   CHECK(length_range_of(64, 0.0).max == 64);
-  CHECK(length_range_of(100, 0.5).min == 50);                // 100 * 0.5, 100 * 1.5
+  CHECK(length_range_of(100, 0.5).min == 50);  // 100 * 0.5, 100 * 1.5
   CHECK(length_range_of(100, 0.5).max == 150);
-  CHECK(length_range_of(128, 0.1).min == 115);               // floor(115.2)
-  CHECK(length_range_of(128, 0.1).max == 141);               // ceil(140.8)
-  CHECK(length_range_of(10, 0.1).max == 11);                 // 11 exactly, not ceil(11.000000000000002)
+  CHECK(length_range_of(128, 0.1).min == 115);  // floor(115.2)
+  CHECK(length_range_of(128, 0.1).max == 141);  // ceil(140.8)
+  CHECK(length_range_of(10, 0.1).max == 11);    // 11 exactly, not ceil(11.000000000000002)
   CHECK(length_range_of(10, 0.1).min == 9);
-  CHECK(length_range_of(1, 0.5).min == 1);                   // floor(0.5) = 0, raised to 1
-  CHECK(length_range_of(1, 0.5).max == 2);                   // ceil(1.5)
+  CHECK(length_range_of(1, 0.5).min == 1);  // floor(0.5) = 0, raised to 1
+  CHECK(length_range_of(1, 0.5).max == 2);  // ceil(1.5)
 }
 
 TEST_CASE("request lengths and ids stay in range, both ends are drawn, and a seed repeats them") {
-  request_source source({.input_len = 20, .output_len = 10, .range_ratio = 0.5}, /*vocab_size=*/50, /*seed=*/7);
+  request_source source({.input_len = 20, .output_len = 10, .range_ratio = 0.5}, /*vocab_size=*/50,
+                        /*seed=*/7);
   int64_t min_in = 1 << 30, max_in = 0, min_out = 1 << 30, max_out = 0;
   int32_t max_id = 0;
   for (int i = 0; i < 2000; ++i) {
@@ -40,11 +41,11 @@ TEST_CASE("request lengths and ids stay in range, both ends are drawn, and a see
       max_id = std::max(max_id, id);
     }
   }
-  CHECK(min_in == 10);                                       // [10, 30]
+  CHECK(min_in == 10);  // [10, 30]
   CHECK(max_in == 30);
-  CHECK(min_out == 5);                                       // [5, 15]
+  CHECK(min_out == 5);  // [5, 15]
   CHECK(max_out == 15);
-  CHECK(max_id == 49);                                       // ids below the vocabulary, all of it used
+  CHECK(max_id == 49);  // ids below the vocabulary, all of it used
 
   request_source a({.input_len = 16, .output_len = 4, .range_ratio = 0.25}, 1000, 3);
   request_source b({.input_len = 16, .output_len = 4, .range_ratio = 0.25}, 1000, 3);

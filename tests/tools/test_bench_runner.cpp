@@ -40,16 +40,16 @@ TEST_CASE_FIXTURE(server_fixture, "6 prompts at concurrency 3 all come back with
   CHECK(m.completed == 6);
   CHECK(m.failed == 0);
   CHECK(m.rejected == 0);
-  CHECK(m.migrated == 0);                                    // the server does not send it yet
+  CHECK(m.migrated == 0);  // the server does not send it yet
   CHECK(m.total_input_tokens == 6 * 8);
   CHECK(m.total_output_tokens == 6 * 5);
   for (const bench_record& r : run.records) {
-    CHECK(r.itl_s.size() == 4);                              // one gap per token after the first
+    CHECK(r.itl_s.size() == 4);  // one gap per token after the first
     CHECK(r.ttft_s > 0.0);
     CHECK(r.ttft_s <= r.e2e_s);
   }
   CHECK(m.ttft.p99_ms >= m.ttft.median_ms);
-  CHECK(num_reports >= 1);                                   // the final report at least
+  CHECK(num_reports >= 1);  // the final report at least
 }
 
 TEST_CASE_FIXTURE(server_fixture, "429 answers are counted as rejected") {
@@ -75,12 +75,13 @@ TEST_CASE_FIXTURE(server_fixture, "429 answers are counted as rejected") {
   CHECK(m.total_output_tokens == m.completed * 16);
 }
 
-TEST_CASE_FIXTURE(server_fixture, "--duration stops issuing, cancels what still runs, and the server frees its KV") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "--duration stops issuing, cancels what still runs, and the server frees its KV") {
   if (skip_without_tokenizer())
     return;
   start();
   bench_config cfg = config_for(server->port());
-  cfg.num_prompts = std::nullopt;                            // as many as the time allows
+  cfg.num_prompts = std::nullopt;  // as many as the time allows
   cfg.duration_s = 0.3;
   cfg.grace_s = 0.0;
   cfg.request_rate = 50.0;
@@ -98,7 +99,8 @@ TEST_CASE_FIXTURE(server_fixture, "--duration stops issuing, cancels what still 
     CHECK(s.num_free_blocks == s.num_blocks);
 }
 
-TEST_CASE_FIXTURE(server_fixture, "with --api-key every connection authenticates first; a wrong key is a clear error") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "with --api-key every connection authenticates first; a wrong key is a clear error") {
   if (skip_without_tokenizer())
     return;
   start({}, {.api_key = "sekrit"});
@@ -106,7 +108,7 @@ TEST_CASE_FIXTURE(server_fixture, "with --api-key every connection authenticates
   cfg.num_prompts = 4;
   cfg.num_connections = 2;
   cfg.shape = {.input_len = 4, .output_len = 2};
-  CHECK_THROWS_WITH_AS(run_bench(cfg, {}), doctest::Contains("authenticate first"), input_error);   // no key
+  CHECK_THROWS_WITH_AS(run_bench(cfg, {}), doctest::Contains("authenticate first"), input_error);  // no key
   cfg.api_key = "wrong";
   CHECK_THROWS_WITH_AS(run_bench(cfg, {}), doctest::Contains("auth (--api-key)"), input_error);
   cfg.api_key = "sekrit";
@@ -126,16 +128,15 @@ TEST_CASE_FIXTURE(server_fixture, "a --prompt is measured in the server's tokens
   const bench_run run = run_bench(cfg, {});
   REQUIRE(run.records.size() == 2);
   INFO(run.records[0].error_kind, " ", run.records[0].error);
-  CHECK(run.records[0].prompt_tokens == 8);              // BOS + 4 digits + 3 spaces
+  CHECK(run.records[0].prompt_tokens == 8);  // BOS + 4 digits + 3 spaces
 
   CHECK(compute_metrics(run.records, run.duration_s).completed == 2);
-  std::string digits;                                    // BOS + 63 digits + 62 spaces + 3 outputs > 128
+  std::string digits;  // BOS + 63 digits + 62 spaces + 3 outputs > 128
   for (int i = 0; i < 63; ++i)
     digits += std::to_string(i % 10) + " ";
   digits.pop_back();
   cfg.shape.prompt = digits;
-  CHECK_THROWS_WITH_AS(static_cast<void>(run_bench(cfg, {})),
-                       doctest::Contains("--prompt ("), input_error);
+  CHECK_THROWS_WITH_AS(static_cast<void>(run_bench(cfg, {})), doctest::Contains("--prompt ("), input_error);
   CHECK_THROWS_WITH_AS(static_cast<void>(run_bench(cfg, {})),
                        doctest::Contains("do not fit the model's context of 128"), input_error);
 }
@@ -144,8 +145,9 @@ TEST_CASE("nothing listening: a clear input_error") {
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
   const uint16_t port = acceptor.local_endpoint().port();
-  acceptor.close();                                          // the port is free again, nobody listens
+  acceptor.close();  // the port is free again, nobody listens
   bench_config cfg = config_for(port);
   CHECK_THROWS_WITH_AS(static_cast<void>(run_bench(cfg)),
-                       doctest::Contains(("cannot connect to 127.0.0.1:" + std::to_string(port)).c_str()), input_error);
+                       doctest::Contains(("cannot connect to 127.0.0.1:" + std::to_string(port)).c_str()),
+                       input_error);
 }

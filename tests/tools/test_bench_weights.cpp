@@ -30,7 +30,7 @@ TEST_CASE("a token's weight spans add up to weight_bytes_per_token, with top_k e
     CHECK(total == weight_bytes_per_token(w));
     CHECK(spans.back().data() == reinterpret_cast<const uint8_t*>(scales.data()));
     CHECK(spans.back().size() == 3 * 4);
-    CHECK(spans[spans.size() - 2].size() == 300 * 64);      // the FP8 head itself, a byte each
+    CHECK(spans[spans.size() - 2].size() == 300 * 64);  // the FP8 head itself, a byte each
     for (const layer_weights& l : w.layers) {
       if (!l.is_moe)
         continue;
@@ -41,7 +41,7 @@ TEST_CASE("a token's weight spans add up to weight_bytes_per_token, with top_k e
             ++chosen;
             experts_of_call[call].insert(e.gate_proj.data);
           }
-      CHECK(chosen == c.num_experts_per_tok);   // distinct experts: each found once
+      CHECK(chosen == c.num_experts_per_tok);  // distinct experts: each found once
     }
   }
   CHECK(experts_of_call[0] != experts_of_call[1]);
@@ -50,7 +50,10 @@ TEST_CASE("a token's weight spans add up to weight_bytes_per_token, with top_k e
 TEST_CASE("a BF16 weight packed ahead is read from its packed copy") {
   model_weights w = testing::tiny_model_builder(5).build(testing::tiny_config(300));
   std::vector<uint16_t> head(300 * 64, 0), panels(320 * 64, 0);
-  w.lm_head = {.type = dtype::bf16, .data = head.data(), .out_features = 300, .in_features = 64,
+  w.lm_head = {.type = dtype::bf16,
+               .data = head.data(),
+               .out_features = 300,
+               .in_features = 64,
                .gemm_panels = panels.data()};
   const auto spans = moe::tools::token_weight_spans(w, 0);
   CHECK(spans.back().data() == reinterpret_cast<const uint8_t*>(panels.data()));

@@ -73,14 +73,16 @@ TEST_CASE("a token notification gives its msgid and token count, another shape n
 }
 
 TEST_CASE("results as the server encodes them: usage read, finish abort fails, no migrated key is 0") {
-  net::generate_result result{.output_ids = {1, 2}, .text = "ab", .reason = finish_reason::length,
+  net::generate_result result{.output_ids = {1, 2},
+                              .text = "ab",
+                              .reason = finish_reason::length,
                               .usage = {.prompt_tokens = 4, .completion_tokens = 2}};
   bench_record done;
   read_outcome(response_of(net::encode_generate_result(3, result)), done);
   CHECK(done.success);
   CHECK(done.prompt_tokens == 4);
   CHECK(done.output_tokens == 2);
-  CHECK_FALSE(done.migrated);                                // the server sends no such key yet
+  CHECK_FALSE(done.migrated);  // the server sends no such key yet
 
   result.reason = finish_reason::abort;
   bench_record aborted;
@@ -91,12 +93,15 @@ TEST_CASE("results as the server encodes them: usage read, finish abort fails, n
 
 TEST_CASE("migrated: true in a result map is read, and an error map gives its code") {
   bench_record migrated;
-  read_outcome(response_of(response_bytes(1, [](auto& pk) {
-                 pk.pack_map(4).pack("finish_reason").pack("length").pack("migrated").pack(true);
-                 pk.pack("usage").pack_map(2).pack("prompt_tokens").pack(3).pack("completion_tokens").pack(5);
-                 pk.pack("output_ids").pack(std::vector<int32_t>{});
-               })),
-               migrated);
+  read_outcome(
+    response_of(response_bytes(
+      1,
+      [](auto& pk) {
+        pk.pack_map(4).pack("finish_reason").pack("length").pack("migrated").pack(true);
+        pk.pack("usage").pack_map(2).pack("prompt_tokens").pack(3).pack("completion_tokens").pack(5);
+        pk.pack("output_ids").pack(std::vector<int32_t>{});
+      })),
+    migrated);
   CHECK(migrated.success);
   CHECK(migrated.migrated);
 
@@ -120,7 +125,7 @@ TEST_CASE("models gives the first model, and an error answer is an input_error")
   CHECK(model.id == "tiny");
   CHECK(model.vocab_size == 1000);
   CHECK(model.max_context == 128);
-  CHECK_THROWS_AS(static_cast<void>(read_models(response_of(net::encode_error(
-                      1, net::make_error(net::rpc_errc::internal, "boom"))))),
+  CHECK_THROWS_AS(static_cast<void>(read_models(
+                    response_of(net::encode_error(1, net::make_error(net::rpc_errc::internal, "boom"))))),
                   input_error);
 }

@@ -31,7 +31,7 @@ TEST_CASE("a quick load prints nothing; a slow one a line now and then and one a
   REQUIRE(quick != nullptr);
   tools::load_reporter q(quick, 2.0, 5.0);
   q.update(1'000'000'000, 4'000'000'000, 0.5);
-  q.update(4'000'000'000, 4'000'000'000, 1.9);     // done before the first report was due
+  q.update(4'000'000'000, 4'000'000'000, 1.9);  // done before the first report was due
   CHECK(q.lines() == 0);
   CHECK(contents(quick).empty());
   std::fclose(quick);
@@ -39,16 +39,15 @@ TEST_CASE("a quick load prints nothing; a slow one a line now and then and one a
   std::FILE* slow = std::tmpfile();
   REQUIRE(slow != nullptr);
   tools::load_reporter r(slow, 2.0, 5.0);
-  r.update(500'000'000, 4'000'000'000, 1.0);       // too early
-  r.update(1'000'000'000, 4'000'000'000, 2.4);     // first line
-  r.update(1'500'000'000, 4'000'000'000, 6.0);     // 3.6 s later: too soon
-  r.update(3'000'000'000, 4'000'000'000, 7.6);     // 5.2 s later: second line
-  r.update(4'000'000'000, 4'000'000'000, 9.0);     // the end
+  r.update(500'000'000, 4'000'000'000, 1.0);    // too early
+  r.update(1'000'000'000, 4'000'000'000, 2.4);  // first line
+  r.update(1'500'000'000, 4'000'000'000, 6.0);  // 3.6 s later: too soon
+  r.update(3'000'000'000, 4'000'000'000, 7.6);  // 5.2 s later: second line
+  r.update(4'000'000'000, 4'000'000'000, 9.0);  // the end
   CHECK(r.lines() == 3);
-  CHECK(contents(slow) ==
-        "moeserve: loading weights: 1.0 of 4.0 GB (25 %), 2 s\n"
-        "moeserve: loading weights: 3.0 of 4.0 GB (75 %), 8 s\n"
-        "moeserve: loaded 4.0 GB of weights in 9 s\n");
+  CHECK(contents(slow) == "moeserve: loading weights: 1.0 of 4.0 GB (25 %), 2 s\n"
+                          "moeserve: loading weights: 3.0 of 4.0 GB (75 %), 8 s\n"
+                          "moeserve: loaded 4.0 GB of weights in 9 s\n");
   std::fclose(slow);
 }
 
@@ -64,18 +63,21 @@ TEST_CASE("checkpoint loading reports every file's bytes, in order, up to the fi
       (i % 2 ? second : first).push_back(tensors[i]);
     test::write_tensors(dir.path / "part-a.safetensors", first);
     test::write_tensors(dir.path / "part-b.safetensors", second);
-    const uint64_t total = fs::file_size(dir.path / "part-a.safetensors") + fs::file_size(dir.path / "part-b.safetensors");
+    const uint64_t total = fs::file_size(dir.path / "part-a.safetensors") +
+                           fs::file_size(dir.path / "part-b.safetensors");
 
     std::vector<std::pair<uint64_t, uint64_t>> heard;
-    (void)checkpoint::open(dir.path, memory, [&](uint64_t done, uint64_t all) { heard.emplace_back(done, all); });
-    REQUIRE(heard.size() >= 2);                     // at least once per file
+    (void)checkpoint::open(dir.path, memory,
+                           [&](uint64_t done, uint64_t all) { heard.emplace_back(done, all); });
+    REQUIRE(heard.size() >= 2);  // at least once per file
     for (size_t i = 0; i < heard.size(); ++i) {
       CHECK(heard[i].second == total);
       if (i > 0)
         CHECK(heard[i].first > heard[i - 1].first);
     }
     CHECK(heard.back().first == total);
-    CHECK(std::find(heard.begin(), heard.end(), std::pair{fs::file_size(dir.path / "part-a.safetensors"), total}) !=
-          heard.end());                             // the first file, complete, before the second
+    CHECK(std::find(heard.begin(), heard.end(),
+                    std::pair{fs::file_size(dir.path / "part-a.safetensors"), total}) !=
+          heard.end());  // the first file, complete, before the second
   }
 }

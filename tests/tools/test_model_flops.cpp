@@ -20,7 +20,7 @@ TEST_CASE("model flops: the tiny preset's prefill, by hand") {
   CHECK(tools::token_matmul_flops(c) == 252928.0);
   // a key: score over 16 + 8, weighted sum over 16: 40 multiply-adds per head, 4 heads, 3 layers
   CHECK(tools::key_attention_flops(c) == 2.0 * 40 * 4 * 3);
-  const double lm_head = 2.0 * 64 * 97;                  // 12416
+  const double lm_head = 2.0 * 64 * 97;  // 12416
   CHECK(tools::prefill_flops(c, 1) == 252928.0 + 960.0 + lm_head);
   // With more tokens, the last layer (MoE) runs past its q / kv projections on the logit row
   // alone: each other token skips W_UK 1024 + W_UV 1024 + o_proj 4096 + MoE 31744 = 37888
@@ -35,7 +35,7 @@ TEST_CASE("model flops: the tiny preset's prefill, by hand") {
   // the tiny preset's naive key costs what its absorbed key does (16 + 8 + 16 = 2 * 16 + 8)
   CHECK(tools::key_attention_flops(c, attention_form::naive) == 2.0 * 40 * 4 * 3);
 
-  model_config no_lora = c;                              // q_proj 64 x 4*24 instead of q_a, q_b
+  model_config no_lora = c;  // q_proj 64 x 4*24 instead of q_a, q_b
   no_lora.q_lora_rank.reset();
   CHECK(tools::token_matmul_flops(no_lora) == 252928.0 + 3 * 2.0 * (64 * 96 - 2048 - 3072));
 }
@@ -48,9 +48,10 @@ TEST_CASE("model flops: the small preset's naive prefill attention, by hand") {
   CHECK(tools::key_attention_flops(c, attention_form::absorbed) == 2.0 * 288 * 16 * 8);
   // 4 tokens: 10 (query, key) pairs a layer in 7 naive layers; the last layer the logit row's
   // 4 keys in the decode form (absorbed by default), so only the 7 layers differ
-  CHECK(tools::prefill_flops(c, 4) - tools::prefill_flops(c, 4, attention_forms::all(attention_form::absorbed)) ==
+  CHECK(tools::prefill_flops(c, 4) -
+          tools::prefill_flops(c, 4, attention_forms::all(attention_form::absorbed)) ==
         doctest::Approx(10.0 * 7 * 2 * (160 - 288) * 16));
   CHECK(tools::prefill_flops(c, 4, attention_forms::all(attention_form::naive)) -
-            tools::prefill_flops(c, 4, attention_forms::all(attention_form::absorbed)) ==
+          tools::prefill_flops(c, 4, attention_forms::all(attention_form::absorbed)) ==
         doctest::Approx(10.0 * 7 * 2 * (160 - 288) * 16 + 4.0 * 2 * (160 - 288) * 16));
 }

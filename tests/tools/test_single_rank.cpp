@@ -46,7 +46,8 @@ request_spec greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
 
 TEST_CASE_FIXTURE(fixture, "single rank: continuous batching gives each request its greedy tokens alone") {
   std::vector<request_spec> specs = {greedy({1, 2, 3}, 6), greedy({5, 6, 7, 8, 9, 10, 11, 12, 13}, 4),
-                                     greedy({40}, 7), greedy({7, 100, 200, 250, 3, 9, 17, 60, 61, 62, 63, 64, 65}, 5),
+                                     greedy({40}, 7),
+                                     greedy({7, 100, 200, 250, 3, 9, 17, 60, 61, 62, 63, 64, 65}, 5),
                                      greedy({299, 298}, 3)};
   std::vector<std::vector<int32_t>> want;
   for (const request_spec& s : specs)
@@ -59,8 +60,8 @@ TEST_CASE_FIXTURE(fixture, "single rank: continuous batching gives each request 
   // budget 4: the 9- and 13-token prompts take several calls, beside other requests' decode tokens
   for (const int64_t concurrency : {1, 2, 5}) {
     CAPTURE(concurrency);
-    const tools::cluster_run run =
-        tools::run_single_rank(runner, specs, {.concurrency = concurrency, .token_budget = 4});
+    const tools::cluster_run run = tools::run_single_rank(runner, specs,
+                                                          {.concurrency = concurrency, .token_budget = 4});
     REQUIRE(run.requests.size() == specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       CAPTURE(i);
@@ -83,11 +84,13 @@ TEST_CASE_FIXTURE(fixture, "single rank: refuses stop strings and a KV pool too 
   with_stop.sampling.stop = {"x"};
   CHECK_THROWS_AS((void)tools::run_single_rank(runner, {with_stop}, {}), input_error);
   // 40 blocks of 4 tokens: three requests of 60 tokens each need 45
-  const std::vector<request_spec> big = {greedy(std::vector<int32_t>(50, 3), 10), greedy(std::vector<int32_t>(50, 4), 10),
+  const std::vector<request_spec> big = {greedy(std::vector<int32_t>(50, 3), 10),
+                                         greedy(std::vector<int32_t>(50, 4), 10),
                                          greedy(std::vector<int32_t>(50, 5), 10)};
-  CHECK_THROWS_WITH_AS((void)tools::run_single_rank(runner, big, {.concurrency = 3}),
-                       "single rank: the KV pool (40 blocks of 4 tokens) cannot hold request 2 (60 tokens) beside 2 running",
-                       input_error);
+  CHECK_THROWS_WITH_AS(
+    (void)tools::run_single_rank(runner, big, {.concurrency = 3}),
+    "single rank: the KV pool (40 blocks of 4 tokens) cannot hold request 2 (60 tokens) beside 2 running",
+    input_error);
   CHECK(cache.num_free_blocks() == cache.num_blocks());
   CHECK(tools::run_single_rank(runner, big, {.concurrency = 2}).requests[2].result.output_ids.size() == 10);
   CHECK(cache.num_free_blocks() == cache.num_blocks());

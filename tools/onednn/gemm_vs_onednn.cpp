@@ -34,7 +34,7 @@ struct onednn_matmul {
   onednn_matmul(dnnl::engine& eng, const tools::gemm_shape& g, dnnl::memory::data_type dt) {
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::desc a({g.m, g.in}, dt, tag::ab), b({g.in, g.out}, dt, tag::any),
-        c({g.m, g.out}, dnnl::memory::data_type::f32, tag::ab);
+      c({g.m, g.out}, dnnl::memory::data_type::f32, tag::ab);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
     src = dnnl::memory(a, eng);
     weights = dnnl::memory(pd.weights_desc(), eng);
@@ -47,7 +47,7 @@ struct onednn_matmul {
       if (dt == dnnl::memory::data_type::f32)
         std::fill_n(static_cast<float*>(m->get_data_handle()), bytes / 4, 0.01f);
       else
-        std::fill_n(static_cast<uint16_t*>(m->get_data_handle()), bytes / 2, uint16_t{0x3c24});   // bf16 0.01
+        std::fill_n(static_cast<uint16_t*>(m->get_data_handle()), bytes / 2, uint16_t{0x3c24});  // bf16 0.01
     }
   }
   double seconds(dnnl::stream& s, int calls) {
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [ROUNDS]   (ROUNDS: 1 to 1000, default 3)\n", argv[0]);
     return 2;
   }
-  auto ours = std::make_unique<cpu_fast_backend>(0);             // all cores, as oneDNN's OpenMP
+  auto ours = std::make_unique<cpu_fast_backend>(0);  // all cores, as oneDNN's OpenMP
   // Each side's idle threads spin for a while after a call (our pool 300 us, OpenMP's by default
   // longer) on the cores the other then needs: a pause between the two sides lets them sleep.
   auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
