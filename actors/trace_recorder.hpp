@@ -1,7 +1,7 @@
 // actors/trace_recorder.hpp
 // Chrome-trace recording of compute and communication spans per rank (as DeepSeek's
 // profile-data), and the overlap summary benchmarks print: overlap is claimed only where the
-// trace shows it (DESIGN.md "Measure, don't assume"). No CAF.
+// trace shows it (docs/ARCHITECTURE.md "Measure, don't assume"). No CAF.
 #pragma once
 
 #include <chrono>

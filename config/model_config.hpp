@@ -1,6 +1,6 @@
 // config/model_config.hpp
 // The model's hyper-parameters, read from a Hugging Face `config.json` with the HF key names
-// as-is, and validated once at the boundary (see ../shared/reference/model-spec.md section 2).
+// as-is, and validated once at the boundary (see docs/reference/model-spec.md §2).
 #pragma once
 
 #include <cstdint>

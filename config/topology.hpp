@@ -15,7 +15,7 @@
 
 namespace moe {
 
-/// Link-model defaults from DeepEP's published H800 figures (../shared/reference/deepseek-system.md §4.2).
+/// Link-model defaults from DeepEP's published H800 figures (docs/reference/deepseek-system.md §4.2).
 /// Intra-node: NVLink, EP8 normal-kernel dispatch bottleneck bandwidth (153 GB/s) and EP8
 /// low-latency dispatch (77 µs, NVLink allowed in LL kernels since 2025-05-23).
 /// Inter-node: RDMA (CX7 400 Gb/s), EP16 normal-kernel bandwidth (43 GB/s) and EP16

@@ -1,6 +1,6 @@
 // actors/policy/eplb.hpp
 // The expert-parallel load balancer's placement policy: DeepSeek's EPLB `rebalance_experts`
-// (../shared/reference/deepseek-system.md section 3), a pure function over per-layer expert loads.
+// (docs/reference/deepseek-system.md §3), a pure function over per-layer expert loads.
 #pragma once
 
 #include <cstddef>

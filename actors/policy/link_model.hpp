@@ -1,6 +1,6 @@
 // actors/policy/link_model.hpp
 // Injected cost of cross-rank messages, so compute/communication overlap shows on a CPU where
-// in-process sends are nearly free (DESIGN.md "Measure, don't assume").
+// in-process sends are nearly free (docs/ARCHITECTURE.md "Measure, don't assume").
 #pragma once
 
 #include <chrono>

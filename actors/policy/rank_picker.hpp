@@ -1,6 +1,6 @@
 // actors/policy/rank_picker.hpp
 // The prefill and decode load balancers' choice of rank, as pure functions over per-rank load
-// (DeepSeek's objectives, ../shared/reference/deepseek-system.md section 1.3).
+// (DeepSeek's objectives, docs/reference/deepseek-system.md §1.3).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // kernels/checkpoint/checkpoint.hpp
 // A Hugging Face checkpoint directory: config.json plus one model.safetensors or shards listed by
-// model.safetensors.index.json, all mmap-ed (../shared/reference/model-spec.md section 1).
+// model.safetensors.index.json, all mmap-ed (docs/reference/model-spec.md §1).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // kernels/model/forward.hpp
-// The DeepSeek-V3 forward pass (../shared/reference/model-spec.md section 5) built from backend ops over a
+// The DeepSeek-V3 forward pass (docs/reference/model-spec.md §5) built from backend ops over a
 // flattened batch of sequences, each appending its new tokens to the paged KV cache.
 #pragma once
 

@@ -1,6 +1,6 @@
 // kernels/model/forward_step.hpp
 // One forward step over a flattened batch, advanced layer by layer in the stages of DeepSeek's
-// decode pipeline (../shared/reference/deepseek-system.md 1.2), so a runtime can interleave two
+// decode pipeline (docs/reference/deepseek-system.md §1.2), so a runtime can interleave two
 // micro-batches and run routed experts on the ranks that own them. model_runner::forward is
 // these stages run in a row with every expert local.
 #pragma once

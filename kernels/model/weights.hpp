@@ -1,5 +1,5 @@
 // kernels/model/weights.hpp
-// The DeepSeek-V3 weights as views into the mmap-ed checkpoint (../shared/reference/model-spec.md
+// The DeepSeek-V3 weights as views into the mmap-ed checkpoint (docs/reference/model-spec.md
 // section 3). Linear weights keep their stored dtype; FP8 ones carry their 128x128 block scales.
 #pragma once
 

@@ -1,5 +1,5 @@
 // tests/cuda/test_cuda_parity.cpp
-// Every CUDA device against the CPU reference, op by op (STYLE.md 11). Without a device (or
+// Every CUDA device against the CPU reference, op by op (CONTRIBUTING.md, Code). Without a device (or
 // without nvcc at build time) the parity cases say why they were skipped and pass.
 #include <doctest/doctest.h>
 

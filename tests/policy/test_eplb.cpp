@@ -1,6 +1,6 @@
 // tests/policy/test_eplb.cpp
 // EPLB against the published README example of deepseek-ai/EPLB and the intermediate values
-// derived from it (../shared/reference/deepseek-system.md section 3.3).
+// derived from it (docs/reference/deepseek-system.md §3.3).
 #include <doctest/doctest.h>
 
 #include <algorithm>
