@@ -286,7 +286,7 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
         st.core->maybe_start(has_work(st));
       }
     },
-    [=](step_atom, std::shared_ptr<decode_step_result> result) {
+    [=](step_atom, const std::shared_ptr<decode_step_result>& result) {
       on_step_result(self, *result);
       self->state.core->maybe_start(has_work(self->state));
     },

@@ -267,7 +267,7 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
         return;
       }
     },
-    [=](step_atom, std::shared_ptr<prefill_step_result> result) {
+    [=](step_atom, const std::shared_ptr<prefill_step_result>& result) {
       on_step_result(self, *result);
       self->state.core->maybe_start(!self->state.tasks.empty());
     },

@@ -59,17 +59,7 @@ bool step_pipeline::is_moe(int64_t layer_idx) const noexcept {
 //   then per micro-batch its SHARED, its COMBINE (waits for the answers) and its next layers up
 //   to the next MoE layer's ATTN-1;
 //   LOGITS once for every micro-batch.
-// SHARED sits behind the MLPs, not behind ATTN-1 where DeepSeek's figure draws it beside the
-// dispatch: the combine carries twice the dispatch's bytes (BF16 against FP8) and is the exchange
-// that runs short of compute to hide under; the later micro-batch's ATTN stages already cover the
-// earlier one's dispatch. With comm = compute and a decode step's stage mix the model
-// (tools/overlap_model.py --order) puts the share hidden at 84 % this way, 73 % the other.
-// Each SHARED runs just before its own COMBINE rather than both right after the MLPs: micro-batch
-// M-1's SHARED then also covers micro-batch 0's next dispatch, which otherwise has only
-// micro-batch M-1's ATTN stages to hide under. That is prefill's tight spot when micro-batch 0
-// carries more tokens (its dispatch grows with tokens, the other's ATTN with its share of the
-// attention cost): the model puts prefill at 94.9 % against 93.9 % at a share of 0.55, 92.9 %
-// against 91.6 % at 0.57, and the same at 0.53 or less; decode the same.
+// Why SHARED sits there and not beside the dispatch: docs/ARCHITECTURE.md "Where SHARED goes".
 // Micro-batch m begins a layer after micro-batch m - 1 has (a prompt split between them needs the
 // first part's latent KV stored before the second part attends), and micro-batch 0 reaches its
 // first dispatch before micro-batch 1 computes its dense layers, which then hide that dispatch.
@@ -185,6 +175,7 @@ void step_pipeline::enqueue_mlp(int64_t mb, int64_t l) {
       for (const std::vector<size_t>& group : answer_groups(
              received, group_.rank, (*group_.placements)[l].slots_per_rank, group_.answer_split_min_rows)) {
         std::vector<std::shared_ptr<const ep_dispatch>> part;
+        part.reserve(group.size());
         for (const size_t i : group)
           part.push_back(received[i]);
         std::vector<std::shared_ptr<ep_combine>> answers = run_dispatched_experts(

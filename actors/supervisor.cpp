@@ -48,7 +48,7 @@ void introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
     caf::anon_send(rank, peers_atom::value, m);
 }
 
-caf::behavior supervisor(caf::event_based_actor* self, std::vector<caf::actor> parts) {
+caf::behavior supervisor(caf::event_based_actor* self, const std::vector<caf::actor>& parts) {
   for (const caf::actor& part : parts)
     self->link_to(part);  // an exit here stops them all
   return {[](stats_atom) {}};

@@ -101,7 +101,7 @@ msgpack::sbuffer encode_health(uint32_t msgid, const server_counters& counters) 
 
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
                        std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
-                       reply_fn reply) {
+                       const reply_fn& reply) {
   sys.spawn([=](caf::event_based_actor* self) {
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
@@ -148,7 +148,7 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
 }
 
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
-                       reply_fn reply) {
+                       const reply_fn& reply) {
   sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
     const auto t0 = clock::now();
     auto not_ready = [=](const std::string& why) {

@@ -28,11 +28,11 @@ namespace moe::net {
 /// a part does not answer. `sampler`: the server's stats_sampler.
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
                        std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
-                       reply_fn reply);
+                       const reply_fn& reply);
 
 /// Replies {ready: true, latency_s} after a greedy 1-token generation of the BOS prompt, or a
 /// 503 naming what failed.
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
-                       reply_fn reply);
+                       const reply_fn& reply);
 
 }  // namespace moe::net
