@@ -9,7 +9,8 @@ packages=(build-essential cmake pkg-config ccache git
           libcaf-dev libasio-dev libmsgpack-cxx-dev doctest-dev libpcre2-dev nlohmann-json3-dev
           libcli11-dev libspdlog-dev libtomlplusplus-dev python3-numpy python3-msgpack
           libdnnl-dev                     # oneDNN: only moeserve-gemm-vs-onednn, the measured comparison
-          clang libclang-rt-14-dev)       # clang + libFuzzer: tests/fuzz
+          clang libclang-rt-14-dev        # clang + libFuzzer: tests/fuzz
+          clang-format clang-tidy)        # tools/format.sh, tools/lint.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

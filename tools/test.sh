@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# The tests: set up and build (tools/setup.sh), then every test under CTest, then the wire
-# protocol fuzzer for MOE_FUZZ_SECONDS (default 60; 0 skips it). Extra arguments go to ctest
-# (e.g. -R tokenizer) and skip the fuzzer.
+# The tests: set up and build (tools/setup.sh), check the format (tools/format.sh --check) and
+# lint actors/ and net/ (tools/lint.sh), run every test under CTest, fuzz the wire protocol for
+# MOE_FUZZ_SECONDS (default 60; 0 skips it). The sanitizer runs, tools/sanitize.sh, are not yet
+# part of it. Extra arguments go to ctest (e.g. -R tokenizer) and skip the
+# checks and the fuzzer.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere reuses the cache
+export CCACHE_BASEDIR="$root"
 MOE_BUILD_JOBS="${MOE_BUILD_JOBS:-2}" bash tools/setup.sh
+if [ $# -eq 0 ]; then
+  bash tools/format.sh --check
+  bash tools/lint.sh actors net
+fi
 ctest --test-dir build --output-on-failure -j2 --timeout 600 "$@"
 fuzz_seconds="${MOE_FUZZ_SECONDS:-60}"
 if [ $# -eq 0 ] && [ "$fuzz_seconds" != 0 ]; then
