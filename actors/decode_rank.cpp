@@ -18,7 +18,7 @@
 #include <span>
 #include <stdexcept>
 
-#include "actors/stream.hpp"
+#include "actors/rank/stream.hpp"
 #include "kernels/model/output_text.hpp"
 #include "kernels/sampling/logprobs.hpp"
 

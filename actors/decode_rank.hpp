@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "actors/atoms.hpp"
-#include "actors/ep_member.hpp"
 #include "actors/messages.hpp"
-#include "actors/rank_model.hpp"
+#include "actors/rank/ep_member.hpp"
+#include "actors/rank/rank_model.hpp"
 
 namespace moe {
 

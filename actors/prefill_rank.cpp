@@ -15,7 +15,7 @@
 #include <span>
 
 #include "actors/policy/micro_batch.hpp"
-#include "actors/stream.hpp"
+#include "actors/rank/stream.hpp"
 #include "kernels/model/output_text.hpp"
 #include "kernels/sampling/logprobs.hpp"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # tools/overlap_model.py
-# A model of one rank of a symmetric EP group running actors/step_pipeline's stream program: per
+# A model of one rank of a symmetric EP group running actors/rank/step_pipeline's stream program: per
 # layer and micro-batch ATTN-0, ATTN-1 (-> dispatch), MLP (once the dispatch arrived -> combine),
 # SHARED, COMBINE (once the combine arrived), in the program's order (step_pipeline::start: every
 # micro-batch's ATTN stages, the MLPs, then per micro-batch its SHARED, its COMBINE and its next

@@ -44,7 +44,7 @@ struct prefill_segment {
 [[nodiscard]] double segment_cost(const prefill_segment& s, const step_cost& cost) noexcept;
 
 /// The share of a prefill batch's cost that micro-batch 0 takes. Not a half: in the stream program
-/// (actors/step_pipeline) micro-batch 1's ATTN stages sit on the exchange's critical loop. Its
+/// (actors/rank/step_pipeline) micro-batch 1's ATTN stages sit on the exchange's critical loop. Its
 /// combine arrives last, and its next dispatch cannot leave before its ATTN is done, while the link
 /// has only micro-batch 0's dispatch to carry; when that dispatch is the shorter, the link idles.
 /// Micro-batch 0's ATTN runs while micro-batch 1's combine is on the wire, so it can grow; but not

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "actors/ep_inbox.hpp"
+#include "actors/rank/ep_inbox.hpp"
 
 using namespace moe;
 

@@ -17,7 +17,7 @@
 #include <random>
 #include <variant>
 
-#include "actors/step_pipeline.hpp"
+#include "actors/rank/step_pipeline.hpp"
 #include "kernels/cpu/reference_backend.hpp"
 #include "model/tiny_model.hpp"
 

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/stream.hpp"
+#include "actors/rank/stream.hpp"
 
 using namespace moe;
 

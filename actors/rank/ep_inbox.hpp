@@ -1,4 +1,4 @@
-// actors/ep_inbox.hpp
+// actors/rank/ep_inbox.hpp
 // A rank's receive side of the expert-parallel exchange: peers' dispatches and combines land
 // here straight from the sender's stream (as DeepEP writes into a peer's receive buffer), each
 // stamped with the time the link model says it arrives; the rank's stream waits here for a

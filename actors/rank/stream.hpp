@@ -1,4 +1,4 @@
-// actors/stream.hpp
+// actors/rank/stream.hpp
 // A rank's stream on the CPU: an ordered executor. Work items run one after another on the
 // stream's own thread (never on a CAF scheduler thread); each item's completion callback runs
 // right after it, where the owning actor typically anon_sends itself a completion message.

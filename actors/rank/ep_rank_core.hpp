@@ -1,4 +1,4 @@
-// actors/ep_rank_core.hpp
+// actors/rank/ep_rank_core.hpp
 // What prefill and decode ranks share: an expert-parallel group member that runs forward steps in
 // lockstep with its peers. It binds step_pipeline to the rank's stream (a stage that needs peers'
 // payloads waits for them on the stream, in the rank's inbox; LOGITS' completion comes back as a
@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "actors/atoms.hpp"
-#include "actors/ep_inbox.hpp"
 #include "actors/policy/link_model.hpp"
-#include "actors/rank_model.hpp"
-#include "actors/step_pipeline.hpp"
-#include "actors/stream.hpp"
+#include "actors/rank/ep_inbox.hpp"
+#include "actors/rank/rank_model.hpp"
+#include "actors/rank/step_pipeline.hpp"
+#include "actors/rank/stream.hpp"
 #include "actors/trace_recorder.hpp"
 
 namespace moe {

@@ -1,5 +1,5 @@
-// actors/ep_member.cpp
-#include "actors/ep_member.hpp"
+// actors/rank/ep_member.cpp
+#include "actors/rank/ep_member.hpp"
 
 namespace moe {
 

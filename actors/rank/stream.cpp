@@ -1,5 +1,5 @@
-// actors/stream.cpp
-#include "actors/stream.hpp"
+// actors/rank/stream.cpp
+#include "actors/rank/stream.hpp"
 
 #include <exception>
 

@@ -1,4 +1,4 @@
-// actors/ep_member.hpp
+// actors/rank/ep_member.hpp
 // The messages every rank of an expert-parallel group handles (prefill and decode ranks extend it).
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/ep_rank_core.hpp"
+#include "actors/rank/ep_rank_core.hpp"
 
 namespace moe {
 

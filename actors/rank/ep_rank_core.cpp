@@ -1,5 +1,5 @@
-// actors/ep_rank_core.cpp
-#include "actors/ep_rank_core.hpp"
+// actors/rank/ep_rank_core.cpp
+#include "actors/rank/ep_rank_core.hpp"
 
 #include <caf/send.hpp>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// actors/rank_model.hpp
+// actors/rank/rank_model.hpp
 // What a rank computes with: the shared (read-only) weights, its own backend, KV pool and
 // runner. Touched only from the rank's stream.
 #pragma once

@@ -1,7 +1,7 @@
-// actors/step_pipeline.cpp
+// actors/rank/step_pipeline.cpp
 // The per-rank stream program. Built on the owner's thread; only the lambdas handed to
 // pipeline_io::enqueue touch activations and the plan, on the stream, one after another.
-#include "actors/step_pipeline.hpp"
+#include "actors/rank/step_pipeline.hpp"
 
 #include <algorithm>
 #include <exception>

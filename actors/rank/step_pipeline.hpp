@@ -1,4 +1,4 @@
-// actors/step_pipeline.hpp
+// actors/rank/step_pipeline.hpp
 // One forward step of one rank in an expert-parallel group, as a stream program: per layer ATTN-0,
 // ATTN-1 (+ gate), DISPATCH ∥ SHARED, MLP (the routed experts this rank holds, over every rank's
 // dispatched tokens), COMBINE. start() enqueues the whole step at once, in DeepSeek's order, as a
@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/ep_inbox.hpp"
+#include "actors/rank/ep_inbox.hpp"
 #include "kernels/model/expert_parallel.hpp"
 #include "kernels/model/forward_step.hpp"
 

@@ -1,5 +1,5 @@
-// actors/ep_inbox.cpp
-#include "actors/ep_inbox.hpp"
+// actors/rank/ep_inbox.cpp
+#include "actors/rank/ep_inbox.hpp"
 
 #include <algorithm>
 #include <limits>
