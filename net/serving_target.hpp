@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/supervisor.hpp"
+#include "actors/cluster.hpp"
 
 namespace moe::net {
 

@@ -16,7 +16,7 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
   using clock = std::chrono::steady_clock;
   const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
   caf::scoped_actor self{sys};
-  self->monitor(c.supervisor);  // a dead cluster ends the run with its reason, not a hang
+  self->monitor(c.root);  // a dead cluster ends the run with its reason, not a hang
   cluster_run run;
   run.requests.resize(specs.size());
   std::map<uint64_t, size_t> index_of;

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/cluster.hpp"
 #include "actors/messages.hpp"
-#include "actors/supervisor.hpp"
 
 namespace moe::tools {
 

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "actors/cluster.hpp"
 #include "actors/system_config.hpp"
-#include "actors/supervisor.hpp"
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
 #include "net/server_log.hpp"

@@ -16,7 +16,7 @@
 #include <set>
 
 #include "actor_fixture.hpp"
-#include "actors/supervisor.hpp"
+#include "actors/cluster.hpp"
 #include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/generator.hpp"
 #include "model/tiny_model.hpp"

@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "actors/cluster.hpp"
 #include "actors/errors.hpp"
 #include "actors/system_config.hpp"
-#include "actors/supervisor.hpp"
 #include "kernels/model/generator.hpp"
 #include "model/tiny_model.hpp"
 #include "net/rpc_server.hpp"
@@ -80,7 +80,7 @@ struct server_fixture {
   ~server_fixture() {
     if (server)
       server->stop();
-    if (handles.supervisor)
+    if (handles.root)
       handles.stop();
   }
 

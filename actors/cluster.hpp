@@ -1,7 +1,7 @@
-// actors/supervisor.hpp
+// actors/cluster.hpp
 // Spawns the serving graph from the topology: request_queue -> prefill_balancer -> prefill_rank x P
 // (one EP group) -> decode_rank x D (another EP group), with the decode_balancer choosing decode
-// ranks; the supervisor actor is linked to every part, so stopping it stops the cluster.
+// ranks; the root actor is linked to every part, so stopping it stops the cluster.
 // (Restarts and re-routing come with fault handling.)
 #pragma once
 
@@ -33,7 +33,7 @@ struct cluster {
   std::vector<decode_rank_actor> decode_ranks;    // global ranks P .. P+D-1
   std::shared_ptr<trace_recorder> trace;          // null unless cluster_config::trace
   std::shared_ptr<link_model> links;              // null unless the topology turns the link model on
-  caf::actor supervisor;
+  caf::actor root;  // linked to every part above: its exit stops them all, and theirs stops it
 
   /// Stops every actor of the cluster.
   void stop() const;

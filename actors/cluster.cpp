@@ -1,5 +1,5 @@
-// actors/supervisor.cpp
-#include "actors/supervisor.hpp"
+// actors/cluster.cpp
+#include "actors/cluster.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -21,7 +21,7 @@ ep_precision ep_precision_of(const topology_config& topology) {
           .sum = sum};
 }
 
-void cluster::stop() const { caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown); }
+void cluster::stop() const { caf::anon_send_exit(root, caf::exit_reason::user_shutdown); }
 
 namespace {
 
@@ -48,6 +48,7 @@ void introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
     caf::anon_send(rank, peers_atom::value, m);
 }
 
+// The current supervisor only links everything; the real one comes with the fault-tolerance work.
 caf::behavior supervisor(caf::event_based_actor* self, const std::vector<caf::actor>& parts) {
   for (const caf::actor& part : parts)
     self->link_to(part);  // an exit here stops them all
@@ -123,7 +124,7 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
     parts.push_back(caf::actor_cast<caf::actor>(r));
   for (const auto& r : c.decode_ranks)
     parts.push_back(caf::actor_cast<caf::actor>(r));
-  c.supervisor = sys.spawn(supervisor, std::move(parts));
+  c.root = sys.spawn(supervisor, std::move(parts));
   return c;
 }
 
