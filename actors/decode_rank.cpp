@@ -18,6 +18,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "actors/policy/micro_batch.hpp"
 #include "actors/rank/stream.hpp"
 #include "kernels/model/output_text.hpp"
 #include "kernels/sampling/logprobs.hpp"
@@ -137,7 +138,8 @@ void admit_and_cancel(decode_pointer self) {
 }
 
 // The next step's micro-batches: every running request's last token, micro-batches filled
-// greedily to even out their cost (a token's linear work plus its core attention over its context).
+// greedily to even out their cost (a token's linear work plus its core attention over its context;
+// split_decode_batch in actors/policy/micro_batch.hpp).
 ep_rank_core::micro_batches plan_step(decode_pointer self) {
   auto& st = self->state;
   admit_and_cancel(self);
@@ -148,16 +150,21 @@ ep_rank_core::micro_batches plan_step(decode_pointer self) {
   for (uint64_t id : out_of_kv)
     finish(self, id, {}, finish_reason::length);  // KV pool exhausted: cannot go on
   const int64_t num_mb = st.core->group().num_micro_batches;
-  ep_rank_core::micro_batches mbs(static_cast<size_t>(num_mb));
-  const step_cost& cost = st.model->decode_cost;
-  std::vector<double> load(static_cast<size_t>(num_mb), 0.0);
-  st.step_rows.assign(static_cast<size_t>(num_mb), {});
+  std::vector<running_request*> rows;
+  std::vector<int64_t> keys;  // each row's token attends to its context and itself
   for (auto& [id, r] : st.running) {
-    const auto mb = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[mb] += cost.per_token + cost.per_key * static_cast<double>(r.kv.num_cached + 1);
-    mbs[mb].push_back({.tokens = std::span(&r.last_token, 1), .kv = &r.kv, .decode = true});
-    st.step_rows[mb].push_back(&r);
+    rows.push_back(&r);
+    keys.push_back(r.kv.num_cached + 1);
   }
+  const std::vector<std::vector<size_t>> parts = split_decode_batch(keys, st.model->decode_cost, num_mb);
+  ep_rank_core::micro_batches mbs(parts.size());
+  st.step_rows.assign(parts.size(), {});
+  for (size_t mb = 0; mb < parts.size(); ++mb)
+    for (size_t i : parts[mb]) {
+      running_request& r = *rows[i];
+      mbs[mb].push_back({.tokens = std::span(&r.last_token, 1), .kv = &r.kv, .decode = true});
+      st.step_rows[mb].push_back(&r);
+    }
   return mbs;
 }
 

@@ -1,6 +1,7 @@
 // actors/policy/micro_batch.cpp
 #include "actors/policy/micro_batch.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -78,6 +79,21 @@ std::array<std::vector<prefill_segment>, 2> split_micro_batches(const std::vecto
   }
   for (; i < batch.size(); ++i)
     out[1].push_back(batch[i]);
+  return out;
+}
+
+std::vector<std::vector<size_t>> split_decode_batch(const std::vector<int64_t>& keys, const step_cost& cost,
+                                                    int64_t num_micro_batches) {
+  if (num_micro_batches < 1)
+    throw std::invalid_argument("split_decode_batch: num_micro_batches must be at least 1, got " +
+                                std::to_string(num_micro_batches));
+  std::vector<std::vector<size_t>> out(static_cast<size_t>(num_micro_batches));
+  std::vector<double> load(out.size(), 0.0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto mb = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[mb] += cost.per_token + cost.per_key * static_cast<double>(keys[i]);
+    out[mb].push_back(i);
+  }
   return out;
 }
 

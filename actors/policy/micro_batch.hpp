@@ -1,11 +1,13 @@
 // actors/policy/micro_batch.hpp
 // Splitting a prefill batch into two micro-batches by cost, micro-batch 0 taking a chosen share; a
-// prompt may be split between them (DeepSeek profile-data: "the same prompt may be split"). The
-// cost of a token is its linear work (projections, experts) plus its core attention (one unit per
-// key it attends to).
+// prompt may be split between them (DeepSeek profile-data: "the same prompt may be split"). A
+// decode batch (one token per request) is dealt out whole requests at a time. The cost of a token
+// is its linear work (projections, experts) plus its core attention (one unit per key it attends
+// to).
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -66,5 +68,14 @@ inline constexpr double prefill_first_share = 0.53;
 /// micro-batch 1 empty. Throws std::invalid_argument unless 0 < first_share < 1.
 [[nodiscard]] std::array<std::vector<prefill_segment>, 2> split_micro_batches(
   const std::vector<prefill_segment>& batch, const step_cost& cost = {}, double first_share = 0.5);
+
+/// A decode batch's micro-batches: row i (one request's next token, attending to `keys[i]` keys,
+/// its cached tokens and itself) costs per_token + per_key x keys[i]. Rows are dealt out greedily
+/// in order, each to the micro-batch with the least cost so far (the lowest index on ties), so a
+/// request is never split. Returns `num_micro_batches` lists of row indices, each in row order.
+/// Throws std::invalid_argument unless num_micro_batches >= 1.
+[[nodiscard]] std::vector<std::vector<size_t>> split_decode_batch(const std::vector<int64_t>& keys,
+                                                                  const step_cost& cost,
+                                                                  int64_t num_micro_batches);
 
 }  // namespace moe

@@ -1,6 +1,7 @@
 // tests/policy/test_micro_batch.cpp
 // Two micro-batches of equal cost, or with micro-batch 0 taking a given share (attention alone, or
-// with the linear work per token), splitting one prompt when that comes closer.
+// with the linear work per token), splitting one prompt when that comes closer; a decode batch
+// dealt out whole requests at a time to the cheapest micro-batch so far.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -115,4 +116,30 @@ TEST_CASE("micro-batch 0 takes the share of the cost it is given") {
   CHECK(prompts[1][0].num_tokens == 8);
   CHECK_THROWS_AS((void)split_micro_batches({{0, 0, 8}}, {}, 0.0), std::invalid_argument);
   CHECK_THROWS_AS((void)split_micro_batches({{0, 0, 8}}, {}, 1.0), std::invalid_argument);
+}
+
+using partition = std::vector<std::vector<size_t>>;
+
+TEST_CASE("a decode batch of 0, 1 or 2 requests: micro-batch 0 first, then the emptier one") {
+  CHECK(split_decode_batch({}, {}, 2) == partition{{}, {}});
+  CHECK(split_decode_batch({7}, {}, 2) == partition{{0}, {}});
+  // keys 5 and 3: row 0 to micro-batch 0 (a tie at 0, the lower index), row 1 to the empty one
+  CHECK(split_decode_batch({5, 3}, {}, 2) == partition{{0}, {1}});
+}
+
+TEST_CASE("a decode batch goes by cost, not by count") {
+  // attention alone, keys 10, 1, 1, 1, 1: row 0 -> mb 0 (10); rows 1..4 -> mb 1 (1, 2, 3, 4 < 10)
+  CHECK(split_decode_batch({10, 1, 1, 1, 1}, {}, 2) == partition{{0}, {1, 2, 3, 4}});
+  // 8 equal requests alternate, each tie going to micro-batch 0
+  CHECK(split_decode_batch({4, 4, 4, 4, 4, 4, 4, 4}, {}, 2) == partition{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  // keys 6, 1, 1, 1 with 5 per token: costs 11, 6, 6, 6. Row 0 -> mb 0 (11); row 1 -> mb 1 (6);
+  // row 2 -> mb 1 (6 < 11: 12); row 3 -> mb 0 (11 < 12: 17). Attention alone keeps rows 1..3 together.
+  CHECK(split_decode_batch({6, 1, 1, 1}, {.per_token = 5.0, .per_key = 1.0}, 2) == partition{{0, 3}, {1, 2}});
+  CHECK(split_decode_batch({6, 1, 1, 1}, {}, 2) == partition{{0}, {1, 2, 3}});
+}
+
+TEST_CASE("a decode batch with one micro-batch keeps every request in it") {
+  CHECK(split_decode_batch({3, 9, 1}, {}, 1) == partition{{0, 1, 2}});
+  CHECK(split_decode_batch({}, {}, 1) == partition{{}});
+  CHECK_THROWS_AS((void)split_decode_batch({1}, {}, 0), std::invalid_argument);
 }
