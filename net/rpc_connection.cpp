@@ -52,7 +52,7 @@ std::optional<rpc_error> check_served(const generate_request& req, const serving
 }  // namespace
 
 rpc_connection::rpc_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared)
-    : socket_(std::move(socket)), timer_(socket_.get_executor()), shared_(std::move(shared)),
+    : shared_(std::move(shared)), socket_(std::move(socket)), timer_(socket_.get_executor()),
       decoder_(shared_->limits.frames), role_(initial_role(shared_->keys)) {
   ++shared_->counters->num_connections;
   ++shared_->counters->num_accepted;

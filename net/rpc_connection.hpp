@@ -57,9 +57,11 @@ class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
   void close_after_writes();
   void arm_timer(bool message_started);
 
+  // NOTE: shared_ holds the io_context, so it comes first: members are destroyed in reverse order,
+  // and the socket and timer must go while their io_context still exists.
+  std::shared_ptr<const server_shared> shared_;
   asio::ip::tcp::socket socket_;
   asio::steady_timer timer_;
-  std::shared_ptr<const server_shared> shared_;
   frame_decoder decoder_;
   std::array<char, 16384> read_buffer_{};
   std::vector<rpc_message> messages_;
