@@ -2,7 +2,7 @@
 // The cluster topology: how many prefill and decode ranks, how they group into nodes, the
 // scheduler's limits, the KV pool per rank, the EP communication settings and the link model.
 // Read from a TOML file (config/topology.toml documents every key), overridden by `moeserve`
-// flags (tools/topology_options.hpp), and validated once at the boundary.
+// flags (tools/lib/topology_options.hpp), and validated once at the boundary.
 #pragma once
 
 #include <cstdint>

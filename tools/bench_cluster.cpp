@@ -29,12 +29,12 @@
 
 #include "actors/system_config.hpp"
 #include "tools/cli_checks.hpp"
-#include "tools/cluster_client.hpp"
+#include "tools/lib/cluster_client.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_session.hpp"
+#include "tools/lib/model_session.hpp"
 #include "tools/overlap_share.hpp"
-#include "tools/single_rank.hpp"
-#include "tools/topology_options.hpp"
+#include "tools/lib/single_rank.hpp"
+#include "tools/lib/topology_options.hpp"
 
 namespace moe::tools {
 
@@ -48,7 +48,7 @@ struct bench_options {
   int64_t output_len = 32;
   int64_t requests_per_level = 0;  // 0: 2 x concurrency
   bool overlap = false;
-  bool single_rank = false;  // also the "1 rank" baseline (tools/single_rank.hpp)
+  bool single_rank = false;  // also the "1 rank" baseline (tools/lib/single_rank.hpp)
   int64_t repeat = 1;
   uint64_t seed = 1;
   std::string trace_file;  // the last run's Chrome trace (overlap: one per phase)

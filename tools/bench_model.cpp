@@ -24,7 +24,7 @@
 #include "tools/bench_weights.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_flops.hpp"
-#include "tools/model_session.hpp"
+#include "tools/lib/model_session.hpp"
 #include "tools/op_timing.hpp"
 
 namespace moe::tools {

@@ -3,6 +3,8 @@
 // and callback; a callback throws moe::input_error for bad input (printed as "error: ...").
 #pragma once
 
+#include "tools/lib/paths.hpp"  // default_tokenizer_dir
+
 namespace CLI {
 class App;
 }
@@ -19,8 +21,5 @@ void add_bench_cluster(CLI::App& app);    // tools/bench_cluster.cpp
 void add_serve(CLI::App& app);            // tools/serve.cpp
 void add_client(CLI::App& app);           // tools/client.cpp
 void add_bench(CLI::App& app);            // tools/bench.cpp: load generator against `serve`
-
-/// Directory of the real DeepSeek-V3 tokenizer files installed by set-up.
-const char* default_tokenizer_dir() noexcept;
 
 }  // namespace moe::tools

@@ -12,13 +12,13 @@
 
 #include "kernels/model/generator.hpp"
 #include "actors/system_config.hpp"
-#include "tools/cluster_client.hpp"
+#include "tools/lib/cluster_client.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_session.hpp"
+#include "tools/lib/model_session.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/token_ids.hpp"
 #include "tools/sampling_options.hpp"
-#include "tools/topology_options.hpp"
+#include "tools/lib/topology_options.hpp"
 
 namespace moe::tools {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "tools/commands.hpp"
-#include "tools/model_session.hpp"
+#include "tools/lib/model_session.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/token_ids.hpp"
 #include "tools/npy.hpp"

@@ -3,7 +3,7 @@
 
 #include "config/model_config.hpp"
 #include "tools/cli_checks.hpp"
-#include "tools/model_session.hpp"
+#include "tools/lib/model_session.hpp"
 #include "tools/token_ids.hpp"
 
 namespace moe::tools {

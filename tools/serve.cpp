@@ -15,8 +15,8 @@
 #include "net/rpc_server.hpp"
 #include "net/server_log.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_session.hpp"
-#include "tools/topology_options.hpp"
+#include "tools/lib/model_session.hpp"
+#include "tools/lib/topology_options.hpp"
 
 namespace moe::tools {
 

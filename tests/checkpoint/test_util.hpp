@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kernels/checkpoint/checkpoint.hpp"
-#include "tools/make_model.hpp"
+#include "tools/lib/random_checkpoint.hpp"
 
 namespace moe::test {
 

@@ -15,7 +15,7 @@
 
 #include "config/model_config.hpp"
 #include "config/topology.hpp"
-#include "tools/topology_options.hpp"
+#include "tools/lib/topology_options.hpp"
 
 using moe::input_error;
 using moe::topology_config;

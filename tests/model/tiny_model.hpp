@@ -10,7 +10,7 @@
 #include <random>
 
 #include "kernels/model/weights.hpp"
-#include "tools/make_model.hpp"
+#include "tools/lib/random_checkpoint.hpp"
 
 namespace moe::testing {
 

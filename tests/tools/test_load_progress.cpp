@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "checkpoint/test_util.hpp"
-#include "tools/load_progress.hpp"
+#include "tools/lib/load_progress.hpp"
 
 using namespace moe;
 namespace fs = std::filesystem;

@@ -2,7 +2,7 @@
 // A forward pass's FLOPs from the config, against the tiny preset worked by hand.
 #include <doctest/doctest.h>
 
-#include "tools/make_model.hpp"
+#include "tools/lib/random_checkpoint.hpp"
 #include "tools/model_flops.hpp"
 
 using namespace moe;

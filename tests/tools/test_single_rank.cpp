@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "model/tiny_model.hpp"
-#include "tools/single_rank.hpp"
+#include "tools/lib/single_rank.hpp"
 
 using namespace moe;
 

@@ -1,11 +1,11 @@
-// tools/model_session.cpp
-#include "tools/model_session.hpp"
+// tools/lib/model_session.cpp
+#include "tools/lib/model_session.hpp"
 
 #include <filesystem>
 
 #include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/fp8_quantize.hpp"
-#include "tools/load_progress.hpp"
+#include "tools/lib/load_progress.hpp"
 
 namespace moe::tools {
 

@@ -1,5 +1,5 @@
-// tools/cluster_client.cpp
-#include "tools/cluster_client.hpp"
+// tools/lib/cluster_client.cpp
+#include "tools/lib/cluster_client.hpp"
 
 #include <caf/scoped_actor.hpp>
 #include <chrono>

@@ -1,4 +1,4 @@
-// tools/cluster_client.hpp
+// tools/lib/cluster_client.hpp
 // Running requests through an in-process cluster from a tool (generate, bench-cluster): spawns
 // the graph from a topology, submits with bounded concurrency, collects streamed chunks and
 // final answers with per-request timings, and writes the Chrome trace when asked.

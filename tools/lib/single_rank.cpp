@@ -1,5 +1,5 @@
-// tools/single_rank.cpp
-#include "tools/single_rank.hpp"
+// tools/lib/single_rank.cpp
+#include "tools/lib/single_rank.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
-// tools/topology_options.cpp
-#include "tools/topology_options.hpp"
+// tools/lib/topology_options.cpp
+#include "tools/lib/topology_options.hpp"
 
 #include <sstream>
 #include <string>

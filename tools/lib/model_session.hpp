@@ -1,4 +1,4 @@
-// tools/model_session.hpp
+// tools/lib/model_session.hpp
 // What the single-rank verbs (generate, logits, bench-model) share: a checkpoint opened and
 // loaded, its tokenizer, a backend chosen once, and a KV cache sized for the work.
 #pragma once

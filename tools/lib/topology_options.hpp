@@ -1,4 +1,4 @@
-// tools/topology_options.hpp
+// tools/lib/topology_options.hpp
 // The cluster topology as command-line flags (serve, bench): `--config FILE` is read first, then
 // every flag given overrides it. SGLang's flag spellings where it has one.
 #pragma once

@@ -1,4 +1,4 @@
-// tools/single_rank.hpp
+// tools/lib/single_rank.hpp
 // The "1 rank" baseline of bench-cluster: the same requests through one model_runner on all of
 // the backend's threads, no disaggregation and no expert parallelism, with continuous batching as
 // vLLM schedules it: every forward call carries each running request's next token, then prompt
@@ -10,7 +10,7 @@
 
 #include "actors/messages.hpp"
 #include "kernels/model/forward.hpp"
-#include "tools/cluster_client.hpp"
+#include "tools/lib/cluster_client.hpp"
 
 namespace moe::tools {
 

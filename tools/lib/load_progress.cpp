@@ -1,5 +1,5 @@
-// tools/load_progress.cpp
-#include "tools/load_progress.hpp"
+// tools/lib/load_progress.cpp
+#include "tools/lib/load_progress.hpp"
 
 #include <chrono>
 #include <memory>

@@ -1,4 +1,4 @@
-// tools/load_progress.hpp
+// tools/lib/load_progress.hpp
 // What a long weight load tells the user while it runs: a line on stderr now and then once the
 // load has taken a while (a quick one prints nothing), and how long it took in the end.
 #pragma once

@@ -1,5 +1,5 @@
-// tools/paths.cpp -- where set-up put things.
-#include "tools/commands.hpp"
+// tools/lib/paths.cpp
+#include "tools/lib/paths.hpp"
 
 namespace moe::tools {
 const char* default_tokenizer_dir() noexcept { return MOE_TOKENIZER_DIR; }

@@ -1,5 +1,5 @@
-// tools/make_model.hpp
-// `moeserve make-model`: writes a random-weight DeepSeek-V3-architecture checkpoint (config.json,
+// tools/lib/random_checkpoint.hpp
+// What `moeserve make-model` writes: a random-weight DeepSeek-V3-architecture checkpoint (config.json,
 // safetensors, tokenizer files) that the loader and the forward pass treat like the real one.
 #pragma once
 
