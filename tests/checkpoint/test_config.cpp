@@ -1,4 +1,4 @@
-// tests/checkpoint/config_test.cpp
+// tests/checkpoint/test_config.cpp
 // config.json parsing (HF key names, rope_parameters, nulls), validation messages, round trip.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// tests/checkpoint/dtype_test.cpp
+// tests/checkpoint/test_dtype.cpp
 // Element-type conversions against hand-computed values (model-spec 1.1).
 #include <doctest/doctest.h>
 

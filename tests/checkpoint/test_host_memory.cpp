@@ -1,4 +1,4 @@
-// tests/checkpoint/host_memory_test.cpp
+// tests/checkpoint/test_host_memory.cpp
 // Reading MemAvailable and refusing allocations that would not fit, with the numbers; and a
 // checkpoint bigger than memory refused before a byte of it is read.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// tests/checkpoint/make_model_test.cpp
+// tests/checkpoint/test_random_checkpoint.cpp
 // make-model: deterministic per seed, the same model in every layout (single file, shards, FP8),
 // FP8 close to BF16, weights scaled as documented, and clear option errors.
 #include <doctest/doctest.h>

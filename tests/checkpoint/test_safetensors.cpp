@@ -1,4 +1,4 @@
-// tests/checkpoint/safetensors_test.cpp
+// tests/checkpoint/test_safetensors.cpp
 // The safetensors reader and writer, and checkpoint directories (single file, index + shards,
 // scanned shards), including every malformed-file error; weights as a read-only huge-page copy
 // (the default) or a populated map of the file.

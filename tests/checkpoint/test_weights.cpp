@@ -1,4 +1,4 @@
-// tests/checkpoint/weights_test.cpp
+// tests/checkpoint/test_weights.cpp
 // load_model_weights: every tensor bound with the right shape and dtype, FP8 block dequantisation
 // with partial blocks, realignment, MTP tensors ignored, and one test per loader error.
 #include <doctest/doctest.h>
