@@ -95,6 +95,7 @@ void fail(bridge_pointer self, uint32_t msgid, const rpc_error& error) {
   auto& st = self->state;
   st.by_msgid.erase(msgid);
   ++st.cfg.counters->num_failed;
+  st.cfg.counters->notify_request_ended();
   if (!st.closed)
     st.cfg.reply(encode_error(msgid, error), msgid);
   maybe_quit(self);
@@ -140,6 +141,7 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
     ++st.cfg.counters->num_rated_requests;
   }
   st.by_msgid.erase(msgid);
+  st.cfg.counters->notify_request_ended();
   if (!st.closed)
     st.cfg.reply(encode_generate_result(msgid, result), msgid);
   maybe_quit(self);

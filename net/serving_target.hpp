@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "actors/cluster.hpp"
@@ -33,6 +35,23 @@ struct server_counters {
   std::atomic<int64_t> num_rated_requests{0};
   std::atomic<int64_t> num_connections{0};  // open now
   std::atomic<int64_t> num_accepted{0};     // connections since start
+
+  /// Wakes wait_for callers; a bridge calls it once a request's counters are final.
+  void notify_request_ended() const {
+    { std::lock_guard<std::mutex> guard(mu_); }  // a waiter between its check and its wait sees it
+    cv_.notify_all();
+  }
+
+  /// Waits until `pred` holds (checked after each request ends) or `timeout` passes; returns pred().
+  template <class Pred>
+  bool wait_for(std::chrono::milliseconds timeout, Pred pred) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, pred);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
 };
 
 }  // namespace moe::net

@@ -204,19 +204,16 @@ TEST_CASE_FIXTURE(server_fixture, "a client that disconnects mid-stream frees it
   test_client again(server->port());    // the server still serves
   again.send(request_bytes(1, "health", std::vector<int>{}));
   CHECK(error_code(again.next_response()) == 0);
-  // the server's stats count it as cancelled, with the tokens it made: the closed connection's
-  // bridge waits for the aborted result (asked again while that result is on its way)
-  int64_t cancelled = 0, output_tokens = 0;
-  for (uint32_t tries = 0; tries < 200 && cancelled == 0; ++tries) {
-    if (tries > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    again.send(request_bytes(2 + tries, "stats", std::vector<int>{}));
-    const net::rpc_response r = again.next_response();
-    REQUIRE(error_code(r) == 0);
-    const auto m = result_map(r);
-    cancelled = m.at("cancelled").as<int64_t>();
-    output_tokens = m.at("output_tokens").as<int64_t>();
-  }
+  // the server's stats count it as cancelled, with the tokens it made, once the closed
+  // connection's bridge has the aborted result
+  const net::server_counters& counters = server->counters();
+  CHECK(counters.wait_for(std::chrono::seconds(10), [&] { return counters.num_cancelled.load() > 0; }));
+  again.send(request_bytes(2, "stats", std::vector<int>{}));
+  const net::rpc_response r = again.next_response();
+  REQUIRE(error_code(r) == 0);
+  const auto m = result_map(r);
+  const int64_t cancelled = m.at("cancelled").as<int64_t>();
+  const int64_t output_tokens = m.at("output_tokens").as<int64_t>();
   CHECK(cancelled == 1);
   CHECK(output_tokens >= 1);  // at least the token it saw
 }
