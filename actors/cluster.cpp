@@ -73,7 +73,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                    .block_size = topo.page_size,
                                    .max_context = topo.max_context,
                                    .chunk_size = topo.chunked_prefill_size,
-                                   .max_prefill_tokens = topo.max_prefill_tokens};
+                                   .max_prefill_tokens = topo.max_prefill_tokens,
+                                   .synchronous_stream = cfg.synchronous_streams};
   cluster c;
   if (cfg.trace)
     c.trace = std::make_shared<trace_recorder>(true);

@@ -21,6 +21,7 @@ struct cluster_config {
   bool reference = false;             // CPU reference backend on every rank (bit-exact runs)
   bool trace = false;                 // record a Chrome trace
   bool link_even_steps_only = false;  // link_model_config::even_steps_only (benchmarks)
+  bool synchronous_streams = false;   // every rank's stream runs inline (1 prefill + 1 decode rank)
 };
 
 /// Handles of one running cluster.

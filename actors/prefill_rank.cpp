@@ -13,6 +13,8 @@
 #include <list>
 #include <set>
 #include <span>
+#include <stdexcept>
+#include <string>
 
 #include "actors/policy/micro_batch.hpp"
 #include "actors/rank/stream.hpp"
@@ -222,7 +224,10 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
                                                rank_model_config cfg, ep_group group, cluster_links links) {
   auto& st = self->state;
   st.model = std::make_unique<rank_model>(std::move(weights), cfg);
-  st.stream = std::make_unique<cpu_stream>("prefill");
+  if (cfg.synchronous_stream && group.num_ranks > 1)
+    throw std::logic_error("prefill rank: a synchronous stream in a group of " +
+                           std::to_string(group.num_ranks));
+  st.stream = std::make_unique<cpu_stream>("prefill", cfg.synchronous_stream);
   if (!group.placements)
     group.placements = default_placements(*st.model->weights, group.num_ranks, 0);
   st.core = std::make_unique<ep_rank_core>(

@@ -20,6 +20,7 @@ struct rank_model_config {
   int64_t max_context = 8192;
   int64_t chunk_size = 512;           // prefill tokens per sequence per step
   int64_t max_prefill_tokens = 4096;  // prefill tokens per step (all sequences)
+  bool synchronous_stream = false;    // cpu_stream's synchronous mode: a group of one only
 };
 
 struct rank_model {

@@ -5,9 +5,14 @@
 
 namespace moe {
 
-cpu_stream::cpu_stream(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
+cpu_stream::cpu_stream(std::string name, bool synchronous) : name_(std::move(name)) {
+  if (!synchronous)
+    thread_ = std::thread([this] { run(); });
+}
 
 cpu_stream::~cpu_stream() {
+  if (!thread_.joinable())
+    return;  // synchronous: nothing pending
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -17,6 +22,13 @@ cpu_stream::~cpu_stream() {
 }
 
 void cpu_stream::enqueue(std::function<void()> work, std::function<void(const std::string&)> on_done) {
+  if (!thread_.joinable()) {
+    item now{std::move(work), std::move(on_done)};
+    const std::string error = run_work(now);
+    if (now.on_done)
+      now.on_done(error);
+    return;
+  }
   {
     std::lock_guard lock(mutex_);
     queue_.push_back({std::move(work), std::move(on_done)});
@@ -41,16 +53,7 @@ void cpu_stream::run() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
-    std::string error;
-    try {
-      next.work();
-    } catch (const std::exception& e) {
-      error = e.what();
-      if (error.empty())
-        error = "unknown error";
-    } catch (...) {
-      error = "unknown error";
-    }
+    const std::string error = run_work(next);
     {
       std::lock_guard lock(mutex_);
       --num_pending_;
@@ -58,6 +61,20 @@ void cpu_stream::run() {
     if (next.on_done)
       next.on_done(error);
   }
+}
+
+std::string cpu_stream::run_work(item& next) {
+  std::string error;
+  try {
+    next.work();
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (error.empty())
+      error = "unknown error";
+  } catch (...) {
+    error = "unknown error";
+  }
+  return error;
 }
 
 }  // namespace moe

@@ -17,8 +17,12 @@ namespace moe {
 
 class cpu_stream {
  public:
-  /// Starts the stream's thread; `name` labels it for debuggers and traces.
-  explicit cpu_stream(std::string name);
+  /// Starts the stream's thread; `name` labels it for debuggers and traces. A `synchronous`
+  /// stream has no thread: enqueue runs the item and its completion at once, on the caller's
+  /// thread (as CUDA_LAUNCH_BLOCKING=1 does), so a rank under CAF's deterministic test
+  /// scheduler runs in one order only. An item that waits for another rank's payload would
+  /// wait forever there: synchronous streams serve groups of one rank.
+  explicit cpu_stream(std::string name, bool synchronous = false);
   /// Finishes the work already enqueued, then joins the thread.
   ~cpu_stream();
   cpu_stream(const cpu_stream&) = delete;
@@ -38,6 +42,7 @@ class cpu_stream {
     std::function<void(const std::string&)> on_done;
   };
   void run();
+  static std::string run_work(item& next);  // the error message, empty if none
 
   std::string name_;
   mutable std::mutex mutex_;

@@ -1,9 +1,11 @@
 // tests/actors/test_stream.cpp
-// The CPU stream runs items in order, off the caller's thread, reports failures, drains on exit.
+// The CPU stream runs items in order, off the caller's thread (or inline when synchronous), reports
+// failures, drains on exit.
 #include <doctest/doctest.h>
 
 #include <future>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,4 +58,23 @@ TEST_CASE("destroying a stream finishes what was enqueued") {
       s.enqueue([] {}, [&done](const std::string&) { ++done; });
   }
   CHECK(done == 10);
+}
+
+TEST_CASE("a synchronous stream runs each item and its completion inside enqueue, on the caller") {
+  cpu_stream s("sync", /*synchronous=*/true);
+  std::vector<std::string> events;
+  const std::thread::id caller = std::this_thread::get_id();
+  s.enqueue(
+    [&] {
+      CHECK(std::this_thread::get_id() == caller);
+      events.push_back("work 0");
+    },
+    [&](const std::string& err) { events.push_back("done 0: " + err); });
+  events.push_back("after enqueue 0");
+  s.enqueue([] { throw std::runtime_error("bad item"); },
+            [&](const std::string& err) { events.push_back("done 1: " + err); });
+  s.enqueue([&] { events.push_back("work 2"); }, nullptr);
+  CHECK(s.num_pending() == 0);
+  CHECK(events ==
+        std::vector<std::string>{"work 0", "done 0: ", "after enqueue 0", "done 1: bad item", "work 2"});
 }
