@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The tests: set up and build (tools/setup.sh), check the format (tools/format.sh --check) and
 # lint actors/ and net/ (tools/lint.sh), run every test under CTest, fuzz the wire protocol for
-# MOE_FUZZ_SECONDS (default 60; 0 skips it). The sanitizer runs, tools/sanitize.sh, are not yet
-# part of it. Extra arguments go to ctest (e.g. -R tokenizer) and skip the
-# checks and the fuzzer.
+# MOE_FUZZ_SECONDS (default 60; 0 skips it), then build and run the actor, net and tools tests
+# under AddressSanitizer+UBSan and ThreadSanitizer (tools/sanitize.sh; MOE_SANITIZERS=all by
+# default, or asan, tsan, none). Extra arguments go to ctest (e.g. -R tokenizer) and skip the
+# checks, the fuzzer and the sanitizer runs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -24,4 +25,8 @@ if [ $# -eq 0 ] && [ "$fuzz_seconds" != 0 ]; then
     exit 1
   fi
   tail -n 4 build/fuzz.log
+fi
+sanitizers="${MOE_SANITIZERS:-all}"
+if [ $# -eq 0 ] && [ "$sanitizers" != none ]; then
+  bash tools/sanitize.sh "$sanitizers"
 fi
