@@ -1,0 +1,152 @@
+// actors/supervisor.cpp
+#include "actors/supervisor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "actors/errors.hpp"
+
+namespace moe {
+
+namespace {
+
+struct child {
+  child_spec spec;
+  caf::actor handle;  // invalid while none lives
+  restart_intensity intensity;
+};
+
+struct supervisor_state {
+  std::vector<child> children;
+  bool stopping = false;
+  static inline const char* name = "supervisor";
+};
+
+using supervisor_pointer = supervisor_actor::stateful_pointer<supervisor_state>;
+
+child* find_child(supervisor_state& st, const std::string& kind, int64_t index) {
+  for (child& c : st.children)
+    if (c.spec.kind == kind && c.spec.index == index)
+      return &c;
+  return nullptr;
+}
+
+child* find_child(supervisor_state& st, const caf::actor_addr& addr) {
+  for (child& c : st.children)
+    if (c.handle && c.handle.address() == addr)
+      return &c;
+  return nullptr;
+}
+
+child_lookup lookup_in(supervisor_pointer self) {
+  return [self](const std::string& kind, int64_t index) {
+    child* other = find_child(self->state, kind, index);
+    return other != nullptr ? other->handle : caf::actor{};
+  };
+}
+
+void start_child(supervisor_pointer self, child& c) {
+  if (c.spec.running) {
+    c.handle = std::move(c.spec.running);
+    c.spec.running = {};
+  } else {
+    c.handle = c.spec.start(lookup_in(self));
+  }
+  self->monitor(c.handle);
+}
+
+// Stops every child and exits with `reason`.
+void stop_all(supervisor_pointer self, const caf::error& reason) {
+  auto& st = self->state;
+  st.stopping = true;
+  for (child& c : st.children)
+    if (c.handle) {
+      self->demonitor(c.handle);
+      caf::anon_send_exit(c.handle, caf::exit_reason::user_shutdown);
+      c.handle = {};
+    }
+  self->quit(reason);
+}
+
+bool is_normal(const caf::error& reason) {
+  return !reason || reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown;
+}
+
+void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  child* c = find_child(st, dm.source);
+  if (c == nullptr || st.stopping)
+    return;
+  c->handle = {};
+  const bool normal = is_normal(dm.reason);
+  if (c->spec.restart == restart_policy::transient && normal)
+    return;
+  const std::string who = c->spec.kind + " " + std::to_string(c->spec.index);
+  if (c->spec.restart == restart_policy::never && !normal) {
+    std::fprintf(stderr, "supervisor: %s exited (%s) and cannot be restarted: stopping the cluster\n",
+                 who.c_str(), self->system().render(dm.reason).c_str());
+    return stop_all(self, dm.reason);
+  }
+  if (c->spec.restart == restart_policy::never)
+    return;
+  if (!c->intensity.allow(restart_intensity::clock::now())) {
+    std::fprintf(stderr,
+                 "supervisor: %s exited (%s) after %lld restarts, more than its restart limits "
+                 "allow: stopping the cluster\n",
+                 who.c_str(), self->system().render(dm.reason).c_str(),
+                 static_cast<long long>(c->intensity.num_restarts()));
+    return stop_all(self, caf::make_error(serve_errc::crash_loop, who));
+  }
+  try {
+    start_child(self, *c);
+    if (c->spec.introduce)
+      c->spec.introduce(c->handle, lookup_in(self));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "supervisor: %s could not be restarted (%s): stopping the cluster\n", who.c_str(),
+                 e.what());
+    return stop_all(self, caf::make_error(serve_errc::crash_loop, who + ": " + e.what()));
+  }
+}
+
+supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<child_spec> specs,
+                                           restart_limits limits) {
+  for (child_spec& s : specs)
+    self->state.children.push_back({.spec = std::move(s), .handle = {}, .intensity = restart_intensity(limits)});
+  for (child& c : self->state.children)
+    start_child(self, c);
+  self->set_down_handler([=](caf::down_msg& dm) { on_child_down(self, dm); });
+  self->set_exit_handler([=](caf::exit_msg& em) { stop_all(self, em.reason); });
+  return {
+    [=](actors_atom) {
+      std::vector<actor_info> out;
+      for (const child& c : self->state.children)
+        if (c.handle)
+          out.push_back({c.spec.kind, c.spec.index, c.intensity.num_restarts()});
+      return out;
+    },
+    [=](kill_atom, const std::string& kind, int64_t index) {
+      child* c = find_child(self->state, kind, index);
+      if (c == nullptr || !c->handle)
+        return false;
+      caf::anon_send_exit(c->handle, caf::exit_reason::kill);
+      return true;
+    },
+    [=](lookup_atom, const std::string& kind, int64_t index) {
+      child* c = find_child(self->state, kind, index);
+      return c != nullptr ? c->handle : caf::actor{};
+    },
+  };
+}
+
+}  // namespace
+
+supervisor_actor spawn_supervisor(caf::actor_system& sys, std::vector<child_spec> children,
+                                  restart_limits limits) {
+  return sys.spawn(supervisor, std::move(children), limits);
+}
+
+}  // namespace moe

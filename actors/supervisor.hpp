@@ -1,0 +1,66 @@
+// actors/supervisor.hpp
+// An OTP-style supervisor (one-for-one): starts its children from child specs, monitors them
+// (never links: a child's death, even by exit_reason::kill, reaches it as a down_msg), restarts
+// a dead child with its configuration and re-introduces the new handle to the actors that route
+// to it. A child restarted more often than its restart_limits allow is crash-looping: the
+// supervisor escalates, logging the child and the count, stops every child and exits with
+// serve_errc::crash_loop. Stopping the supervisor (an exit message) stops its children.
+#pragma once
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "actors/atoms.hpp"
+#include "actors/policy/restart_intensity.hpp"
+
+namespace moe {
+
+enum class restart_policy {
+  permanent,  // restarted after any exit
+  transient,  // restarted after an abnormal exit; a normal one ends it
+  never,      // not restartable (yet): an abnormal exit escalates at once
+};
+
+/// The current handle of every child, by kind and index (null when none lives).
+using child_lookup = std::function<caf::actor(const std::string& kind, int64_t index)>;
+
+struct child_spec {
+  std::string kind;  // e.g. "decode_balancer"
+  int64_t index = 0;
+  restart_policy restart = restart_policy::permanent;
+  /// The child already running, adopted instead of a first start() (may be null).
+  caf::actor running;
+  /// Spawns the child (again) with its configuration, routing to the `current` handles of
+  /// the others; runs on the supervisor.
+  std::function<caf::actor(const child_lookup& current)> start;
+  /// After a restart: tells the actors that route to it the new handle (may be empty).
+  std::function<void(const caf::actor& fresh, const child_lookup& current)> introduce;
+};
+
+/// A live child, as admin.actors lists it.
+struct actor_info {
+  std::string kind;
+  int64_t index = 0;
+  int64_t restarts = 0;
+};
+
+using supervisor_actor = caf::typed_actor<
+  // Every live child, in start order.
+  caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
+  // Fault injection: the child exits at once with a non-normal reason, mid-whatever it does;
+  // true if it was found.
+  caf::replies_to<kill_atom, std::string, int64_t>::with<bool>,
+  // The child's current handle (an invalid one when there is none).
+  caf::replies_to<lookup_atom, std::string, int64_t>::with<caf::actor>>;
+
+/// Starts every child in order; `limits` apply to each child separately.
+[[nodiscard]] supervisor_actor spawn_supervisor(caf::actor_system& sys, std::vector<child_spec> children,
+                                                restart_limits limits = {});
+
+}  // namespace moe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::actor_info>)
