@@ -19,5 +19,10 @@ using stage_atom = caf::atom_constant<caf::atom("stage")>;      // a stream fini
 using peers_atom = caf::atom_constant<caf::atom("peers")>;      // a rank's expert-parallel group
 using pick_atom = caf::atom_constant<caf::atom("pick")>;        // a balancer, choose a rank
 using reserve_atom = caf::atom_constant<caf::atom("reserve")>;  // pre-allocate a request's KV
+using route_atom = caf::atom_constant<caf::atom("route")>;      // where to send something from now on
+using bookings_atom = caf::atom_constant<caf::atom("bookings")>;  // the decode balancer's bookings here
+using actors_atom = caf::atom_constant<caf::atom("actors")>;      // a supervisor's live children
+using kill_atom = caf::atom_constant<caf::atom("kill")>;          // fault injection: crash this child
+using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a child's current handle
 
 }  // namespace moe

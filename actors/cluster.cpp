@@ -48,11 +48,56 @@ void introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
     caf::anon_send(rank, peers_atom::value, m);
 }
 
-// The current supervisor only links everything; the real one comes with the fault-tolerance work.
-caf::behavior supervisor(caf::event_based_actor* self, const std::vector<caf::actor>& parts) {
-  for (const caf::actor& part : parts)
-    self->link_to(part);  // an exit here stops them all
-  return {[](stats_atom) {}};
+template <class Handle>
+caf::actor untyped(const Handle& h) {
+  return caf::actor_cast<caf::actor>(h);
+}
+
+// What the supervisor restarts, and whom it re-introduces a restarted actor to.
+std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c,
+                                    decode_balancer_config decode_cfg) {
+  std::vector<child_spec> specs;
+  specs.push_back({.kind = "request_queue", .restart = restart_policy::never, .running = untyped(c.queue)});
+  specs.push_back(
+    {.kind = "prefill_balancer", .restart = restart_policy::never, .running = untyped(c.prefill_balancer)});
+  const size_t num_decode = c.decode_ranks.size();
+  decode_cfg.rebuild = true;  // a restarted one collects the ranks' bookings first
+  specs.push_back({.kind = "decode_balancer",
+                   .restart = restart_policy::permanent,
+                   .running = untyped(c.decode_balancer),
+                   .start =
+                     [&sys, decode_cfg, num_decode](const child_lookup& current) {
+                       std::vector<decode_rank_actor> ranks;
+                       for (size_t r = 0; r < num_decode; ++r)
+                         ranks.push_back(caf::actor_cast<decode_rank_actor>(
+                           current("decode_rank", static_cast<int64_t>(r))));
+                       return untyped(spawn_decode_balancer(sys, std::move(ranks), decode_cfg));
+                     },
+                   .introduce =
+                     [](const caf::actor& fresh, const child_lookup& current) {
+                       caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
+                                      peers_atom::value, caf::actor_cast<decode_balancer_actor>(fresh));
+                     }});
+  specs.push_back({.kind = "metrics",
+                   .restart = restart_policy::permanent,
+                   .running = untyped(c.metrics),
+                   .start = [&sys](const child_lookup&) { return untyped(spawn_metrics(sys)); },
+                   .introduce =
+                     [](const caf::actor& fresh, const child_lookup& current) {
+                       caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
+                                      peers_atom::value, caf::actor_cast<metrics_actor>(fresh));
+                     }});
+  for (size_t r = 0; r < c.prefill_ranks.size(); ++r)
+    specs.push_back({.kind = "prefill_rank",
+                     .index = static_cast<int64_t>(r),
+                     .restart = restart_policy::never,
+                     .running = untyped(c.prefill_ranks[r])});
+  for (size_t r = 0; r < num_decode; ++r)
+    specs.push_back({.kind = "decode_rank",
+                     .index = static_cast<int64_t>(r),
+                     .restart = restart_policy::never,
+                     .running = untyped(c.decode_ranks[r])});
+  return specs;
 }
 
 }  // namespace
@@ -100,9 +145,11 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   introduce(c.prefill_ranks, 0);
   introduce(c.decode_ranks, topo.prefill_ranks);
   const int64_t max_context = served_context(topo, w.config.max_position_embeddings);
-  c.decode_balancer = spawn_decode_balancer(
-    sys, c.decode_ranks,
-    {.num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests});
+  const decode_balancer_config decode_cfg{
+    .num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests};
+  c.decode_balancer = spawn_decode_balancer(sys, c.decode_ranks, decode_cfg);
+  for (const decode_rank_actor& r : c.decode_ranks)
+    caf::anon_send(r, route_atom::value, untyped(c.decode_balancer));
   c.metrics = spawn_metrics(sys);
   // the queue hands requests to the prefill balancer, which learns the queue right after
   c.prefill_balancer = spawn_prefill_balancer(sys, {.prefill_ranks = c.prefill_ranks,
@@ -117,15 +164,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                  .max_running = topo.max_running_requests * topo.decode_ranks},
                                 caf::actor_cast<caf::actor>(c.prefill_balancer));
   caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
-  std::vector<caf::actor> parts = {caf::actor_cast<caf::actor>(c.queue),
-                                   caf::actor_cast<caf::actor>(c.prefill_balancer),
-                                   caf::actor_cast<caf::actor>(c.decode_balancer),
-                                   caf::actor_cast<caf::actor>(c.metrics)};
-  for (const auto& r : c.prefill_ranks)
-    parts.push_back(caf::actor_cast<caf::actor>(r));
-  for (const auto& r : c.decode_ranks)
-    parts.push_back(caf::actor_cast<caf::actor>(r));
-  c.root = sys.spawn(supervisor, std::move(parts));
+  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, decode_cfg), cfg.restarts);
+  c.root = untyped(c.supervisor);
   return c;
 }
 

@@ -1,8 +1,9 @@
 // actors/cluster.hpp
 // Spawns the serving graph from the topology: request_queue -> prefill_balancer -> prefill_rank x P
 // (one EP group) -> decode_rank x D (another EP group), with the decode_balancer choosing decode
-// ranks; the root actor is linked to every part, so stopping it stops the cluster.
-// (Restarts and re-routing come with fault handling.)
+// ranks, all children of one supervisor (actors/supervisor.hpp). The decode balancer and the
+// metrics actor are restarted when they die; the other kinds are not restartable yet, and their
+// death stops the cluster.
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -12,6 +13,7 @@
 #include "actors/metrics.hpp"
 #include "actors/prefill_balancer.hpp"
 #include "actors/request_queue.hpp"
+#include "actors/supervisor.hpp"
 #include "config/topology.hpp"
 
 namespace moe {
@@ -22,6 +24,7 @@ struct cluster_config {
   bool trace = false;                 // record a Chrome trace
   bool link_even_steps_only = false;  // link_model_config::even_steps_only (benchmarks)
   bool synchronous_streams = false;   // every rank's stream runs inline (1 prefill + 1 decode rank)
+  restart_limits restarts;            // per supervised actor
 };
 
 /// Handles of one running cluster.
@@ -34,7 +37,8 @@ struct cluster {
   std::vector<decode_rank_actor> decode_ranks;    // global ranks P .. P+D-1
   std::shared_ptr<trace_recorder> trace;          // null unless cluster_config::trace
   std::shared_ptr<link_model> links;              // null unless the topology turns the link model on
-  caf::actor root;  // linked to every part above: its exit stops them all, and theirs stops it
+  supervisor_actor supervisor;  // every part above is its child; lookup gives current handles
+  caf::actor root;              // the supervisor: its exit stops them all; it exits if one cannot recover
 
   /// Stops every actor of the cluster.
   void stop() const;

@@ -7,6 +7,7 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "actors/errors.hpp"
 #include "actors/policy/rank_picker.hpp"
@@ -33,6 +34,7 @@ struct decode_balancer_state {
   std::vector<decode_load> loads;
   std::map<uint64_t, booking> booked;
   std::deque<waiting_pick> waiting;  // FIFO: no request overtakes an earlier one
+  int64_t num_rebuilding = 0;        // ranks yet to report their bookings after a restart
   static inline const char* name = "decode_balancer";
 };
 
@@ -47,8 +49,32 @@ std::optional<int64_t> try_book(decode_balancer_state& st, uint64_t id, int64_t 
   ++st.loads[*rank].num_running;
   st.booked[id] = {*rank, num_blocks};
   // the prompt's blocks (and the first token's) wait on the rank for the hand-off
-  caf::anon_send(st.ranks[*rank], reserve_atom::value, id, num_prompt_tokens + 1);
+  caf::anon_send(st.ranks[*rank], reserve_atom::value, id, num_prompt_tokens + 1, num_blocks);
   return rank;
+}
+
+void book_existing(decode_balancer_state& st, int64_t rank, uint64_t id, int64_t num_blocks) {
+  if (!st.booked.emplace(id, booking{rank, num_blocks}).second)
+    return;
+  st.loads[rank].num_used_blocks += num_blocks;
+  ++st.loads[rank].num_running;
+}
+
+// Answers waiting picks, oldest first, while they fit (or are booked already).
+void serve_waiting(balancer_pointer self) {
+  auto& st = self->state;
+  while (st.num_rebuilding == 0 && !st.waiting.empty()) {
+    waiting_pick& w = st.waiting.front();
+    std::optional<int64_t> rank;
+    if (auto it = st.booked.find(w.id); it != st.booked.end())
+      rank = it->second.rank;
+    else
+      rank = try_book(st, w.id, w.num_prompt_tokens, w.num_blocks);
+    if (!rank)
+      break;
+    w.promise.deliver(*rank);
+    st.waiting.pop_front();
+  }
 }
 
 }  // namespace
@@ -62,6 +88,23 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
                                                      .num_running = 0,
                                                      .max_running = cfg.max_running});
   self->state.ranks = std::move(ranks);
+  if (cfg.rebuild) {
+    self->state.num_rebuilding = static_cast<int64_t>(self->state.ranks.size());
+    for (size_t r = 0; r < self->state.ranks.size(); ++r)
+      self->request(self->state.ranks[r], caf::infinite, bookings_atom::value)
+        .then(
+          [=](const rank_bookings& b) {
+            auto& st = self->state;
+            for (size_t i = 0; i < b.request_ids.size() && i < b.num_blocks.size(); ++i)
+              book_existing(st, static_cast<int64_t>(r), b.request_ids[i], b.num_blocks[i]);
+            --st.num_rebuilding;
+            serve_waiting(self);
+          },
+          [=](caf::error&) {  // a dead rank holds nothing
+            --self->state.num_rebuilding;
+            serve_waiting(self);
+          });
+  }
   return {
     [=](pick_atom, uint64_t id, int64_t num_prompt_tokens, int64_t num_tokens) -> caf::result<int64_t> {
       auto& st = self->state;
@@ -69,7 +112,9 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
       if (num_blocks > st.cfg.num_blocks)
         return caf::make_error(serve_errc::invalid, "a request of " + std::to_string(num_tokens) +
                                                       " tokens exceeds a decode rank's KV pool");
-      if (st.waiting.empty())
+      if (auto it = st.booked.find(id); it != st.booked.end() && st.num_rebuilding == 0)
+        return it->second.rank;
+      if (st.waiting.empty() && st.num_rebuilding == 0)
         if (auto rank = try_book(st, id, num_prompt_tokens, num_blocks))
           return *rank;
       auto promise = self->make_response_promise<int64_t>();
@@ -84,14 +129,7 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
       st.loads[it->second.rank].num_used_blocks -= it->second.num_blocks;
       --st.loads[it->second.rank].num_running;
       st.booked.erase(it);
-      while (!st.waiting.empty()) {
-        waiting_pick& w = st.waiting.front();
-        auto rank = try_book(st, w.id, w.num_prompt_tokens, w.num_blocks);
-        if (!rank)
-          break;
-        w.promise.deliver(*rank);
-        st.waiting.pop_front();
-      }
+      serve_waiting(self);
     },
     [=](stats_atom) {
       std::vector<int64_t> running;

@@ -2,7 +2,8 @@
 // The decode load balancer: chooses each admitted request's decode rank before it is prefilled,
 // balancing KV-cache usage and running requests per rank (actors/policy/rank_picker.hpp). It
 // books a request's worst-case KV (prompt + max_tokens) until the request ends, so a rank's pool
-// never runs out mid-generation; when no rank has room the pick waits for one.
+// never runs out mid-generation; when no rank has room the pick waits for one. Each decode rank
+// keeps the bookings made on it and reports their end, so a restarted balancer rebuilds them.
 #pragma once
 
 #include <caf/replies_to.hpp>
@@ -16,8 +17,9 @@ namespace moe {
 using decode_balancer_actor = caf::typed_actor<
   // Picks the rank for request `id` (a prompt of num_prompt_tokens, up to num_tokens in all):
   // replies its index once the rank has room, and has the rank pre-allocate the prompt's KV.
+  // A request already booked (asked again after a restart) gets its rank at once.
   caf::replies_to<pick_atom, uint64_t, int64_t, int64_t>::with<int64_t>,
-  // Request `id` ended: its booking is freed (waiting picks retry).
+  // Request `id` ended (its decode rank tells): its booking is freed (waiting picks retry).
   caf::reacts_to<done_atom, uint64_t>,
   // Requests booked per rank.
   caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
@@ -26,6 +28,7 @@ struct decode_balancer_config {
   int64_t num_blocks = 0;  // per rank
   int64_t block_size = 64;
   int64_t max_running = 0;  // per rank; 0: unlimited
+  bool rebuild = false;     // a restart: first collect the ranks' bookings (picks wait meanwhile)
 };
 
 [[nodiscard]] decode_balancer_actor spawn_decode_balancer(caf::actor_system& sys,

@@ -49,6 +49,8 @@ struct decode_rank_state {
   std::vector<kv_handoff> joining;           // arrived during a step
   std::set<uint64_t> cancelled;              // asked during a step
   std::map<uint64_t, sequence_kv> reserved;  // pre-allocated for hand-offs not yet arrived
+  std::map<uint64_t, int64_t> booked;        // the decode balancer's bookings here: id -> blocks
+  caf::actor balancer;                       // told (done_atom, id) when a booked request ends
   // Requests cancelled (client gone, cancel RPC) before their hand-off arrived: the hand-off
   // comes from the prefill rank, the cancel from the session, in either order. The most recent
   // ones, oldest first; a hand-off that never comes (cancelled in prefill) ages out.
@@ -268,14 +270,17 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
       self->state.joining.push_back(std::move(job));
       self->state.core->maybe_start(true);
     },
-    [=](reserve_atom, uint64_t id, int64_t num_tokens) {
+    [=](reserve_atom, uint64_t id, int64_t num_tokens, int64_t num_blocks) {
       auto& st = self->state;
+      st.booked[id] = num_blocks;
       sequence_kv kv;
       if (kv.reserve(st.model->cache, num_tokens))  // else the hand-off reserves on arrival
         st.reserved.emplace(id, std::move(kv));
     },
     [=](done_atom, uint64_t id) {
       auto& st = self->state;
+      if (st.booked.erase(id) > 0 && st.balancer)
+        caf::anon_send(st.balancer, done_atom::value, id);
       drop_reservation(st, id);  // never handed off (error, cancel)
       if (is_here(st, id)) {
         st.cancelled.insert(id);
@@ -299,6 +304,17 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
     [=](step_atom, const std::shared_ptr<decode_step_result>& result) {
       on_step_result(self, *result);
       self->state.core->maybe_start(has_work(self->state));
+    },
+    [=](route_atom, caf::actor& balancer) { self->state.balancer = std::move(balancer); },
+    [=](bookings_atom) {
+      // the asker is the balancer from now on: an end after this answer must reach it
+      self->state.balancer = caf::actor_cast<caf::actor>(self->current_sender());
+      rank_bookings out;
+      for (const auto& [id, blocks] : self->state.booked) {
+        out.request_ids.push_back(id);
+        out.num_blocks.push_back(blocks);
+      }
+      return out;
     },
     [=](stats_atom) {
       const auto& st = self->state;

@@ -22,10 +22,16 @@ using decode_rank_actor = ep_member_actor::extend<
   caf::reacts_to<submit_atom, kv_handoff>,
   // Ends a request with finish_reason::abort and frees its KV blocks (at the step boundary).
   caf::reacts_to<cancel_atom, uint64_t>,
-  // Pre-allocates KV for request `id`'s hand-off (prompt + first token), chosen by the balancer.
-  caf::reacts_to<reserve_atom, uint64_t, int64_t>,
-  // Request `id` ended at its session: drops whatever this rank still holds of it.
+  // The decode balancer booked request `id` here (num_blocks of KV, kept until it ends) and has
+  // the hand-off's KV (num_tokens: prompt + first token) pre-allocated.
+  caf::reacts_to<reserve_atom, uint64_t, int64_t, int64_t>,
+  // Request `id` ended at its session: drops whatever this rank still holds of it, and tells
+  // the decode balancer its booking is over.
   caf::reacts_to<done_atom, uint64_t>,
+  // The decode balancer to tell (done_atom, id) as booked requests end (again after a restart).
+  caf::reacts_to<route_atom, caf::actor>,
+  // The balancer's bookings held here, for a restarted balancer (which is told of ends from now).
+  caf::replies_to<bookings_atom>::with<rank_bookings>,
   // Its stream sampled a step's tokens (internal).
   caf::reacts_to<step_atom, std::shared_ptr<decode_step_result>>,
   // Running requests and KV occupancy.

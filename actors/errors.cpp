@@ -12,6 +12,7 @@ std::string to_string(serve_errc x) {
     case serve_errc::invalid: return "invalid";
     case serve_errc::cancelled: return "cancelled";
     case serve_errc::unavailable: return "unavailable";
+    case serve_errc::crash_loop: return "crash_loop";
   }
   return "unknown";
 }

@@ -17,6 +17,7 @@ enum class serve_errc : uint8_t {
   invalid,      // the request fails validation
   cancelled,    // the client cancelled
   unavailable,  // no rank can take the request now
+  crash_loop,   // a supervised actor died more often than its restart limits allow
 };
 
 [[nodiscard]] std::string to_string(serve_errc x);

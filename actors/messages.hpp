@@ -91,6 +91,18 @@ struct rank_stats {
   int64_t num_steps = 0;
 };
 
+/// The decode balancer's bookings a decode rank holds (reserved, joining or running), as a
+/// restarted balancer rebuilds them: request ids and each one's booked KV blocks.
+struct rank_bookings {
+  std::vector<uint64_t> request_ids;
+  std::vector<int64_t> num_blocks;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_bookings& x) {
+  return f(caf::meta::type_name("rank_bookings"), x.request_ids, x.num_blocks);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
   return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps);

@@ -21,7 +21,14 @@ struct prefill_balancer_state {
   std::map<uint64_t, std::pair<int64_t, int64_t>> in_flight;  // id -> (rank, prompt tokens)
   std::map<uint64_t, caf::actor> sessions;                    // live sessions (monitored)
   std::map<caf::actor_addr, uint64_t> session_ids;
-  std::map<uint64_t, caf::actor> picking;      // waiting for the decode balancer: id -> client
+  // Waiting for the decode balancer. A pick is asked again of a restarted balancer (which
+  // answers a request it has booked already with that rank); `attempt` tells the answers apart.
+  struct pending_pick {
+    request_spec spec;
+    caf::actor client;
+    uint64_t attempt = 0;
+  };
+  std::map<uint64_t, pending_pick> picking;
   std::set<uint64_t> cancelled_while_picking;  // answered already; drop when the pick comes
   static inline const char* name = "prefill_balancer";
 };
@@ -44,8 +51,7 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   cfg.decode_rank = decode;
   cfg.prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
   cfg.on_done.push_back(st.graph.queue);
-  cfg.on_done.push_back(caf::actor_cast<caf::actor>(st.graph.decode_balancer));
-  cfg.on_done.push_back(decode);
+  cfg.on_done.push_back(decode);  // which tells the decode balancer
   cfg.metrics = st.graph.metrics;
   const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(self->system(), std::move(cfg)));
   self->monitor(session);
@@ -56,6 +62,55 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   st.in_flight[id] = {rank, n};
   caf::anon_send(st.graph.prefill_ranks[rank], submit_atom::value,
                  prefill_job{id, std::move(spec), decode, session, caf::actor_cast<caf::actor>(self)});
+}
+
+// Asks the decode balancer for request `id`'s rank; the answer starts the request, or gives
+// the booking back when the client cancelled meanwhile.
+void ask_pick(balancer_pointer self, uint64_t id) {
+  auto& st = self->state;
+  const auto p = st.picking.find(id);
+  const int64_t n = static_cast<int64_t>(p->second.spec.prompt_ids.size());
+  const int64_t wanted = n + p->second.spec.sampling.max_tokens;  // the worst case, booked until the end
+  const uint64_t attempt = p->second.attempt;
+  self
+    ->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id, n,
+              std::min(wanted, st.graph.max_context))
+    .then(
+      [=](int64_t decode_idx) {
+        auto& st = self->state;
+        auto it = st.picking.find(id);
+        if (it == st.picking.end() || it->second.attempt != attempt)
+          return;  // asked again of a newer balancer
+        prefill_balancer_state::pending_pick pick = std::move(it->second);
+        st.picking.erase(it);
+        if (st.cancelled_while_picking.erase(id)) {  // give the booking back (its rank tells the balancer)
+          caf::anon_send(st.graph.decode_ranks[decode_idx], done_atom::value, id);
+          return;
+        }
+        start_request(self, id, std::move(pick.spec), pick.client, decode_idx);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        auto it = st.picking.find(id);
+        if (it == st.picking.end() || it->second.attempt != attempt)
+          return;
+        if (err == caf::sec::request_receiver_down)
+          return;  // the balancer died: asked again when its successor is introduced
+        prefill_balancer_state::pending_pick pick = std::move(it->second);
+        st.picking.erase(it);
+        if (st.cancelled_while_picking.erase(id))
+          return;
+        // no decode rank can ever hold it: answer through a session, as every request ends
+        const caf::actor session =
+          caf::actor_cast<caf::actor>(spawn_session(self->system(), {.request_id = id,
+                                                                     .spec = pick.spec,
+                                                                     .tok = st.graph.tok,
+                                                                     .client = pick.client,
+                                                                     .decode_rank = {},
+                                                                     .on_done = {st.graph.queue}}));
+        caf::anon_send(session, token_atom::value,
+                       token_chunk{id, {}, finish_reason::error, self->system().render(err)});
+      });
 }
 
 }  // namespace
@@ -73,41 +128,21 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
   });
   return {
     [=](submit_atom, uint64_t id, request_spec& spec, caf::actor& client) {
-      const auto& st = self->state;
-      const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
-      const int64_t wanted = n + spec.sampling.max_tokens;  // the worst case, booked until the end
-      self->state.picking[id] = client;
-      self
-        ->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id, n,
-                  std::min(wanted, st.graph.max_context))
-        .then(
-          [=](int64_t decode_idx) mutable {
-            auto& st = self->state;
-            st.picking.erase(id);
-            if (st.cancelled_while_picking.erase(id)) {  // give the booking back
-              caf::anon_send(st.graph.decode_balancer, done_atom::value, id);
-              caf::anon_send(st.graph.decode_ranks[decode_idx], done_atom::value, id);  // its pre-allocation
-              return;
-            }
-            start_request(self, id, std::move(spec), client, decode_idx);
-          },
-          [=](caf::error& err) mutable {
-            self->state.picking.erase(id);
-            if (self->state.cancelled_while_picking.erase(id))
-              return;
-            // no decode rank can ever hold it: answer through a session, as every request ends
-            const caf::actor session = caf::actor_cast<caf::actor>(
-              spawn_session(self->system(), {.request_id = id,
-                                             .spec = spec,
-                                             .tok = self->state.graph.tok,
-                                             .client = client,
-                                             .decode_rank = {},
-                                             .on_done = {self->state.graph.queue}}));
-            caf::anon_send(session, token_atom::value,
-                           token_chunk{id, {}, finish_reason::error, self->system().render(err)});
-          });
+      self->state.picking[id] = {std::move(spec), std::move(client), 0};
+      ask_pick(self, id);
     },
     [=](peers_atom, caf::actor& queue) { self->state.graph.queue = std::move(queue); },
+    [=](peers_atom, decode_balancer_actor& balancer) {
+      auto& st = self->state;
+      st.graph.decode_balancer = std::move(balancer);
+      for (auto& [id, p] : st.picking) {  // the old balancer's answers will not come
+        ++p.attempt;
+        ask_pick(self, id);
+      }
+    },
+    [=](peers_atom, metrics_actor& metrics) {
+      self->state.graph.metrics = caf::actor_cast<caf::actor>(metrics);
+    },
     [=](done_atom, uint64_t id) {
       auto& st = self->state;
       auto it = st.in_flight.find(id);
@@ -124,7 +159,8 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
         caf::anon_send(it->second, cancel_atom::value);
       else if (auto p = st.picking.find(id);
                p != st.picking.end() && st.cancelled_while_picking.insert(id).second) {
-        caf::anon_send(p->second, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
+        caf::anon_send(p->second.client, done_atom::value,
+                       session_result{id, {}, {}, finish_reason::abort, {}});
         caf::anon_send(st.graph.queue, done_atom::value, id);
       }
     },

@@ -12,6 +12,7 @@
 #include "actors/atoms.hpp"
 #include "actors/decode_balancer.hpp"
 #include "actors/decode_rank.hpp"
+#include "actors/metrics.hpp"
 #include "actors/messages.hpp"
 #include "actors/prefill_rank.hpp"
 #include "kernels/tokenizer/tokenizer.hpp"
@@ -23,6 +24,10 @@ using prefill_balancer_actor = caf::typed_actor<
   caf::reacts_to<submit_atom, uint64_t, request_spec, caf::actor>,
   // The request queue, told (done_atom, id) as requests end (set once, before any submit).
   caf::reacts_to<peers_atom, caf::actor>,
+  // A restarted decode balancer: picks in flight are asked again there.
+  caf::reacts_to<peers_atom, decode_balancer_actor>,
+  // A restarted metrics actor, for the sessions spawned from now on.
+  caf::reacts_to<peers_atom, metrics_actor>,
   // A prefill rank is done with request `id` (either way).
   caf::reacts_to<done_atom, uint64_t>,
   // The client cancelled request `id` (via the queue): its session ends it.

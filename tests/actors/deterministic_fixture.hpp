@@ -33,7 +33,8 @@ struct deterministic_fixture {
     return c;
   }
   deterministic_fixture()
-      : sys{tune(cfg)}, self{sys, true}, sched{dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())} {}
+      : sys{tune(cfg)}, self{sys, true}, sched{dynamic_cast<caf::scheduler::test_coordinator&>(
+                                           sys.scheduler())} {}
   ~deterministic_fixture() { sched.run(); }
   deterministic_fixture(const deterministic_fixture&) = delete;
   deterministic_fixture& operator=(const deterministic_fixture&) = delete;

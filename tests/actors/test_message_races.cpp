@@ -27,6 +27,16 @@ struct race_case : testing::deterministic_fixture {
   cluster c;
   request_spec spec;
 
+  race_case() = default;
+  race_case(const race_case&) = delete;
+  race_case& operator=(const race_case&) = delete;
+  ~race_case() {
+    if (c.root) {  // nothing runs by itself here: the actor system would wait for the cluster forever
+      c.stop();
+      run_all();
+    }
+  }
+
   // false (with a skip message) when set-up has not installed the tokenizer
   bool start() {
     if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
@@ -34,7 +44,8 @@ struct race_case : testing::deterministic_fixture {
       return false;
     }
     tok = tokenizer::load(MOE_TOKENIZER_DIR);
-    weights = std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+    weights =
+      std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
     topo.prefill_ranks = 1;
     topo.decode_ranks = 1;
     topo.kv_blocks = 32;
@@ -154,7 +165,7 @@ TEST_CASE_FIXTURE(race_case, "races: a cancel while the request's decode step is
   const client_view v = drain_client();
   check_aborted_once(v, id);
   CHECK(v.results[0].output_ids.size() == 1);  // the first token, from prefill
-  run_all();  // the step's tokens come back for a request that has ended
+  run_all();                                   // the step's tokens come back for a request that has ended
   CHECK(drain_client().results.empty());
   check_nothing_left();
 }

@@ -1,0 +1,195 @@
+// tests/actors/test_cluster_recovery.cpp
+// The cluster under load while its supervisor's restartable children are killed (2P+2D, the tiny
+// model, greedy): the decode balancer (it rebuilds its bookings from the decode ranks) and the
+// metrics actor, each killed several times mid-load. Every request still ends once, with the
+// single-rank generator's tokens, a gapless stream, and every KV block and booking back. A kind
+// that cannot be restarted yet (a rank) stops the cluster with the reason.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "actor_fixture.hpp"
+#include "actors/cluster.hpp"
+#include "kernels/model/generator.hpp"
+#include "model/tiny_model.hpp"
+
+using namespace moe;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::shared_ptr<const tokenizer> real_tokenizer() {
+  if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+    return nullptr;
+  }
+  return tokenizer::load(MOE_TOKENIZER_DIR);
+}
+
+topology_config recovery_topology() {
+  topology_config topo;
+  topo.prefill_ranks = 2;
+  topo.decode_ranks = 2;
+  topo.kv_blocks = 64;
+  topo.page_size = 4;
+  topo.max_context = 96;
+  topo.chunked_prefill_size = 16;
+  topo.max_prefill_tokens = 32;
+  topo.max_running_requests = 4;  // picks wait for bookings to end: the balancer's state matters
+  return topo;
+}
+
+std::vector<request_spec> greedy_requests(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<request_spec> specs;
+  for (int64_t i = 0; i < count; ++i) {
+    request_spec s;
+    s.prompt_ids.push_back(0);
+    const int64_t len = 2 + static_cast<int64_t>(rng() % 40);
+    for (int64_t t = 1; t < len; ++t)
+      s.prompt_ids.push_back(static_cast<int32_t>(rng() % 1000));
+    s.sampling = {.temperature = 0.0f, .max_tokens = 2 + static_cast<int32_t>(rng() % 8), .ignore_eos = true};
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+struct collected {
+  std::vector<int32_t> streamed;
+  uint64_t next_seq = 0;
+  bool seq_ok = true;
+  int64_t num_results = 0;
+  session_result result;
+};
+
+struct recovery_case : testing::actor_fixture {
+  template <class T, class Handle, class... Ts>
+  T ask(const Handle& h, Ts... xs) {
+    T out{};
+    self->request(h, 10s, xs...).receive([&](T& x) { out = std::move(x); },
+                                         [&](caf::error& e) { FAIL(sys.render(e)); });
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(recovery_case, "recovery: killing the decode balancer and the metrics actor under load loses nothing") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights =
+    std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  const topology_config topo = recovery_topology();
+  const std::vector<request_spec> specs = greedy_requests(48, 17);
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+
+  std::map<uint64_t, size_t> index_of;
+  for (size_t i = 0; i < specs.size(); ++i)
+    self->request(c.queue, 10s, submit_atom::value, specs[i])
+      .receive([&](uint64_t id) { index_of[id] = i; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  // a kill after every 6th final answer, alternating the two kinds: 4 of each
+  const std::vector<std::string> kinds = {"decode_balancer", "metrics"};
+  std::map<uint64_t, collected> got;
+  size_t num_done = 0, num_kills = 0;
+  bool timed_out = false;
+  while (num_done < specs.size() && !timed_out)
+    self->receive(
+      [&](token_atom, const stream_chunk& chunk) {
+        collected& g = got[chunk.request_id];
+        g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
+        g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+      },
+      [&](done_atom, const session_result& r) {
+        collected& g = got[r.request_id];
+        g.result = r;
+        ++g.num_results;
+        if (++num_done % 6 == 0 && num_kills < 8) {
+          const std::string& kind = kinds[num_kills++ % 2];
+          self->request(c.supervisor, 10s, kill_atom::value, kind, int64_t{0})
+            .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+        }
+      },
+      caf::after(60s) >> [&] { timed_out = true; });
+  REQUIRE_FALSE(timed_out);
+  CHECK(num_kills == 8);
+
+  auto ref = make_cpu_reference_backend();
+  kv_cache cache(weights->config.num_hidden_layers, 64, 4, weights->config.kv_cache_dim());
+  model_runner runner(*weights, *ref, cache, {.ep = ep_precision_of(topo)});
+  generator gen(runner, tok, topo.chunked_prefill_size);
+  REQUIRE(index_of.size() == specs.size());
+  for (const auto& [id, i] : index_of) {
+    CAPTURE(i);
+    const collected& g = got[id];
+    CHECK(g.num_results == 1);
+    CHECK(g.seq_ok);
+    CHECK(g.result.error == "");
+    const generation_result want = gen.run(specs[i].prompt_ids, specs[i].sampling);
+    CHECK(g.result.output_ids == want.output_ids);
+    CHECK(g.streamed == want.output_ids);
+  }
+  for (const auto& rank : c.prefill_ranks) {
+    const rank_stats s = idle_stats(rank);
+    CHECK(s.num_free_blocks == s.num_blocks);
+  }
+  for (const auto& rank : c.decode_ranks) {
+    const rank_stats s = idle_stats(rank);
+    CHECK(s.num_running == 0);
+    CHECK(s.num_free_blocks == s.num_blocks);
+    CHECK(ask<rank_bookings>(rank, bookings_atom::value).request_ids.empty());
+  }
+  const auto balancer = caf::actor_cast<decode_balancer_actor>(
+    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("decode_balancer"), int64_t{0}));
+  REQUIRE(balancer);
+  CHECK(balancer != c.decode_balancer);  // a restarted one
+  CHECK(ask<std::vector<int64_t>>(balancer, stats_atom::value) == std::vector<int64_t>{0, 0});
+  const queue_stats qs = ask<queue_stats>(c.queue, stats_atom::value);
+  CHECK(qs.num_running == 0);
+  CHECK(qs.num_queued == 0);
+  std::map<std::string, int64_t> restarts;
+  for (const actor_info& a : ask<std::vector<actor_info>>(c.supervisor, actors_atom::value))
+    restarts[a.kind] += a.restarts;
+  CHECK(restarts["decode_balancer"] == 4);
+  CHECK(restarts["metrics"] == 4);
+  CHECK(restarts["prefill_rank"] == 0);
+  // the new balancer books again: one more request after the load
+  self->request(c.queue, 10s, submit_atom::value, specs[0]).receive([](uint64_t) {}, [&](caf::error& e) {
+    FAIL(sys.render(e));
+  });
+  session_result last;
+  self->receive_while([&] { return last.reason == finish_reason::none; })(
+    [&](token_atom, const stream_chunk&) {}, [&](done_atom, const session_result& r) { last = r; },
+    caf::after(30s) >> [&] { last.reason = finish_reason::error; });
+  CHECK(last.output_ids == gen.run(specs[0].prompt_ids, specs[0].sampling).output_ids);
+  c.stop();
+}
+
+TEST_CASE_FIXTURE(recovery_case, "recovery: a rank's death stops the cluster, with the reason") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights =
+    std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = recovery_topology(), .reference = true});
+  self->monitor(c.root);
+  self->monitor(c.queue);
+  self->request(c.supervisor, 10s, kill_atom::value, std::string("prefill_rank"), int64_t{1})
+    .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  int downs = 0;
+  std::string root_reason;
+  bool timed_out = false;
+  while (downs < 2 && !timed_out)
+    self->receive(
+      [&](caf::down_msg& dm) {
+        ++downs;
+        if (dm.source == c.root.address())
+          root_reason = sys.render(dm.reason);
+      },
+      caf::after(10s) >> [&] { timed_out = true; });
+  CHECK(downs == 2);  // the supervisor and the queue it stopped
+  CHECK(root_reason.find("kill") != std::string::npos);
+}

@@ -1,0 +1,165 @@
+// tests/actors/test_supervisor.cpp
+// The supervisor over toy children: a killed child is restarted and re-introduced with its new
+// handle; a crash-looping one escalates and stops the others; a child that cannot be restarted
+// stops everything when it dies; a transient child's normal exit ends it; stopping the
+// supervisor stops its children.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "actor_fixture.hpp"
+#include "actors/supervisor.hpp"
+
+using namespace moe;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Answers (stats_atom) with its generation: which start made it.
+caf::behavior toy(caf::event_based_actor*, int64_t generation) {
+  return {[=](stats_atom) { return generation; }};
+}
+
+// A child spec whose every start counts up `starts` and spawns toy(generation).
+child_spec toy_spec(caf::actor_system& sys, std::string kind, restart_policy restart,
+                    std::shared_ptr<std::atomic<int64_t>> starts) {
+  return {.kind = std::move(kind),
+          .index = 0,
+          .restart = restart,
+          .running = {},
+          .start = [&sys, starts](const child_lookup&) { return sys.spawn(toy, starts->fetch_add(1)); },
+          .introduce = {}};
+}
+
+struct supervisor_case : testing::actor_fixture {
+  // Asks the supervisor; fails the test on an error.
+  template <class T, class... Ts>
+  T ask(const supervisor_actor& sup, Ts... xs) {
+    T out{};
+    self->request(sup, 5s, xs...).receive([&](T& x) { out = std::move(x); },
+                                          [&](caf::error& e) { FAIL(sys.render(e)); });
+    return out;
+  }
+
+  int64_t generation_of(const caf::actor& a) {
+    int64_t g = -1;
+    self->request(a, 5s, stats_atom::value).receive([&](int64_t x) { g = x; }, [&](caf::error&) {});
+    return g;
+  }
+
+  std::map<caf::actor_addr, std::string> downs;  // down_msgs received, by source
+
+  // Waits for the down_msg of `a` (monitored before); its reason, or "timeout".
+  std::string wait_down(const caf::actor& a) {
+    bool timed_out = false;
+    while (downs.count(a.address()) == 0 && !timed_out)
+      self->receive([&](caf::down_msg& dm) { downs[dm.source] = sys.render(dm.reason); },
+                    caf::after(10s) >> [&] { timed_out = true; });
+    return timed_out ? "timeout" : downs[a.address()];
+  }
+
+  // Asks until the lookup gives a handle other than `old` (the restart is asynchronous).
+  caf::actor wait_replaced(const supervisor_actor& sup, const std::string& kind, const caf::actor& old) {
+    for (int tries = 0; tries < 10'000; ++tries) {
+      caf::actor now = ask<caf::actor>(sup, lookup_atom::value, kind, int64_t{0});
+      if (now && now != old)
+        return now;
+    }
+    return {};
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: a killed child is restarted and re-introduced") {
+  auto starts = std::make_shared<std::atomic<int64_t>>(0);
+  auto introduced = std::make_shared<std::atomic<int64_t>>(0);
+  child_spec spec = toy_spec(sys, "toy", restart_policy::permanent, starts);
+  const caf::actor client = caf::actor_cast<caf::actor>(self);
+  spec.introduce = [introduced, client](const caf::actor& fresh, const child_lookup& current) {
+    ++*introduced;
+    CHECK(current("toy", 0) == fresh);  // the lookup already gives the new handle
+    caf::anon_send(client, route_atom::value, fresh);
+  };
+  auto sup = spawn_supervisor(sys, {spec});
+  const caf::actor first = ask<caf::actor>(sup, lookup_atom::value, std::string("toy"), int64_t{0});
+  REQUIRE(first);
+  CHECK(generation_of(first) == 0);
+  CHECK(*introduced == 0);  // not at the first start
+  CHECK(ask<bool>(sup, kill_atom::value, std::string("toy"), int64_t{0}));
+  CHECK_FALSE(ask<bool>(sup, kill_atom::value, std::string("nobody"), int64_t{0}));
+  caf::actor fresh;
+  self->receive([&](route_atom, caf::actor& a) { fresh = a; }, caf::after(10s) >> [] {});
+  REQUIRE(fresh);
+  CHECK(fresh != first);
+  CHECK(generation_of(fresh) == 1);
+  CHECK(*introduced == 1);
+  const auto listed = ask<std::vector<actor_info>>(sup, actors_atom::value);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].kind == "toy");
+  CHECK(listed[0].restarts == 1);
+  self->monitor(fresh);
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);  // stopping it stops the child
+  CHECK(wait_down(fresh) != "timeout");
+}
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: a crash-looping child escalates and stops the others") {
+  auto starts = std::make_shared<std::atomic<int64_t>>(0);
+  auto other_starts = std::make_shared<std::atomic<int64_t>>(0);
+  child_spec looping{.kind = "looping",
+                     .index = 0,
+                     .restart = restart_policy::permanent,
+                     .running = {},
+                     .start =
+                       [this, starts](const child_lookup&) {
+                         ++*starts;
+                         return sys.spawn([](caf::event_based_actor* a) -> caf::behavior {
+                           a->quit(caf::make_error(serve_errc::invalid, "crash at start"));
+                           return {};
+                         });
+                       },
+                     .introduce = {}};
+  std::vector<child_spec> specs = {toy_spec(sys, "bystander", restart_policy::permanent, other_starts), looping};
+  auto sup = spawn_supervisor(sys, specs, {.max_restarts = 3, .period = 60s});
+  self->monitor(sup);
+  const std::string reason = wait_down(caf::actor_cast<caf::actor>(sup));
+  CHECK(reason.find("crash_loop") != std::string::npos);
+  CHECK(reason.find("looping") != std::string::npos);
+  CHECK(*starts == 4);  // the first start and 3 restarts; the 4th death escalates
+  CHECK(*other_starts == 1);
+}
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child that cannot be restarted stops everything") {
+  auto starts = std::make_shared<std::atomic<int64_t>>(0);
+  auto sup = spawn_supervisor(sys, {toy_spec(sys, "fixed", restart_policy::never, starts),
+                                    toy_spec(sys, "other", restart_policy::permanent, starts)});
+  const caf::actor other = ask<caf::actor>(sup, lookup_atom::value, std::string("other"), int64_t{0});
+  self->monitor(other);
+  self->monitor(sup);
+  CHECK(ask<bool>(sup, kill_atom::value, std::string("fixed"), int64_t{0}));
+  CHECK(wait_down(other) != "timeout");
+  CHECK(wait_down(caf::actor_cast<caf::actor>(sup)).find("kill") != std::string::npos);
+  CHECK(*starts == 2);
+}
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: a transient child's normal exit ends it; an abnormal one restarts it") {
+  auto starts = std::make_shared<std::atomic<int64_t>>(0);
+  auto sup = spawn_supervisor(sys, {toy_spec(sys, "transient", restart_policy::transient, starts)});
+  caf::actor first = ask<caf::actor>(sup, lookup_atom::value, std::string("transient"), int64_t{0});
+  caf::anon_send_exit(first, caf::exit_reason::unhandled_exception);  // as a crash
+  const caf::actor second = wait_replaced(sup, "transient", first);
+  REQUIRE(second);
+  CHECK(generation_of(second) == 1);
+  self->monitor(second);
+  caf::anon_send_exit(second, caf::exit_reason::user_shutdown);  // a normal end
+  CHECK(wait_down(second) != "timeout");
+  bool gone = false;
+  for (int tries = 0; tries < 10'000 && !gone; ++tries)
+    gone = ask<std::vector<actor_info>>(sup, actors_atom::value).empty();
+  CHECK(gone);
+  CHECK(*starts == 2);
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+}
