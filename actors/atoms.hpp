@@ -24,5 +24,6 @@ using bookings_atom = caf::atom_constant<caf::atom("bookings")>;  // the decode 
 using actors_atom = caf::atom_constant<caf::atom("actors")>;      // a supervisor's live children
 using kill_atom = caf::atom_constant<caf::atom("kill")>;          // fault injection: crash this child
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a child's current handle
+using migrate_atom = caf::atom_constant<caf::atom("migrate")>;    // place a request again (rank lost)
 
 }  // namespace moe

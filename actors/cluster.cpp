@@ -54,7 +54,15 @@ caf::actor untyped(const Handle& h) {
 }
 
 // What the supervisor restarts, and whom it re-introduces a restarted actor to.
-std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c,
+// How a rank is spawned again: what spawn_cluster gave it the first time.
+struct rank_recipe {
+  std::shared_ptr<const model_weights> weights;
+  rank_model_config cfg;
+  ep_group prefill_group, decode_group;  // `rank` set per restart
+  cluster_links links;
+};
+
+std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, const rank_recipe& recipe,
                                     decode_balancer_config decode_cfg) {
   std::vector<child_spec> specs;
   specs.push_back({.kind = "request_queue", .restart = restart_policy::never, .running = untyped(c.queue)});
@@ -87,16 +95,51 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c,
                        caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
                                       peers_atom::value, caf::actor_cast<metrics_actor>(fresh));
                      }});
+  // A rank in a group of one restarts empty and its requests are placed again by their
+  // sessions; a group of several would have to leave the step its peers wait in (not yet).
+  const auto rank_restart = [](const ep_group& g) {
+    return g.num_ranks == 1 ? restart_policy::permanent : restart_policy::never;
+  };
   for (size_t r = 0; r < c.prefill_ranks.size(); ++r)
-    specs.push_back({.kind = "prefill_rank",
-                     .index = static_cast<int64_t>(r),
-                     .restart = restart_policy::never,
-                     .running = untyped(c.prefill_ranks[r])});
+    specs.push_back(
+      {.kind = "prefill_rank",
+       .index = static_cast<int64_t>(r),
+       .restart = rank_restart(recipe.prefill_group),
+       .running = untyped(c.prefill_ranks[r]),
+       .start =
+         [&sys, recipe, r](const child_lookup&) {
+           ep_group g = recipe.prefill_group;
+           g.rank = static_cast<int64_t>(r);
+           return untyped(spawn_prefill_rank(sys, recipe.weights, recipe.cfg, std::move(g), recipe.links));
+         },
+       .introduce =
+         [r](const caf::actor& fresh, const child_lookup& current) {
+           caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
+                          peers_atom::value, static_cast<int64_t>(r),
+                          caf::actor_cast<prefill_rank_actor>(fresh));
+         }});
   for (size_t r = 0; r < num_decode; ++r)
-    specs.push_back({.kind = "decode_rank",
-                     .index = static_cast<int64_t>(r),
-                     .restart = restart_policy::never,
-                     .running = untyped(c.decode_ranks[r])});
+    specs.push_back(
+      {.kind = "decode_rank",
+       .index = static_cast<int64_t>(r),
+       .restart = rank_restart(recipe.decode_group),
+       .running = untyped(c.decode_ranks[r]),
+       .start =
+         [&sys, recipe, r](const child_lookup&) {
+           ep_group g = recipe.decode_group;
+           g.rank = static_cast<int64_t>(r);
+           return untyped(spawn_decode_rank(sys, recipe.weights, recipe.cfg, std::move(g), recipe.links));
+         },
+       .introduce =
+         [r](const caf::actor& fresh, const child_lookup& current) {
+           const auto rank = caf::actor_cast<decode_rank_actor>(fresh);
+           const caf::actor balancer = current("decode_balancer", 0);
+           caf::anon_send(rank, route_atom::value, balancer);
+           caf::anon_send(caf::actor_cast<decode_balancer_actor>(balancer), peers_atom::value,
+                          static_cast<int64_t>(r), rank);
+           caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
+                          peers_atom::value, static_cast<int64_t>(r), rank);
+         }});
   return specs;
 }
 
@@ -164,7 +207,12 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                  .max_running = topo.max_running_requests * topo.decode_ranks},
                                 caf::actor_cast<caf::actor>(c.prefill_balancer));
   caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
-  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, decode_cfg), cfg.restarts);
+  const rank_recipe recipe{.weights = weights,
+                           .cfg = rank_cfg,
+                           .prefill_group = prefill_group,
+                           .decode_group = decode_group,
+                           .links = links};
+  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg), cfg.restarts);
   c.root = untyped(c.supervisor);
   return c;
 }

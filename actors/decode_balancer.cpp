@@ -131,6 +131,15 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
       st.booked.erase(it);
       serve_waiting(self);
     },
+    [=](peers_atom, int64_t index, decode_rank_actor& rank) {
+      auto& st = self->state;
+      st.ranks.at(index) = std::move(rank);
+      st.loads[index].num_used_blocks = 0;
+      st.loads[index].num_running = 0;
+      for (auto it = st.booked.begin(); it != st.booked.end();)
+        it = it->second.rank == index ? st.booked.erase(it) : std::next(it);
+      serve_waiting(self);
+    },
     [=](stats_atom) {
       std::vector<int64_t> running;
       for (const decode_load& l : self->state.loads)

@@ -21,6 +21,9 @@ using decode_balancer_actor = caf::typed_actor<
   caf::replies_to<pick_atom, uint64_t, int64_t, int64_t>::with<int64_t>,
   // Request `id` ended (its decode rank tells): its booking is freed (waiting picks retry).
   caf::reacts_to<done_atom, uint64_t>,
+  // Decode rank `index` was restarted, empty: its bookings are gone (their sessions place
+  // their requests again).
+  caf::reacts_to<peers_atom, int64_t, decode_rank_actor>,
   // Requests booked per rank.
   caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
 

@@ -24,6 +24,13 @@ struct request_spec {
   sampling_params sampling;
 };
 
+/// The id the ranks know a request by on its `attempt`-th placement (0: the first, the client's
+/// id itself): each placement after a lost rank has its own, so a late message from an earlier
+/// placement cannot be taken for the current one's.
+[[nodiscard]] constexpr uint64_t placement_id(uint64_t request_id, uint64_t attempt) noexcept {
+  return request_id + (attempt << 56);
+}
+
 /// The request queue's counters.
 struct queue_stats {
   int64_t num_queued = 0;    // admitted, waiting for a running slot
@@ -81,6 +88,7 @@ struct session_result {
   /// When its first prompt chunk entered a prefill step; unset if it never did (cancelled
   /// while waiting, refused).
   std::optional<std::chrono::steady_clock::time_point> prefill_start;
+  int64_t num_migrations = 0;  // placements again after a lost rank
 };
 
 /// A rank's load, as balancers see it.

@@ -5,6 +5,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -27,7 +28,10 @@ struct prefill_balancer_state {
     request_spec spec;
     caf::actor client;
     uint64_t attempt = 0;
+    caf::actor session;     // placed again after a lost rank: keyed by its placement id
+    bool deferred = false;  // its ranks were down: asked again once they are back
   };
+  std::vector<bool> prefill_down, decode_down;  // dead, not yet restarted
   std::map<uint64_t, pending_pick> picking;
   std::set<uint64_t> cancelled_while_picking;  // answered already; drop when the pick comes
   static inline const char* name = "prefill_balancer";
@@ -50,9 +54,9 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   cfg.client = client;
   cfg.decode_rank = decode;
   cfg.prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
-  cfg.on_done.push_back(st.graph.queue);
-  cfg.on_done.push_back(decode);  // which tells the decode balancer
+  cfg.on_done.push_back(st.graph.queue);  // the decode rank hears the end too (and tells the balancer)
   cfg.metrics = st.graph.metrics;
+  cfg.placer = caf::actor_cast<caf::actor>(self);
   const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(self->system(), std::move(cfg)));
   self->monitor(session);
   st.sessions[id] = session;
@@ -62,6 +66,23 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   st.in_flight[id] = {rank, n};
   caf::anon_send(st.graph.prefill_ranks[rank], submit_atom::value,
                  prefill_job{id, std::move(spec), decode, session, caf::actor_cast<caf::actor>(self)});
+}
+
+// A request placed again after a lost rank (placement id `pid`): prompt + its tokens so far to a
+// prefill rank, its KV to decode rank `decode_idx`; its session learns both.
+void place_again(balancer_pointer self, uint64_t pid, request_spec spec, const caf::actor& session,
+                 int64_t decode_idx) {
+  auto& st = self->state;
+  const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
+  const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
+  const int64_t rank = pick_prefill_rank(st.loads, n);
+  st.loads[rank].attention_cost += static_cast<double>(n) * static_cast<double>(n);
+  st.loads[rank].num_tokens += n;
+  st.in_flight[pid] = {rank, n};
+  const caf::actor prefill = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
+  caf::anon_send(session, route_atom::value, prefill, decode);
+  caf::anon_send(st.graph.prefill_ranks[rank], submit_atom::value,
+                 prefill_job{pid, std::move(spec), decode, session, caf::actor_cast<caf::actor>(self)});
 }
 
 // Asks the decode balancer for request `id`'s rank; the answer starts the request, or gives
@@ -81,12 +102,25 @@ void ask_pick(balancer_pointer self, uint64_t id) {
         auto it = st.picking.find(id);
         if (it == st.picking.end() || it->second.attempt != attempt)
           return;  // asked again of a newer balancer
+        const bool ranks_down = st.decode_down.at(decode_idx) ||
+                                std::find(st.prefill_down.begin(), st.prefill_down.end(), true) !=
+                                  st.prefill_down.end();
+        const bool cancelled = it->second.session ? st.session_ids.count(it->second.session.address()) == 0
+                                                  : st.cancelled_while_picking.count(id) > 0;
+        if (ranks_down && !cancelled) {  // placed on a dead rank, it would only be lost again
+          it->second.deferred = true;
+          return;
+        }
         prefill_balancer_state::pending_pick pick = std::move(it->second);
         st.picking.erase(it);
-        if (st.cancelled_while_picking.erase(id)) {  // give the booking back (its rank tells the balancer)
+        st.cancelled_while_picking.erase(id);
+        const bool gone = cancelled;
+        if (gone) {  // give the booking back (its rank tells the balancer)
           caf::anon_send(st.graph.decode_ranks[decode_idx], done_atom::value, id);
           return;
         }
+        if (pick.session)
+          return place_again(self, id, std::move(pick.spec), pick.session, decode_idx);
         start_request(self, id, std::move(pick.spec), pick.client, decode_idx);
       },
       [=](caf::error& err) {
@@ -98,6 +132,11 @@ void ask_pick(balancer_pointer self, uint64_t id) {
           return;  // the balancer died: asked again when its successor is introduced
         prefill_balancer_state::pending_pick pick = std::move(it->second);
         st.picking.erase(it);
+        if (pick.session) {  // it fitted once: the session answers with the error
+          caf::anon_send(pick.session, token_atom::value,
+                         token_chunk{id, {}, finish_reason::error, self->system().render(err)});
+          return;
+        }
         if (st.cancelled_while_picking.erase(id))
           return;
         // no decode rank can ever hold it: answer through a session, as every request ends
@@ -113,18 +152,42 @@ void ask_pick(balancer_pointer self, uint64_t id) {
       });
 }
 
+// Ranks are back: picks held while they were down are asked again (a booking the decode
+// balancer still holds answers at once; one on a restarted rank was dropped with it).
+void retry_deferred(balancer_pointer self) {
+  for (auto& [id, p] : self->state.picking)
+    if (p.deferred) {
+      p.deferred = false;
+      ++p.attempt;
+      ask_pick(self, id);
+    }
+}
+
 }  // namespace
 
 prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, prefill_balancer_graph graph) {
   self->state.loads.resize(graph.prefill_ranks.size());
+  self->state.prefill_down.assign(graph.prefill_ranks.size(), false);
+  self->state.decode_down.assign(graph.decode_ranks.size(), false);
   self->state.graph = std::move(graph);
+  for (const auto& r : self->state.graph.prefill_ranks)
+    self->monitor(r);
+  for (const auto& r : self->state.graph.decode_ranks)
+    self->monitor(r);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     auto it = st.session_ids.find(dm.source);
     if (it != st.session_ids.end()) {
       st.sessions.erase(it->second);
       st.session_ids.erase(it);
+      return;
     }
+    for (size_t r = 0; r < st.graph.prefill_ranks.size(); ++r)
+      if (st.graph.prefill_ranks[r].address() == dm.source)
+        st.prefill_down[r] = true;
+    for (size_t r = 0; r < st.graph.decode_ranks.size(); ++r)
+      if (st.graph.decode_ranks[r].address() == dm.source)
+        st.decode_down[r] = true;
   });
   return {
     [=](submit_atom, uint64_t id, request_spec& spec, caf::actor& client) {
@@ -142,6 +205,30 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
     },
     [=](peers_atom, metrics_actor& metrics) {
       self->state.graph.metrics = caf::actor_cast<caf::actor>(metrics);
+    },
+    [=](peers_atom, int64_t index, prefill_rank_actor& rank) {  // restarted: empty
+      auto& st = self->state;
+      st.graph.prefill_ranks.at(index) = std::move(rank);
+      self->monitor(st.graph.prefill_ranks[index]);
+      st.prefill_down[index] = false;
+      st.loads[index] = {};
+      for (auto it = st.in_flight.begin(); it != st.in_flight.end();)
+        it = it->second.first == index ? st.in_flight.erase(it) : std::next(it);
+      retry_deferred(self);
+    },
+    [=](peers_atom, int64_t index, decode_rank_actor& rank) {
+      auto& st = self->state;
+      st.graph.decode_ranks.at(index) = std::move(rank);
+      self->monitor(st.graph.decode_ranks[index]);
+      st.decode_down[index] = false;
+      retry_deferred(self);
+    },
+    [=](migrate_atom, uint64_t id, uint64_t pid, request_spec& rest, caf::actor& session) {
+      auto& st = self->state;
+      if (st.sessions.count(id) == 0)
+        return;  // ended meanwhile
+      st.picking[pid] = {std::move(rest), {}, 0, std::move(session)};
+      ask_pick(self, pid);
     },
     [=](done_atom, uint64_t id) {
       auto& st = self->state;

@@ -28,6 +28,13 @@ using prefill_balancer_actor = caf::typed_actor<
   caf::reacts_to<peers_atom, decode_balancer_actor>,
   // A restarted metrics actor, for the sessions spawned from now on.
   caf::reacts_to<peers_atom, metrics_actor>,
+  // A restarted prefill rank (its prompts are gone: their sessions place them again).
+  caf::reacts_to<peers_atom, int64_t, prefill_rank_actor>,
+  // A restarted decode rank.
+  caf::reacts_to<peers_atom, int64_t, decode_rank_actor>,
+  // Session of request `id` lost a rank: place (prompt + tokens so far, the tokens left) again
+  // under placement id `pid`; the session gets (route_atom, prefill rank, decode rank).
+  caf::reacts_to<migrate_atom, uint64_t, uint64_t, request_spec, caf::actor>,
   // A prefill rank is done with request `id` (either way).
   caf::reacts_to<done_atom, uint64_t>,
   // The client cancelled request `id` (via the queue): its session ends it.

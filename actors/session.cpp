@@ -19,6 +19,10 @@ struct session_state {
   std::unique_ptr<text_stream> text;
   session_result result;
   uint64_t next_seq = 0;
+  uint64_t attempt = 0;    // placements so far, less one
+  uint64_t placement = 0;  // the id the current placement's ranks know it by
+  bool prefilled = false;  // the current placement's first token is here
+  bool placing = false;    // waiting for the placer's (route_atom, ...)
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), first_token;
   static inline const char* name = "session";
 };
@@ -39,8 +43,11 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   st.result.reason = reason;
   st.result.error = std::move(error);
   st.result.text = st.text->text();
+  st.result.num_migrations = static_cast<int64_t>(st.attempt);
   for (const caf::actor& a : st.cfg.on_done)  // first: a client that hears the end sees them updated
     caf::anon_send(a, done_atom::value, st.cfg.request_id);
+  if (st.cfg.decode_rank)
+    caf::anon_send(st.cfg.decode_rank, done_atom::value, st.placement);
   if (st.cfg.metrics) {
     const auto seconds = [&](std::chrono::steady_clock::time_point t) {
       return std::chrono::duration<double>(t - st.start).count();
@@ -58,10 +65,55 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   self->quit();
 }
 
+void watch(session_pointer self) {
+  auto& st = self->state;
+  if (st.cfg.prefill_rank)
+    self->monitor(st.cfg.prefill_rank);
+  if (st.cfg.decode_rank)
+    self->monitor(st.cfg.decode_rank);
+}
+
+// A rank the request needs is gone: place it again (prompt + tokens so far), or give up.
+void migrate(session_pointer self, const std::string& lost) {
+  auto& st = self->state;
+  if (!st.cfg.placer || st.attempt >= static_cast<uint64_t>(st.cfg.max_migrations)) {
+    token_chunk none;
+    send_chunk(self, none, st.text->finish());
+    return answer(self, finish_reason::error,
+                  "unavailable: its " + lost + " was lost " + std::to_string(st.attempt + 1) + " times");
+  }
+  // what the old placement still holds on surviving ranks goes
+  if (st.cfg.prefill_rank)
+    caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
+  if (st.cfg.decode_rank)
+    caf::anon_send(st.cfg.decode_rank, done_atom::value, st.placement);
+  self->demonitor(st.cfg.prefill_rank);
+  self->demonitor(st.cfg.decode_rank);
+  st.cfg.prefill_rank = {};
+  st.cfg.decode_rank = {};
+  st.placement = placement_id(st.cfg.request_id, ++st.attempt);
+  st.prefilled = false;
+  st.placing = true;
+  request_spec rest = st.cfg.spec;
+  rest.prompt_ids.insert(rest.prompt_ids.end(), st.result.output_ids.begin(), st.result.output_ids.end());
+  rest.sampling.max_tokens -= static_cast<int32_t>(st.result.output_ids.size());
+  caf::anon_send(st.cfg.placer, migrate_atom::value, st.cfg.request_id, st.placement, std::move(rest),
+                 caf::actor_cast<caf::actor>(self));
+}
+
 session_actor::behavior_type session(session_pointer self, session_config cfg) {
   self->state.text = std::make_unique<text_stream>(cfg.tok, cfg.spec.sampling.stop);
   self->state.result.request_id = cfg.request_id;
+  self->state.placement = cfg.request_id;
   self->state.cfg = std::move(cfg);
+  watch(self);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (st.cfg.decode_rank && dm.source == st.cfg.decode_rank.address())
+      migrate(self, "decode rank");
+    else if (st.cfg.prefill_rank && dm.source == st.cfg.prefill_rank.address() && !st.prefilled)
+      migrate(self, "prefill rank");
+  });
   return {
     [=](start_atom, std::chrono::steady_clock::time_point at) {
       auto& prefill_start = self->state.result.prefill_start;
@@ -70,6 +122,9 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
     },
     [=](token_atom, token_chunk& chunk) {
       auto& st = self->state;
+      if (chunk.request_id != st.placement || st.placing)
+        return;  // from a placement given up
+      st.prefilled = true;
       if (st.result.output_ids.empty() && !chunk.token_ids.empty())
         st.first_token = std::chrono::steady_clock::now();
       std::string delta;
@@ -86,7 +141,7 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       }
       if (st.text->stopped()) {  // a stop string: the rank may go on
         if (chunk.reason == finish_reason::none && st.cfg.decode_rank)
-          caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.cfg.request_id);
+          caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
         send_chunk(self, chunk, std::move(delta));
         return answer(self, finish_reason::stop, {});
       }
@@ -99,12 +154,19 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
     [=](cancel_atom) {
       auto& st = self->state;
       if (st.cfg.prefill_rank)
-        caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.cfg.request_id);
+        caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
       if (st.cfg.decode_rank)
-        caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.cfg.request_id);
+        caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
       token_chunk none;                           // the text held back for stop strings, streamed as
       send_chunk(self, none, st.text->finish());  // a last chunk: the chunks add up to the text
       answer(self, finish_reason::abort, {});
+    },
+    [=](route_atom, caf::actor& prefill, caf::actor& decode) {
+      auto& st = self->state;
+      st.cfg.prefill_rank = std::move(prefill);
+      st.cfg.decode_rank = std::move(decode);
+      st.placing = false;
+      watch(self);  // a rank already gone answers at once: placed again
     },
   };
 }

@@ -1,6 +1,8 @@
 // actors/session.hpp
 // One request's owner: receives its tokens from whichever rank produces them, turns them into
-// text (stop strings included), numbers every streamed chunk, and answers the client once.
+// text (stop strings included), numbers every streamed chunk, and answers the client once. It
+// monitors its ranks: when one is lost mid-request it has the request placed again (prompt and
+// the tokens so far, re-prefilled elsewhere) and the stream goes on at the same seq.
 #pragma once
 
 #include <caf/typed_actor.hpp>
@@ -20,17 +22,25 @@ using session_actor = caf::typed_actor<
   // Output tokens from a rank; the chunk with a finish reason is the last.
   caf::reacts_to<token_atom, token_chunk>,
   // The client cancelled: answer finish_reason::abort now, tell the ranks to free its KV.
-  caf::reacts_to<cancel_atom>>;
+  caf::reacts_to<cancel_atom>,
+  // Placed again after a lost rank: its new prefill and decode ranks.
+  caf::reacts_to<route_atom, caf::actor, caf::actor>>;
 
 struct session_config {
   uint64_t request_id = 0;
   request_spec spec;
   std::shared_ptr<const tokenizer> tok;
   caf::actor client;                // gets (token_atom, stream_chunk)..., then (done_atom, session_result)
-  caf::actor decode_rank;           // told to cancel when a stop string ends the text early
+  caf::actor decode_rank;           // told to cancel when a stop string ends the text early, and
+                                    // (done_atom, placement id) at the end
   caf::actor prefill_rank;          // told to cancel when the client cancels (may be null)
   std::vector<caf::actor> on_done;  // each gets (done_atom, request_id) at the end
   caf::actor metrics;               // gets (done_atom, request_record) at the end (may be null)
+  // Gets (migrate_atom, request_id, placement id, what is left of the request, session) when
+  // its prefill rank dies before the first token or its decode rank dies: prompt + tokens so
+  // far, max_tokens less those. Null: a lost rank ends the request with an error.
+  caf::actor placer;
+  int64_t max_migrations = 3;  // then the request ends with an error ("unavailable: ...")
 };
 
 /// The session quits after its final answer.

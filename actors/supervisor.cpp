@@ -115,7 +115,8 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
 supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<child_spec> specs,
                                            restart_limits limits) {
   for (child_spec& s : specs)
-    self->state.children.push_back({.spec = std::move(s), .handle = {}, .intensity = restart_intensity(limits)});
+    self->state.children.push_back(
+      {.spec = std::move(s), .handle = {}, .intensity = restart_intensity(limits)});
   for (child& c : self->state.children)
     start_child(self, c);
   self->set_down_handler([=](caf::down_msg& dm) { on_child_down(self, dm); });

@@ -11,7 +11,7 @@
 namespace moe {
 
 struct restart_limits {
-  int64_t max_restarts = 5;               // within any `period`
+  int64_t max_restarts = 5;                // within any `period`
   std::chrono::milliseconds period{2000};  // kills once a second stay within; a crash loop does not
 };
 

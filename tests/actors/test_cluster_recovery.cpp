@@ -2,8 +2,10 @@
 // The cluster under load while its supervisor's restartable children are killed (2P+2D, the tiny
 // model, greedy): the decode balancer (it rebuilds its bookings from the decode ranks) and the
 // metrics actor, each killed several times mid-load. Every request still ends once, with the
-// single-rank generator's tokens, a gapless stream, and every KV block and booking back. A kind
-// that cannot be restarted yet (a rank) stops the cluster with the reason.
+// single-rank generator's tokens, a gapless stream, and every KV block and booking back. Over
+// 1P+1D (groups of one) the ranks themselves are killed: their requests are placed again by
+// their sessions (prompt + tokens so far re-prefilled) and still give the generator's tokens. A
+// rank of a larger group cannot be restarted yet: its death stops the cluster with the reason.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -69,15 +71,51 @@ struct recovery_case : testing::actor_fixture {
   template <class T, class Handle, class... Ts>
   T ask(const Handle& h, Ts... xs) {
     T out{};
-    self->request(h, 10s, xs...).receive([&](T& x) { out = std::move(x); },
-                                         [&](caf::error& e) { FAIL(sys.render(e)); });
+    self->request(h, 10s, xs...)
+      .receive([&](T& x) { out = std::move(x); }, [&](caf::error& e) { FAIL(sys.render(e)); });
     return out;
+  }
+
+  // Submits every spec at once and collects streams and results; after every `every`-th final
+  // answer kills the next of `kinds` (index `indices[i]`), `max_kills` in all.
+  std::map<uint64_t, collected> run_with_kills(const cluster& c, const std::vector<request_spec>& specs,
+                                               const std::vector<std::string>& kinds,
+                                               const std::vector<int64_t>& indices, size_t every,
+                                               size_t max_kills, std::map<uint64_t, size_t>& index_of) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      self->request(c.queue, 10s, submit_atom::value, specs[i])
+        .receive([&](uint64_t id) { index_of[id] = i; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+    std::map<uint64_t, collected> got;
+    size_t num_done = 0, num_kills = 0;
+    bool timed_out = false;
+    while (num_done < specs.size() && !timed_out)
+      self->receive(
+        [&](token_atom, const stream_chunk& chunk) {
+          collected& g = got[chunk.request_id];
+          g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
+          g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+        },
+        [&](done_atom, const session_result& r) {
+          collected& g = got[r.request_id];
+          g.result = r;
+          ++g.num_results;
+          if (++num_done % every == 0 && num_kills < max_kills) {
+            const size_t k = num_kills++ % kinds.size();
+            self->request(c.supervisor, 10s, kill_atom::value, kinds[k], indices[k])
+              .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+          }
+        },
+        caf::after(60s) >> [&] { timed_out = true; });
+    REQUIRE_FALSE(timed_out);
+    CHECK(num_kills == max_kills);
+    return got;
   }
 };
 
 }  // namespace
 
-TEST_CASE_FIXTURE(recovery_case, "recovery: killing the decode balancer and the metrics actor under load loses nothing") {
+TEST_CASE_FIXTURE(recovery_case,
+                  "recovery: killing the decode balancer and the metrics actor under load loses nothing") {
   auto tok = real_tokenizer();
   if (!tok)
     return;
@@ -88,35 +126,9 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: killing the decode balancer and the 
   cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
 
   std::map<uint64_t, size_t> index_of;
-  for (size_t i = 0; i < specs.size(); ++i)
-    self->request(c.queue, 10s, submit_atom::value, specs[i])
-      .receive([&](uint64_t id) { index_of[id] = i; }, [&](caf::error& e) { FAIL(sys.render(e)); });
   // a kill after every 6th final answer, alternating the two kinds: 4 of each
-  const std::vector<std::string> kinds = {"decode_balancer", "metrics"};
-  std::map<uint64_t, collected> got;
-  size_t num_done = 0, num_kills = 0;
-  bool timed_out = false;
-  while (num_done < specs.size() && !timed_out)
-    self->receive(
-      [&](token_atom, const stream_chunk& chunk) {
-        collected& g = got[chunk.request_id];
-        g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
-        g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
-      },
-      [&](done_atom, const session_result& r) {
-        collected& g = got[r.request_id];
-        g.result = r;
-        ++g.num_results;
-        if (++num_done % 6 == 0 && num_kills < 8) {
-          const std::string& kind = kinds[num_kills++ % 2];
-          self->request(c.supervisor, 10s, kill_atom::value, kind, int64_t{0})
-            .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
-        }
-      },
-      caf::after(60s) >> [&] { timed_out = true; });
-  REQUIRE_FALSE(timed_out);
-  CHECK(num_kills == 8);
-
+  std::map<uint64_t, collected> got = run_with_kills(c, specs, {"decode_balancer", "metrics"}, {0, 0}, 6, 8,
+                                                     index_of);
   auto ref = make_cpu_reference_backend();
   kv_cache cache(weights->config.num_hidden_layers, 64, 4, weights->config.kv_cache_dim());
   model_runner runner(*weights, *ref, cache, {.ep = ep_precision_of(topo)});
@@ -157,18 +169,21 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: killing the decode balancer and the 
   CHECK(restarts["metrics"] == 4);
   CHECK(restarts["prefill_rank"] == 0);
   // the new balancer books again: one more request after the load
-  self->request(c.queue, 10s, submit_atom::value, specs[0]).receive([](uint64_t) {}, [&](caf::error& e) {
-    FAIL(sys.render(e));
-  });
+  self->request(c.queue, 10s, submit_atom::value, specs[0])
+    .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
   session_result last;
-  self->receive_while([&] { return last.reason == finish_reason::none; })(
-    [&](token_atom, const stream_chunk&) {}, [&](done_atom, const session_result& r) { last = r; },
-    caf::after(30s) >> [&] { last.reason = finish_reason::error; });
+  self->receive_while([&] {
+    return last.reason == finish_reason::none;
+  })([&](token_atom, const stream_chunk&) {}, [&](done_atom, const session_result& r) { last = r; },
+     caf::after(30s) >> [&] { last.reason = finish_reason::error; });
   CHECK(last.output_ids == gen.run(specs[0].prompt_ids, specs[0].sampling).output_ids);
   c.stop();
 }
 
-TEST_CASE_FIXTURE(recovery_case, "recovery: a rank's death stops the cluster, with the reason") {
+TEST_CASE_FIXTURE(
+  recovery_case,
+  "recovery: a rank of an expert-parallel group of two cannot restart yet: its death stops the "
+  "cluster, with the reason") {
   auto tok = real_tokenizer();
   if (!tok)
     return;
@@ -192,4 +207,70 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: a rank's death stops the cluster, wi
       caf::after(10s) >> [&] { timed_out = true; });
   CHECK(downs == 2);  // the supervisor and the queue it stopped
   CHECK(root_reason.find("kill") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(recovery_case, "recovery: killing the ranks of 1P+1D under load re-places their requests") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights =
+    std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  topology_config topo = recovery_topology();
+  topo.prefill_ranks = 1;
+  topo.decode_ranks = 1;
+  topo.max_running_requests = 8;
+  const std::vector<request_spec> specs = greedy_requests(40, 23);
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  std::map<uint64_t, size_t> index_of;
+  // a kill after every 6th final answer: decode rank, prefill rank, decode balancer, in turn (a
+  // request runs for about 8 answers, so at most 2 of the 4 rank deaths reach it)
+  std::map<uint64_t, collected> got =
+    run_with_kills(c, specs, {"decode_rank", "prefill_rank", "decode_balancer"}, {0, 0, 0}, 6, 6, index_of);
+  auto ref = make_cpu_reference_backend();
+  kv_cache cache(weights->config.num_hidden_layers, 64, 4, weights->config.kv_cache_dim());
+  model_runner runner(*weights, *ref, cache, {.ep = ep_precision_of(topo)});
+  generator gen(runner, tok, topo.chunked_prefill_size);
+  REQUIRE(index_of.size() == specs.size());
+  int64_t migrated = 0;
+  for (const auto& [id, i] : index_of) {
+    CAPTURE(i);
+    const collected& g = got[id];
+    CHECK(g.num_results == 1);
+    CHECK(g.seq_ok);
+    CHECK(g.result.error == "");
+    const generation_result want = gen.run(specs[i].prompt_ids, specs[i].sampling);
+    CHECK(g.result.output_ids == want.output_ids);
+    CHECK(g.streamed == want.output_ids);
+    migrated += g.result.num_migrations > 0 ? 1 : 0;
+  }
+  MESSAGE("requests placed again: " << migrated << " of " << specs.size());
+  CHECK(migrated > 0);  // the kills hit requests in flight
+  const auto current = [&](const char* kind) {
+    return ask<caf::actor>(c.supervisor, lookup_atom::value, std::string(kind), int64_t{0});
+  };
+  const auto prefill = caf::actor_cast<prefill_rank_actor>(current("prefill_rank"));
+  const auto decode = caf::actor_cast<decode_rank_actor>(current("decode_rank"));
+  REQUIRE(prefill);
+  REQUIRE(decode);
+  CHECK(prefill != c.prefill_ranks[0]);  // restarted ones
+  CHECK(decode != c.decode_ranks[0]);
+  const rank_stats ps = idle_stats(prefill);
+  CHECK(ps.num_free_blocks == ps.num_blocks);
+  const rank_stats ds = idle_stats(decode);
+  CHECK(ds.num_running == 0);
+  CHECK(ds.num_free_blocks == ds.num_blocks);
+  CHECK(ask<rank_bookings>(decode, bookings_atom::value).request_ids.empty());
+  const auto balancer = caf::actor_cast<decode_balancer_actor>(current("decode_balancer"));
+  CHECK(ask<std::vector<int64_t>>(balancer, stats_atom::value) == std::vector<int64_t>{0});
+  CHECK(ask<std::vector<int64_t>>(c.prefill_balancer, stats_atom::value) == std::vector<int64_t>{0});
+  const queue_stats qs = ask<queue_stats>(c.queue, stats_atom::value);
+  CHECK(qs.num_running == 0);
+  CHECK(qs.num_queued == 0);
+  std::map<std::string, int64_t> restarts;
+  for (const actor_info& a : ask<std::vector<actor_info>>(c.supervisor, actors_atom::value))
+    restarts[a.kind] += a.restarts;
+  CHECK(restarts["decode_rank"] == 2);
+  CHECK(restarts["prefill_rank"] == 2);
+  CHECK(restarts["decode_balancer"] == 2);
+  c.stop();
 }

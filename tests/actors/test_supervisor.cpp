@@ -39,8 +39,8 @@ struct supervisor_case : testing::actor_fixture {
   template <class T, class... Ts>
   T ask(const supervisor_actor& sup, Ts... xs) {
     T out{};
-    self->request(sup, 5s, xs...).receive([&](T& x) { out = std::move(x); },
-                                          [&](caf::error& e) { FAIL(sys.render(e)); });
+    self->request(sup, 5s, xs...)
+      .receive([&](T& x) { out = std::move(x); }, [&](caf::error& e) { FAIL(sys.render(e)); });
     return out;
   }
 
@@ -122,7 +122,8 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a crash-looping child escalates 
                          });
                        },
                      .introduce = {}};
-  std::vector<child_spec> specs = {toy_spec(sys, "bystander", restart_policy::permanent, other_starts), looping};
+  std::vector<child_spec> specs = {toy_spec(sys, "bystander", restart_policy::permanent, other_starts),
+                                   looping};
   auto sup = spawn_supervisor(sys, specs, {.max_restarts = 3, .period = 60s});
   self->monitor(sup);
   const std::string reason = wait_down(caf::actor_cast<caf::actor>(sup));
@@ -145,7 +146,8 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child that cannot be restarted
   CHECK(*starts == 2);
 }
 
-TEST_CASE_FIXTURE(supervisor_case, "supervisor: a transient child's normal exit ends it; an abnormal one restarts it") {
+TEST_CASE_FIXTURE(supervisor_case,
+                  "supervisor: a transient child's normal exit ends it; an abnormal one restarts it") {
   auto starts = std::make_shared<std::atomic<int64_t>>(0);
   auto sup = spawn_supervisor(sys, {toy_spec(sys, "transient", restart_policy::transient, starts)});
   caf::actor first = ask<caf::actor>(sup, lookup_atom::value, std::string("transient"), int64_t{0});
