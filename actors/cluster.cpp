@@ -21,6 +21,14 @@ ep_precision ep_precision_of(const topology_config& topology) {
           .sum = sum};
 }
 
+std::string rank_kind(const cluster& c, size_t i) {
+  return i < c.prefill_ranks.size() ? "prefill_rank" : "decode_rank";
+}
+
+int64_t rank_index(const cluster& c, size_t i) {
+  return static_cast<int64_t>(i < c.prefill_ranks.size() ? i : i - c.prefill_ranks.size());
+}
+
 void cluster::stop() const { caf::anon_send_exit(root, caf::exit_reason::user_shutdown); }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include <caf/actor_system.hpp>
 #include <memory>
+#include <string>
 
 #include "actors/decode_balancer.hpp"
 #include "actors/metrics.hpp"
@@ -43,6 +44,11 @@ struct cluster {
   /// Stops every actor of the cluster.
   void stop() const;
 };
+
+/// Rank `i` of the cluster's prefill ranks then decode ranks, as its supervisor names it
+/// (asking the supervisor reaches the rank that lives now, restarted or not).
+[[nodiscard]] std::string rank_kind(const cluster& c, size_t i);
+[[nodiscard]] int64_t rank_index(const cluster& c, size_t i);
 
 /// The EP payload types a topology asks for ("fp8" dispatch combines in BF16).
 [[nodiscard]] ep_precision ep_precision_of(const topology_config& topology);

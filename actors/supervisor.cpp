@@ -140,6 +140,15 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
       child* c = find_child(self->state, kind, index);
       return c != nullptr ? c->handle : caf::actor{};
     },
+    [=](stats_atom, const std::string& kind, int64_t index) -> caf::result<rank_stats> {
+      child* c = find_child(self->state, kind, index);
+      if (c == nullptr || !c->handle)
+        return caf::make_error(serve_errc::unavailable,
+                               kind + " " + std::to_string(index) + " is restarting");
+      // the kinds asked here (ranks) answer stats with rank_stats
+      using rank_stats_actor = caf::typed_actor<caf::replies_to<stats_atom>::with<rank_stats>>;
+      return self->delegate(caf::actor_cast<rank_stats_actor>(c->handle), stats_atom::value);
+    },
   };
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/atoms.hpp"
+#include "actors/messages.hpp"
 #include "actors/policy/restart_intensity.hpp"
 
 namespace moe {
@@ -55,7 +56,10 @@ using supervisor_actor = caf::typed_actor<
   // true if it was found.
   caf::replies_to<kill_atom, std::string, int64_t>::with<bool>,
   // The child's current handle (an invalid one when there is none).
-  caf::replies_to<lookup_atom, std::string, int64_t>::with<caf::actor>>;
+  caf::replies_to<lookup_atom, std::string, int64_t>::with<caf::actor>,
+  // A rank's stats, asked of whichever instance of it lives now (delegated: it answers);
+  // serve_errc::unavailable while it is being restarted.
+  caf::replies_to<stats_atom, std::string, int64_t>::with<rank_stats>>;
 
 /// Starts every child in order; `limits` apply to each child separately.
 [[nodiscard]] supervisor_actor spawn_supervisor(caf::actor_system& sys, std::vector<child_spec> children,

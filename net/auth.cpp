@@ -31,6 +31,8 @@ auth_role role_for(const auth_keys& keys, std::string_view token) noexcept {
 bool may_call(auth_role role, rpc_method method) noexcept {
   if (method == rpc_method::health || method == rpc_method::auth)
     return true;
+  if (is_admin_method(method))
+    return role == auth_role::admin;
   return role >= auth_role::client;
 }
 
@@ -46,6 +48,11 @@ std::variant<std::string, rpc_error> parse_auth(const msgpack::object& params, s
 rpc_error unauthenticated(std::string_view method) {
   return make_error(rpc_errc::auth,
                     std::string(method) + ": authenticate first ([0, msgid, \"auth\", [key]])");
+}
+
+rpc_error forbidden(std::string_view method) {
+  return make_error(rpc_errc::forbidden,
+                    std::string(method) + ": admin connections only (auth with the admin key)");
 }
 
 rpc_error wrong_token() { return make_error(rpc_errc::auth, "token: matches no key of this server"); }

@@ -37,6 +37,9 @@ struct auth_keys {
 /// A connection's role before it calls auth: client without an api key, else none.
 [[nodiscard]] auth_role initial_role(const auth_keys& keys) noexcept;
 
+/// 403 for an admin method on a connection that is not admin.
+[[nodiscard]] rpc_error forbidden(std::string_view method);
+
 /// The role `token` grants: admin for the admin key, client for the api key, none for anything
 /// else; client for any token when no key is set. Both keys are always compared, each in time
 /// that depends on the token's length only.

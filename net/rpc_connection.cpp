@@ -154,10 +154,12 @@ void rpc_connection::handle(rpc_message& message) {
 void rpc_connection::handle_request(rpc_request& request) {
   const uint32_t msgid = request.msgid;
   const std::optional<rpc_method> method = find_method(request.method);
-  if (!method)
+  if (!method || (is_admin_method(*method) && !shared_->fault_injection))
     return write(encode_error(msgid, unknown_method(request.method)));
   if (!may_call(role_, *method))
-    return write(encode_error(msgid, unauthenticated(request.method)));
+    return write(encode_error(msgid, is_admin_method(*method) && role_ != auth_role::none
+                                       ? forbidden(request.method)
+                                       : unauthenticated(request.method)));
   const serving_target& target = *shared_->target;
   try {
     switch (*method) {
@@ -178,6 +180,14 @@ void rpc_connection::handle_request(rpc_request& request) {
           return write(encode_error(msgid, *err));
         return write(encode_result(msgid, tokenize(std::get<tokenize_request>(req), *target.tok)));
       }
+      case rpc_method::admin_kill: {
+        auto req = parse_admin_kill(request.params);
+        if (auto* err = std::get_if<rpc_error>(&req))
+          return write(encode_error(msgid, *err));
+        const auto& k = std::get<admin_kill_request>(req);
+        return spawn_admin_kill(shared_->sys, shared_->target, msgid, k.kind, k.index,
+                                reply_to(shared_from_this(), /*probe=*/false));
+      }
       case rpc_method::detokenize: {
         request_limits limits = shared_->limits.requests;
         // any id the model can produce: its vocabulary may be larger than the tokenizer's (V3:
@@ -194,6 +204,9 @@ void rpc_connection::handle_request(rpc_request& request) {
       return write(encode_error(msgid, *err));
     switch (*method) {
       case rpc_method::models: return write(encode_models(msgid, target));
+      case rpc_method::admin_actors:
+        return spawn_admin_actors(shared_->sys, shared_->target, msgid,
+                                  reply_to(shared_from_this(), /*probe=*/false));
       case rpc_method::health: return write(encode_health(msgid, *shared_->counters));
       case rpc_method::ready:
       case rpc_method::stats:

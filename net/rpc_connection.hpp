@@ -30,6 +30,7 @@ struct server_shared {
   server_limits limits;
   auth_keys keys;
   caf::actor stats_sampler;
+  bool fault_injection = false;  // admin.actors and admin.kill answer (404 otherwise)
 };
 
 class rpc_connection : public std::enable_shared_from_this<rpc_connection> {

@@ -9,6 +9,7 @@ std::string_view type_name(rpc_errc code) noexcept {
   switch (code) {
     case rpc_errc::invalid_request: return "invalid_request";
     case rpc_errc::auth: return "auth";
+    case rpc_errc::forbidden: return "forbidden";
     case rpc_errc::unknown_method: return "unknown_method";
     case rpc_errc::too_large: return "too_large";
     case rpc_errc::validation: return "validation";

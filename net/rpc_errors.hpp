@@ -14,6 +14,7 @@ namespace moe::net {
 enum class rpc_errc : uint16_t {
   invalid_request = 400,  // not a well-formed MessagePack-RPC message or params shape
   auth = 401,             // missing or wrong credentials
+  forbidden = 403,        // an admin method on a connection that is not admin
   unknown_method = 404,   // no such method
   too_large = 413,        // a frame, string, array or prompt above its limit
   validation = 422,       // a field of the wrong type or out of range; unknown keys
@@ -23,7 +24,7 @@ enum class rpc_errc : uint16_t {
   unavailable = 503,      // no rank can take the request now (starting, draining, failed)
 };
 
-/// "invalid_request", "auth", "unknown_method", "too_large", "validation", "overloaded",
+/// "invalid_request", "auth", "forbidden", "unknown_method", "too_large", "validation", "overloaded",
 /// "cancelled", "internal", "unavailable".
 [[nodiscard]] std::string_view type_name(rpc_errc code) noexcept;
 /// True for overloaded and unavailable: the same request may succeed later.

@@ -1,6 +1,7 @@
 // net/rpc_methods.cpp
 #include "net/rpc_methods.hpp"
 
+#include <algorithm>
 #include <array>
 #include <span>
 #include <utility>
@@ -13,7 +14,7 @@
 namespace moe::net {
 namespace {
 
-constexpr std::array<std::pair<rpc_method, std::string_view>, 9> methods = {{
+constexpr std::array<std::pair<rpc_method, std::string_view>, 11> methods = {{
   {rpc_method::generate, "generate"},
   {rpc_method::cancel, "cancel"},
   {rpc_method::tokenize, "tokenize"},
@@ -23,7 +24,12 @@ constexpr std::array<std::pair<rpc_method, std::string_view>, 9> methods = {{
   {rpc_method::ready, "ready"},
   {rpc_method::stats, "stats"},
   {rpc_method::auth, "auth"},
+  {rpc_method::admin_actors, "admin.actors"},
+  {rpc_method::admin_kill, "admin.kill"},
 }};
+
+constexpr std::array<std::string_view, 6> killable_kinds = {
+  "request_queue", "prefill_balancer", "decode_balancer", "metrics", "prefill_rank", "decode_rank"};
 
 /// params must be an array of exactly one value; returns it.
 const msgpack::object* single_param(const msgpack::object& params) {
@@ -124,6 +130,42 @@ std::variant<std::vector<int32_t>, rpc_error> parse_detokenize(const msgpack::ob
   if (maybe_error err = read_token_ids(*ids, "input_ids", limits.max_input_ids, limits.max_token_id, out))
     return *err;
   return out;
+}
+
+std::variant<admin_kill_request, rpc_error> parse_admin_kill(const msgpack::object& params) {
+  const msgpack::object* map = single_param(params);
+  if (map == nullptr || map->type != msgpack::type::MAP)
+    return params_error("[{kind, index}]");
+  admin_kill_request req;
+  bool has_kind = false;
+  for (const msgpack::object_kv& kv : std::span(map->via.map.ptr, map->via.map.size)) {
+    const std::string_view key = kv.key.type == msgpack::type::STR
+                                   ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size)
+                                   : std::string_view();
+    maybe_error err;
+    if (key == "kind") {
+      err = read_string(kv.val, "kind", 64, req.kind);
+      has_kind = true;
+    } else if (key == "index") {
+      err = read_int(kv.val, "index", 0, int64_t{1} << 20, req.index);
+    } else {
+      return kv.key.type == msgpack::type::STR
+               ? make_error(rpc_errc::validation, printable(key) + ": unknown key")
+               : field_error("params", "string keys", kv.key);
+    }
+    if (err)
+      return *err;
+  }
+  if (!has_kind)
+    return make_error(rpc_errc::validation, "kind: missing");
+  if (std::find(killable_kinds.begin(), killable_kinds.end(), req.kind) == killable_kinds.end()) {
+    std::string known;
+    for (std::string_view k : killable_kinds)
+      known += (known.empty() ? "" : ", ") + std::string(k);
+    return make_error(rpc_errc::validation,
+                      "kind: expected one of " + known + ", got \"" + printable(req.kind) + "\"");
+  }
+  return req;
 }
 
 std::optional<rpc_error> check_no_params(const msgpack::object& params) {

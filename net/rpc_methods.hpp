@@ -7,6 +7,8 @@
 //   detokenize  [[token ids]]
 //   models, health, ready, stats   []
 //   auth        [token]                 net/auth.hpp
+//   admin.actors  []                    admin connections, a server with --fault-injection
+//   admin.kill    [ {kind, index} ]     the same
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,15 @@ enum class rpc_method : uint8_t {
   health,
   ready,
   stats,
-  auth
+  auth,
+  admin_actors,  // fault injection: the supervised actors
+  admin_kill,    // fault injection: crash one
 };
+
+/// Whether only an admin connection may call it (403 otherwise).
+[[nodiscard]] constexpr bool is_admin_method(rpc_method m) noexcept {
+  return m == rpc_method::admin_actors || m == rpc_method::admin_kill;
+}
 
 [[nodiscard]] std::optional<rpc_method> find_method(std::string_view name) noexcept;
 [[nodiscard]] std::string_view method_name(rpc_method method) noexcept;
@@ -56,6 +65,14 @@ struct tokenize_request {
 /// detokenize's params: at most max_input_ids ids in [0, max_token_id].
 [[nodiscard]] std::variant<std::vector<int32_t>, rpc_error> parse_detokenize(
   const msgpack::object& params, const request_limits& limits = {});
+
+/// admin.kill's params: the actor kind (request_queue, prefill_balancer, decode_balancer,
+/// metrics, prefill_rank, decode_rank) and its index (>= 0).
+struct admin_kill_request {
+  std::string kind;
+  int64_t index = 0;
+};
+[[nodiscard]] std::variant<admin_kill_request, rpc_error> parse_admin_kill(const msgpack::object& params);
 
 /// models, health, ready and stats take no params: an error unless `params` is [].
 [[nodiscard]] std::optional<rpc_error> check_no_params(const msgpack::object& params);

@@ -113,10 +113,10 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
   // Actors only once nothing can throw: the actor system waits for them at shutdown.
   auto served = std::make_shared<const serving_target>(std::move(target));
   auto counters = std::make_shared<server_counters>();
-  impl_->shared = std::make_shared<server_shared>(
-    server_shared{impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys),
-                  spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window,
-                                      cfg.log_stats_interval)});
+  impl_->shared = std::make_shared<server_shared>(server_shared{
+    impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys),
+    spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window, cfg.log_stats_interval),
+    cfg.fault_injection});
   impl_->host = cfg.host;
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept();

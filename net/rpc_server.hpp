@@ -37,6 +37,7 @@ struct server_config {
   std::chrono::milliseconds stats_interval{1000};  // rank occupancy samples
   std::chrono::seconds stats_window{60};           // stats' "window" counters
   std::chrono::seconds log_stats_interval{0};      // a stats line on stderr this often; 0: none
+  bool fault_injection = false;                    // admin.actors / admin.kill (admin connections)
 };
 
 class rpc_server {

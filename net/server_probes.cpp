@@ -138,11 +138,8 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
         g->ranks[i] = r;
         one_done();
       };
-      if (i < c.prefill_ranks.size())
-        self->request(c.prefill_ranks[i], probe_timeout, stats_atom::value).then(on_rank, on_error);
-      else
-        self->request(c.decode_ranks[i - c.prefill_ranks.size()], probe_timeout, stats_atom::value)
-          .then(on_rank, on_error);
+      self->request(c.supervisor, probe_timeout, stats_atom::value, rank_kind(c, i), rank_index(c, i))
+        .then(on_rank, on_error);
     }
   });
 }
@@ -178,6 +175,56 @@ void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
       },
       caf::after(probe_timeout) >> [=] { not_ready("no answer in time"); },
     };
+  });
+}
+
+void spawn_admin_actors(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
+                        const reply_fn& reply) {
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(target->handles.supervisor, probe_timeout, actors_atom::value)
+      .then(
+        [=](const std::vector<actor_info>& actors) {
+          msgpack::sbuffer out;
+          msgpack::packer<msgpack::sbuffer> pk(out);
+          pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_array(
+            static_cast<uint32_t>(actors.size()));
+          for (const actor_info& a : actors) {
+            pk.pack_map(3);
+            pk.pack("kind").pack(a.kind).pack("index").pack(a.index).pack("restarts").pack(a.restarts);
+          }
+          reply(std::move(out), std::nullopt);
+        },
+        [=](caf::error& e) {
+          reply(encode_error(msgid, make_error(rpc_errc::unavailable,
+                                               "admin.actors: the supervisor did not answer (" +
+                                                 self->system().render(e) + ")")),
+                std::nullopt);
+        });
+  });
+}
+
+void spawn_admin_kill(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
+                      const std::string& kind, int64_t index, const reply_fn& reply) {
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(target->handles.supervisor, probe_timeout, kill_atom::value, kind, index)
+      .then(
+        [=](bool killed) {
+          if (!killed)
+            return reply(encode_error(msgid, make_error(rpc_errc::validation, "index: no live " + kind + " " +
+                                                                                std::to_string(index))),
+                         std::nullopt);
+          msgpack::sbuffer out;
+          msgpack::packer<msgpack::sbuffer> pk(out);
+          pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(1);
+          pk.pack("killed").pack(true);
+          reply(std::move(out), std::nullopt);
+        },
+        [=](caf::error& e) {
+          reply(encode_error(msgid,
+                             make_error(rpc_errc::unavailable, "admin.kill: the supervisor did not answer (" +
+                                                                 self->system().render(e) + ")")),
+                std::nullopt);
+        });
   });
 }
 

@@ -30,6 +30,14 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
                        std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
                        const reply_fn& reply);
 
+/// Fault injection. admin.actors replies [{kind, index, restarts}] for every live supervised
+/// actor; admin.kill has the supervisor kill one (it exits at once, as a crash would) and
+/// replies {killed: true}, or a 422 naming the index when none such lives.
+void spawn_admin_actors(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
+                        const reply_fn& reply);
+void spawn_admin_kill(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
+                      const std::string& kind, int64_t index, const reply_fn& reply);
+
 /// Replies {ready: true, latency_s} after a greedy 1-token generation of the BOS prompt, or a
 /// 503 naming what failed.
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,

@@ -55,11 +55,8 @@ void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chron
   for (size_t i = 0; i < st.ranks.size(); ++i) {
     auto on_stats = [=](const rank_stats& s) { add_sample(self, i, s); };
     auto on_error = [](caf::error&) {};  // a missed sample is skipped
-    if (i < c.prefill_ranks.size())
-      self->request(c.prefill_ranks[i], interval, stats_atom::value).then(on_stats, on_error);
-    else
-      self->request(c.decode_ranks[i - c.prefill_ranks.size()], interval, stats_atom::value)
-        .then(on_stats, on_error);
+    self->request(c.supervisor, interval, stats_atom::value, rank_kind(c, i), rank_index(c, i))
+      .then(on_stats, on_error);
   }
   const auto now = clock::now();
   st.snapshots.push_back(take(*st.counters, now));

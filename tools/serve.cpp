@@ -31,6 +31,7 @@ struct serve_options {
   net::auth_keys keys;
   double idle_timeout_s = 300.0, read_timeout_s = 30.0;
   int64_t log_stats_interval_s = 10;  // 0: no stats lines
+  bool fault_injection = false;
 };
 
 const CLI::Validator non_empty_key(
@@ -87,7 +88,8 @@ void run(serve_options& o) {
                             .port = static_cast<uint16_t>(topo.port),
                             .limits = o.limits,
                             .keys = o.keys,
-                            .log_stats_interval = std::chrono::seconds(o.log_stats_interval_s)});
+                            .log_stats_interval = std::chrono::seconds(o.log_stats_interval_s),
+                            .fault_injection = o.fault_injection});
     // the context served, which may be less than --max-context (the model's or a KV pool's limit)
     std::printf(
       "moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks, context %zu tokens%s)\n",
@@ -125,6 +127,9 @@ void add_serve(CLI::App& app) {
     ->add_option("--max-in-flight", l.max_in_flight,
                  "generate requests in flight per connection (default 64)")
     ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_flag("--fault-injection", o->fault_injection,
+                "answer admin.actors and admin.kill on admin connections (--admin-key): list the "
+                "supervised actors, crash one (for chaos tests; default off)");
   cmd
     ->add_option("--log-stats-interval", o->log_stats_interval_s,
                  "seconds between stats lines on stderr (throughput, KV in use) while serving; 0: none "

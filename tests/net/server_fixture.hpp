@@ -64,7 +64,8 @@ struct server_fixture {
 
   /// Spawns the cluster and the server (call once the tokenizer is known to exist), over a tiny
   /// model of `vocab_size` tokens.
-  void start(net::server_limits limits = {}, net::auth_keys keys = {}, int64_t vocab_size = 1000) {
+  void start(net::server_limits limits = {}, net::auth_keys keys = {}, int64_t vocab_size = 1000,
+             bool fault_injection = false) {
     tok = tokenizer::load(MOE_TOKENIZER_DIR);
     weights = std::make_shared<const model_weights>(tiny_model_builder(9).build(tiny_config(vocab_size)));
     handles = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
@@ -75,7 +76,7 @@ struct server_fixture {
                           .vocab_size = vocab_size,
                           .max_context = static_cast<size_t>(topo.max_context),
                           .model_name = "tiny"},
-      net::server_config{.limits = limits, .keys = std::move(keys)});
+      net::server_config{.limits = limits, .keys = std::move(keys), .fault_injection = fault_injection});
   }
   ~server_fixture() {
     if (server)

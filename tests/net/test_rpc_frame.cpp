@@ -378,6 +378,7 @@ TEST_CASE("every error code has its type name and retry flag") {
   const std::tuple<rpc_errc, int, const char*, bool> table[] = {
     {rpc_errc::invalid_request, 400, "invalid_request", false},
     {rpc_errc::auth, 401, "auth", false},
+    {rpc_errc::forbidden, 403, "forbidden", false},
     {rpc_errc::unknown_method, 404, "unknown_method", false},
     {rpc_errc::too_large, 413, "too_large", false},
     {rpc_errc::validation, 422, "validation", false},

@@ -30,8 +30,8 @@ rpc_error error_of(const std::variant<T, rpc_error>& result) {
 }  // namespace
 
 TEST_CASE("every method name maps to its method and back") {
-  for (const char* name :
-       {"generate", "cancel", "tokenize", "detokenize", "models", "health", "ready", "stats", "auth"}) {
+  for (const char* name : {"generate", "cancel", "tokenize", "detokenize", "models", "health", "ready",
+                           "stats", "auth", "admin.actors", "admin.kill"}) {
     const std::optional<rpc_method> method = find_method(name);
     REQUIRE(method);
     CHECK(method_name(*method) == name);

@@ -1,0 +1,106 @@
+// tests/net/test_rpc_server_admin.cpp
+// Fault injection over the wire: admin.actors lists the supervised actors and admin.kill crashes
+// one, on admin connections of a server started with --fault-injection; 404 without the flag,
+// 403 for a client connection, 422 for a bad kind or a dead index. After killing the decode
+// balancer and the 1P+1D ranks between generates, every generate still gives the single-rank
+// generator's tokens, and stats still answers (it asks the ranks that live now).
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+#include "server_fixture.hpp"
+#include "wire.hpp"
+
+using namespace moe;
+using namespace moe::testing;
+
+namespace {
+
+const net::auth_keys keys{.api_key = "client-secret", .admin_key = "admin-secret"};
+
+net::rpc_response ask(test_client& client, const std::string& request) {
+  client.send(request);
+  return client.next_response();
+}
+
+std::string auth_bytes(uint32_t msgid, const std::string& token) {
+  return request_bytes(msgid, "auth", std::vector<std::string>{token});
+}
+
+std::string kill_bytes(uint32_t msgid, const std::string& kind, int64_t index) {
+  return packed([&](packer& pk) {
+    pk.pack_array(4).pack(0).pack(msgid).pack("admin.kill").pack_array(1).pack_map(2);
+    pk.pack("kind").pack(kind).pack("index").pack(index);
+  });
+}
+
+/// [0, msgid, "generate", [{input_ids, max_tokens: 6, temperature: 0, ignore_eos: true}]]
+std::string greedy_generate(uint32_t msgid, const std::vector<int32_t>& ids) {
+  return packed([&](packer& pk) {
+    pk.pack_array(4).pack(0).pack(msgid).pack("generate").pack_array(1).pack_map(4);
+    pk.pack("input_ids").pack(ids).pack("max_tokens").pack(6);
+    pk.pack("temperature").pack(0).pack("ignore_eos").pack(true);
+  });
+}
+
+std::map<std::string, int64_t> restarts_by_kind(const net::rpc_response& r) {
+  std::map<std::string, int64_t> out;
+  for (const auto& a : r.result.as<std::vector<std::map<std::string, msgpack::object>>>())
+    out[a.at("kind").as<std::string>()] += a.at("restarts").as<int64_t>();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(server_fixture, "admin methods are 404 on a server without --fault-injection") {
+  if (skip_without_tokenizer())
+    return;
+  start({}, keys);
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, auth_bytes(1, "admin-secret"))) == 0);
+  CHECK(error_code(ask(admin, request_bytes(2, "admin.actors", std::vector<int>{}))) == 404);
+  CHECK(error_code(ask(admin, kill_bytes(3, "metrics", 0))) == 404);
+}
+
+TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and generates go on") {
+  if (skip_without_tokenizer())
+    return;
+  start({}, keys, 1000, /*fault_injection=*/true);
+  test_client client(server->port());
+  REQUIRE(error_code(ask(client, auth_bytes(1, "client-secret"))) == 0);
+  CHECK(error_code(ask(client, request_bytes(2, "admin.actors", std::vector<int>{}))) == 403);
+  CHECK(error_code(ask(client, kill_bytes(3, "metrics", 0))) == 403);
+
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, auth_bytes(1, "admin-secret"))) == 0);
+  const net::rpc_response listed = ask(admin, request_bytes(2, "admin.actors", std::vector<int>{}));
+  REQUIRE(error_code(listed) == 0);
+  const std::map<std::string, int64_t> none = {{"decode_balancer", 0}, {"decode_rank", 0},
+                                               {"metrics", 0},         {"prefill_balancer", 0},
+                                               {"prefill_rank", 0},    {"request_queue", 0}};
+  CHECK(restarts_by_kind(listed) == none);
+  CHECK(error_code(ask(admin, kill_bytes(3, "nobody", 0))) == 422);
+  CHECK(error_code(ask(admin, kill_bytes(4, "decode_rank", 7))) == 422);
+
+  const std::vector<int32_t> prompt = {0, 300, 301, 302, 303};
+  const std::vector<int32_t> want =
+    reference_run(prompt, {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true}).output_ids;
+  uint32_t msgid = 10;
+  for (const char* kind : {"decode_balancer", "decode_rank", "prefill_rank", "metrics"}) {
+    CAPTURE(kind);
+    const net::rpc_response killed = ask(admin, kill_bytes(msgid++, kind, 0));
+    REQUIRE(error_code(killed) == 0);
+    CHECK(result_map(killed).at("killed").as<bool>());
+    const net::rpc_response r = ask(client, greedy_generate(msgid++, prompt));
+    REQUIRE(error_code(r) == 0);
+    CHECK(result_map(r).at("output_ids").as<std::vector<int32_t>>() == want);
+  }
+  const std::map<std::string, int64_t> once = {{"decode_balancer", 1}, {"decode_rank", 1},
+                                               {"metrics", 1},         {"prefill_balancer", 0},
+                                               {"prefill_rank", 1},    {"request_queue", 0}};
+  CHECK(restarts_by_kind(ask(admin, request_bytes(msgid++, "admin.actors", std::vector<int>{}))) == once);
+  const net::rpc_response stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
+  REQUIRE(error_code(stats) == 0);
+  CHECK(result_map(stats).at("requests").as<int64_t>() == 4);
+}
