@@ -39,6 +39,13 @@ struct prefill_balancer_state {
 
 using balancer_pointer = prefill_balancer_actor::stateful_pointer<prefill_balancer_state>;
 
+// A prompt of n tokens (placement `pid`) loads prefill rank `rank` until the rank reports it done.
+void load_rank(prefill_balancer_state& st, uint64_t pid, int64_t rank, int64_t n) {
+  st.loads[rank].attention_cost += static_cast<double>(n) * static_cast<double>(n);
+  st.loads[rank].num_tokens += n;
+  st.in_flight[pid] = {rank, n};
+}
+
 // The request has its decode rank: spawn the session and hand the prompt to a prefill rank.
 void start_request(balancer_pointer self, uint64_t id, request_spec spec, const caf::actor& client,
                    int64_t decode_idx) {
@@ -61,9 +68,7 @@ void start_request(balancer_pointer self, uint64_t id, request_spec spec, const 
   self->monitor(session);
   st.sessions[id] = session;
   st.session_ids[session.address()] = id;
-  st.loads[rank].attention_cost += static_cast<double>(n) * static_cast<double>(n);
-  st.loads[rank].num_tokens += n;
-  st.in_flight[id] = {rank, n};
+  load_rank(st, id, rank, n);
   caf::anon_send(st.graph.prefill_ranks[rank], submit_atom::value,
                  prefill_job{id, std::move(spec), decode, session, caf::actor_cast<caf::actor>(self)});
 }
@@ -76,9 +81,7 @@ void place_again(balancer_pointer self, uint64_t pid, request_spec spec, const c
   const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
   const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
   const int64_t rank = pick_prefill_rank(st.loads, n);
-  st.loads[rank].attention_cost += static_cast<double>(n) * static_cast<double>(n);
-  st.loads[rank].num_tokens += n;
-  st.in_flight[pid] = {rank, n};
+  load_rank(st, pid, rank, n);
   const caf::actor prefill = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
   caf::anon_send(session, route_atom::value, prefill, decode);
   caf::anon_send(st.graph.prefill_ranks[rank], submit_atom::value,

@@ -76,6 +76,38 @@ struct recovery_case : testing::actor_fixture {
     return out;
   }
 
+  // The single-rank generator with the cluster's payload types (kept for the case's checks).
+  std::unique_ptr<backend> ref_backend;
+  std::unique_ptr<kv_cache> ref_cache;
+  std::unique_ptr<model_runner> ref_runner;
+  std::unique_ptr<generator> ref_gen;
+  generator& reference(const std::shared_ptr<const model_weights>& weights,
+                       const std::shared_ptr<const tokenizer>& tok, const topology_config& topo) {
+    ref_backend = make_cpu_reference_backend();
+    ref_cache = std::make_unique<kv_cache>(weights->config.num_hidden_layers, 64, 4,
+                                           weights->config.kv_cache_dim());
+    ref_runner = std::make_unique<model_runner>(*weights, *ref_backend, *ref_cache,
+                                                forward_options{.ep = ep_precision_of(topo)});
+    ref_gen = std::make_unique<generator>(*ref_runner, tok, topo.chunked_prefill_size);
+    return *ref_gen;
+  }
+
+  // Every request ended once, with a gapless stream equal to the generator's tokens.
+  void check_outputs(const std::vector<request_spec>& specs, const std::map<uint64_t, size_t>& index_of,
+                     std::map<uint64_t, collected>& got) {
+    REQUIRE(index_of.size() == specs.size());
+    for (const auto& [id, i] : index_of) {
+      CAPTURE(i);
+      const collected& g = got[id];
+      CHECK(g.num_results == 1);
+      CHECK(g.seq_ok);
+      CHECK(g.result.error == "");
+      const generation_result want = ref_gen->run(specs[i].prompt_ids, specs[i].sampling);
+      CHECK(g.result.output_ids == want.output_ids);
+      CHECK(g.streamed == want.output_ids);
+    }
+  }
+
   // Submits every spec at once and collects streams and results; after every `every`-th final
   // answer kills the next of `kinds` (index `indices[i]`), `max_kills` in all.
   std::map<uint64_t, collected> run_with_kills(const cluster& c, const std::vector<request_spec>& specs,
@@ -129,21 +161,8 @@ TEST_CASE_FIXTURE(recovery_case,
   // a kill after every 6th final answer, alternating the two kinds: 4 of each
   std::map<uint64_t, collected> got = run_with_kills(c, specs, {"decode_balancer", "metrics"}, {0, 0}, 6, 8,
                                                      index_of);
-  auto ref = make_cpu_reference_backend();
-  kv_cache cache(weights->config.num_hidden_layers, 64, 4, weights->config.kv_cache_dim());
-  model_runner runner(*weights, *ref, cache, {.ep = ep_precision_of(topo)});
-  generator gen(runner, tok, topo.chunked_prefill_size);
-  REQUIRE(index_of.size() == specs.size());
-  for (const auto& [id, i] : index_of) {
-    CAPTURE(i);
-    const collected& g = got[id];
-    CHECK(g.num_results == 1);
-    CHECK(g.seq_ok);
-    CHECK(g.result.error == "");
-    const generation_result want = gen.run(specs[i].prompt_ids, specs[i].sampling);
-    CHECK(g.result.output_ids == want.output_ids);
-    CHECK(g.streamed == want.output_ids);
-  }
+  generator& gen = reference(weights, tok, topo);
+  check_outputs(specs, index_of, got);
   for (const auto& rank : c.prefill_ranks) {
     const rank_stats s = idle_stats(rank);
     CHECK(s.num_free_blocks == s.num_blocks);
@@ -226,23 +245,11 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: killing the ranks of 1P+1D under loa
   // request runs for about 8 answers, so at most 2 of the 4 rank deaths reach it)
   std::map<uint64_t, collected> got =
     run_with_kills(c, specs, {"decode_rank", "prefill_rank", "decode_balancer"}, {0, 0, 0}, 6, 6, index_of);
-  auto ref = make_cpu_reference_backend();
-  kv_cache cache(weights->config.num_hidden_layers, 64, 4, weights->config.kv_cache_dim());
-  model_runner runner(*weights, *ref, cache, {.ep = ep_precision_of(topo)});
-  generator gen(runner, tok, topo.chunked_prefill_size);
-  REQUIRE(index_of.size() == specs.size());
+  reference(weights, tok, topo);
+  check_outputs(specs, index_of, got);
   int64_t migrated = 0;
-  for (const auto& [id, i] : index_of) {
-    CAPTURE(i);
-    const collected& g = got[id];
-    CHECK(g.num_results == 1);
-    CHECK(g.seq_ok);
-    CHECK(g.result.error == "");
-    const generation_result want = gen.run(specs[i].prompt_ids, specs[i].sampling);
-    CHECK(g.result.output_ids == want.output_ids);
-    CHECK(g.streamed == want.output_ids);
+  for (const auto& [id, g] : got)
     migrated += g.result.num_migrations > 0 ? 1 : 0;
-  }
   MESSAGE("requests placed again: " << migrated << " of " << specs.size());
   CHECK(migrated > 0);  // the kills hit requests in flight
   const auto current = [&](const char* kind) {
