@@ -76,6 +76,21 @@ struct recovery_case : testing::actor_fixture {
     return out;
   }
 
+  // Nothing waits in the queue and no running slot is held.
+  void check_queue_empty(const cluster& c) {
+    const queue_stats qs = ask<queue_stats>(c.queue, stats_atom::value);
+    CHECK(qs.num_running == 0);
+    CHECK(qs.num_queued == 0);
+  }
+
+  // The supervisor's restarts of each kind of actor.
+  std::map<std::string, int64_t> restarts_by_kind(const cluster& c) {
+    std::map<std::string, int64_t> restarts;
+    for (const actor_info& a : ask<std::vector<actor_info>>(c.supervisor, actors_atom::value))
+      restarts[a.kind] += a.restarts;
+    return restarts;
+  }
+
   // The single-rank generator with the cluster's payload types (kept for the case's checks).
   std::unique_ptr<backend> ref_backend;
   std::unique_ptr<kv_cache> ref_cache;
@@ -178,12 +193,8 @@ TEST_CASE_FIXTURE(recovery_case,
   REQUIRE(balancer);
   CHECK(balancer != c.decode_balancer);  // a restarted one
   CHECK(ask<std::vector<int64_t>>(balancer, stats_atom::value) == std::vector<int64_t>{0, 0});
-  const queue_stats qs = ask<queue_stats>(c.queue, stats_atom::value);
-  CHECK(qs.num_running == 0);
-  CHECK(qs.num_queued == 0);
-  std::map<std::string, int64_t> restarts;
-  for (const actor_info& a : ask<std::vector<actor_info>>(c.supervisor, actors_atom::value))
-    restarts[a.kind] += a.restarts;
+  check_queue_empty(c);
+  std::map<std::string, int64_t> restarts = restarts_by_kind(c);
   CHECK(restarts["decode_balancer"] == 4);
   CHECK(restarts["metrics"] == 4);
   CHECK(restarts["prefill_rank"] == 0);
@@ -270,12 +281,8 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: killing the ranks of 1P+1D under loa
   const auto balancer = caf::actor_cast<decode_balancer_actor>(current("decode_balancer"));
   CHECK(ask<std::vector<int64_t>>(balancer, stats_atom::value) == std::vector<int64_t>{0});
   CHECK(ask<std::vector<int64_t>>(c.prefill_balancer, stats_atom::value) == std::vector<int64_t>{0});
-  const queue_stats qs = ask<queue_stats>(c.queue, stats_atom::value);
-  CHECK(qs.num_running == 0);
-  CHECK(qs.num_queued == 0);
-  std::map<std::string, int64_t> restarts;
-  for (const actor_info& a : ask<std::vector<actor_info>>(c.supervisor, actors_atom::value))
-    restarts[a.kind] += a.restarts;
+  check_queue_empty(c);
+  std::map<std::string, int64_t> restarts = restarts_by_kind(c);
   CHECK(restarts["decode_rank"] == 2);
   CHECK(restarts["prefill_rank"] == 2);
   CHECK(restarts["decode_balancer"] == 2);
