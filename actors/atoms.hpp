@@ -25,5 +25,7 @@ using actors_atom = caf::atom_constant<caf::atom("actors")>;      // a superviso
 using kill_atom = caf::atom_constant<caf::atom("kill")>;          // fault injection: crash this child
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a child's current handle
 using migrate_atom = caf::atom_constant<caf::atom("migrate")>;    // place a request again (rank lost)
+using resume_atom = caf::atom_constant<caf::atom("resume")>;      // go on with a request (holder lost)
+using attach_atom = caf::atom_constant<caf::atom("attach")>;      // this session holds your request
 
 }  // namespace moe

@@ -70,10 +70,26 @@ struct rank_recipe {
   cluster_links links;
 };
 
+// Ids each request queue instance may give (a restarted one starts above its predecessor's).
+constexpr int queue_id_bits = 40;
+
 std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, const rank_recipe& recipe,
-                                    decode_balancer_config decode_cfg) {
+                                    decode_balancer_config decode_cfg, request_queue_config queue_cfg) {
   std::vector<child_spec> specs;
-  specs.push_back({.kind = "request_queue", .restart = restart_policy::never, .running = untyped(c.queue)});
+  // A restarted queue gives ids above its predecessors' and learns from the prefill balancer
+  // which requests run; the bridges give back what it held (resume_state::queue_restarted).
+  auto queue_starts = std::make_shared<uint64_t>(0);
+  specs.push_back({.kind = "request_queue",
+                   .restart = restart_policy::permanent,
+                   .running = untyped(c.queue),
+                   .start =
+                     [&sys, queue_cfg, queue_starts](const child_lookup& current) {
+                       request_queue_config cfg = queue_cfg;
+                       cfg.first_id = (++*queue_starts << queue_id_bits) + 1;
+                       cfg.rebuild = true;
+                       return untyped(spawn_request_queue(sys, cfg, current("prefill_balancer", 0)));
+                     },
+                   .introduce = {}});  // the prefill balancer learns it when asked its requests
   specs.push_back(
     {.kind = "prefill_balancer", .restart = restart_policy::never, .running = untyped(c.prefill_balancer)});
   const size_t num_decode = c.decode_ranks.size();
@@ -210,17 +226,16 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                                     .tok = std::move(tok),
                                                     .metrics = caf::actor_cast<caf::actor>(c.metrics),
                                                     .max_context = max_context});
-  c.queue = spawn_request_queue(sys,
-                                {.max_queued = topo.max_queued_requests,
-                                 .max_running = topo.max_running_requests * topo.decode_ranks},
-                                caf::actor_cast<caf::actor>(c.prefill_balancer));
+  const request_queue_config queue_cfg{.max_queued = topo.max_queued_requests,
+                                       .max_running = topo.max_running_requests * topo.decode_ranks};
+  c.queue = spawn_request_queue(sys, queue_cfg, caf::actor_cast<caf::actor>(c.prefill_balancer));
   caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
   const rank_recipe recipe{.weights = weights,
                            .cfg = rank_cfg,
                            .prefill_group = prefill_group,
                            .decode_group = decode_group,
                            .links = links};
-  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg), cfg.restarts);
+  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg), cfg.restarts);
   c.root = untyped(c.supervisor);
   return c;
 }

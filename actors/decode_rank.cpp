@@ -247,6 +247,35 @@ void ended_before_handoff(decode_rank_state& st, uint64_t id) {
   }
 }
 
+// Request `id` is over (its session ended it, or died): its booking, reservation and KV go.
+void end_request(decode_pointer self, uint64_t id) {
+  auto& st = self->state;
+  if (st.booked.erase(id) > 0 && st.balancer)
+    caf::anon_send(st.balancer, done_atom::value, id);
+  drop_reservation(st, id);  // never handed off (error, cancel)
+  if (is_here(st, id)) {
+    st.cancelled.insert(id);
+    if (!st.core->step_in_flight()) {
+      admit_and_cancel(self);
+      st.core->maybe_start(has_work(st));
+    }
+  }
+}
+
+// A session died: what this rank holds for it goes (its client resumes the request elsewhere).
+void on_session_down(decode_pointer self, const caf::actor_addr& session) {
+  auto& st = self->state;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, r] : st.running)
+    if (r.job.session.address() == session)
+      ids.push_back(id);
+  for (const kv_handoff& j : st.joining)
+    if (j.session.address() == session)
+      ids.push_back(j.request_id);
+  for (const uint64_t id : ids)
+    end_request(self, id);
+}
+
 decode_rank_actor::behavior_type decode_rank(decode_pointer self,
                                              std::shared_ptr<const model_weights> weights,
                                              rank_model_config cfg, ep_group group, cluster_links links) {
@@ -262,11 +291,14 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
     *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "decode",
     [self] { return plan_step(self); },
     [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
+  self->set_down_handler([=](caf::down_msg& dm) { on_session_down(self, dm.source); });
   return ep_member_behavior<decode_rank_actor::behavior_type>(
     self,
     [=](submit_atom, kv_handoff& job) {
       if (self->state.ended_early.erase(job.request_id) > 0)
         return;  // its session is gone: nothing to run
+      if (job.session)
+        self->monitor(job.session);  // one already dead is reported at once
       self->state.joining.push_back(std::move(job));
       self->state.core->maybe_start(true);
     },
@@ -277,19 +309,7 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
       if (kv.reserve(st.model->cache, num_tokens))  // else the hand-off reserves on arrival
         st.reserved.emplace(id, std::move(kv));
     },
-    [=](done_atom, uint64_t id) {
-      auto& st = self->state;
-      if (st.booked.erase(id) > 0 && st.balancer)
-        caf::anon_send(st.balancer, done_atom::value, id);
-      drop_reservation(st, id);  // never handed off (error, cancel)
-      if (is_here(st, id)) {
-        st.cancelled.insert(id);
-        if (!st.core->step_in_flight()) {
-          admit_and_cancel(self);
-          st.core->maybe_start(has_work(st));
-        }
-      }
-    },
+    [=](done_atom, uint64_t id) { end_request(self, id); },
     [=](cancel_atom, uint64_t id) {
       auto& st = self->state;
       drop_reservation(st, id);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>
 #include <chrono>
@@ -30,6 +31,22 @@ struct request_spec {
 [[nodiscard]] constexpr uint64_t placement_id(uint64_t request_id, uint64_t attempt) noexcept {
   return request_id + (attempt << 56);
 }
+
+/// How far a request got before the session holding it was lost (or the queue restarted):
+/// its client, who streamed that far, has it go on from there with a fresh session.
+struct resume_state {
+  std::vector<int32_t> output_ids;       // streamed so far
+  std::vector<token_logprobs> logprobs;  // one per output id when the request asked, else empty
+  uint64_t next_seq = 0;                 // the next chunk's seq
+  uint64_t generation = 0;               // sessions lost so far (placement ids stay unique)
+  caf::actor_addr lost_session;          // the session that died (null: none did)
+  /// Resumed because the request queue restarted, not because a session died: a request the
+  /// cluster still runs goes on where it is.
+  bool queue_restarted = false;
+};
+
+/// Migrations a session may make; placement ids of a request's later sessions start above them.
+constexpr uint64_t max_placements_per_session = 8;
 
 /// The request queue's counters.
 struct queue_stats {
@@ -130,3 +147,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::kv_handoff)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::token_chunk)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::stream_chunk)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::session_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::resume_state)

@@ -25,11 +25,13 @@ struct prefill_balancer_state {
   // Waiting for the decode balancer. A pick is asked again of a restarted balancer (which
   // answers a request it has booked already with that rank); `attempt` tells the answers apart.
   struct pending_pick {
-    request_spec spec;
+    request_spec spec;  // a first placement's: the client's; a migration's: what is left
     caf::actor client;
     uint64_t attempt = 0;
     caf::actor session;     // placed again after a lost rank: keyed by its placement id
     bool deferred = false;  // its ranks were down: asked again once they are back
+    uint64_t request_id = 0;
+    resume_state resumed;  // a first placement's progress under an earlier session
   };
   std::vector<bool> prefill_down, decode_down;  // dead, not yet restarted
   std::map<uint64_t, pending_pick> picking;
@@ -46,31 +48,46 @@ void load_rank(prefill_balancer_state& st, uint64_t pid, int64_t rank, int64_t n
   st.in_flight[pid] = {rank, n};
 }
 
-// The request has its decode rank: spawn the session and hand the prompt to a prefill rank.
-void start_request(balancer_pointer self, uint64_t id, request_spec spec, const caf::actor& client,
+// What the ranks are asked for: the prompt and the tokens so far, the tokens left.
+request_spec rest_of(const request_spec& spec, const std::vector<int32_t>& so_far) {
+  request_spec rest = spec;
+  rest.prompt_ids.insert(rest.prompt_ids.end(), so_far.begin(), so_far.end());
+  rest.sampling.max_tokens -= static_cast<int32_t>(so_far.size());
+  return rest;
+}
+
+// The request has its decode rank: spawn the session and hand the prompt (with the tokens an
+// earlier session streamed) to a prefill rank, as placement `pid`.
+void start_request(balancer_pointer self, uint64_t pid, prefill_balancer_state::pending_pick pick,
                    int64_t decode_idx) {
   auto& st = self->state;
+  const uint64_t id = pick.request_id;
   const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
-  const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
+  request_spec rest = rest_of(pick.spec, pick.resumed.output_ids);
+  const int64_t n = static_cast<int64_t>(rest.prompt_ids.size());
   const int64_t rank = pick_prefill_rank(st.loads, n);
+  const bool nothing_left = rest.sampling.max_tokens <= 0;
   // built step by step: a nested braced temporary here tripped AddressSanitizer under GCC 12
   session_config cfg;
   cfg.request_id = id;
-  cfg.spec = spec;
+  cfg.spec = std::move(pick.spec);
   cfg.tok = st.graph.tok;
-  cfg.client = client;
+  cfg.client = pick.client;
   cfg.decode_rank = decode;
-  cfg.prefill_rank = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
+  cfg.prefill_rank = nothing_left ? caf::actor{} : caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
   cfg.on_done.push_back(st.graph.queue);  // the decode rank hears the end too (and tells the balancer)
   cfg.metrics = st.graph.metrics;
   cfg.placer = caf::actor_cast<caf::actor>(self);
+  cfg.resumed = std::move(pick.resumed);
   const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(self->system(), std::move(cfg)));
   self->monitor(session);
   st.sessions[id] = session;
   st.session_ids[session.address()] = id;
-  load_rank(st, id, rank, n);
+  if (nothing_left)  // every token it may have was streamed: the session ends it at once
+    return;
+  load_rank(st, pid, rank, n);
   caf::anon_send(st.graph.prefill_ranks[rank], submit_atom::value,
-                 prefill_job{id, std::move(spec), decode, session, caf::actor_cast<caf::actor>(self)});
+                 prefill_job{pid, std::move(rest), decode, session, caf::actor_cast<caf::actor>(self)});
 }
 
 // A request placed again after a lost rank (placement id `pid`): prompt + its tokens so far to a
@@ -88,13 +105,24 @@ void place_again(balancer_pointer self, uint64_t pid, request_spec spec, const c
                  prefill_job{pid, std::move(spec), decode, session, caf::actor_cast<caf::actor>(self)});
 }
 
+// Request `id`'s first placement (by its client, not a migration), while it picks a decode rank.
+std::map<uint64_t, prefill_balancer_state::pending_pick>::iterator first_pick_of(prefill_balancer_state& st,
+                                                                               uint64_t id) {
+  return std::find_if(st.picking.begin(), st.picking.end(),
+                      [id](const auto& p) { return !p.second.session && p.second.request_id == id; });
+}
+
+bool holds_pick(prefill_balancer_state& st, uint64_t id) { return first_pick_of(st, id) != st.picking.end(); }
+
 // Asks the decode balancer for request `id`'s rank; the answer starts the request, or gives
 // the booking back when the client cancelled meanwhile.
 void ask_pick(balancer_pointer self, uint64_t id) {
   auto& st = self->state;
   const auto p = st.picking.find(id);
-  const int64_t n = static_cast<int64_t>(p->second.spec.prompt_ids.size());
-  const int64_t wanted = n + p->second.spec.sampling.max_tokens;  // the worst case, booked until the end
+  const int64_t so_far = static_cast<int64_t>(p->second.resumed.output_ids.size());
+  const int64_t n = static_cast<int64_t>(p->second.spec.prompt_ids.size()) + so_far;
+  // the worst case, booked until the end
+  const int64_t wanted = n + std::max<int64_t>(p->second.spec.sampling.max_tokens - so_far, 1);
   const uint64_t attempt = p->second.attempt;
   self
     ->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id, n,
@@ -124,7 +152,7 @@ void ask_pick(balancer_pointer self, uint64_t id) {
         }
         if (pick.session)
           return place_again(self, id, std::move(pick.spec), pick.session, decode_idx);
-        start_request(self, id, std::move(pick.spec), pick.client, decode_idx);
+        start_request(self, id, std::move(pick), decode_idx);
       },
       [=](caf::error& err) {
         auto& st = self->state;
@@ -144,14 +172,14 @@ void ask_pick(balancer_pointer self, uint64_t id) {
           return;
         // no decode rank can ever hold it: answer through a session, as every request ends
         const caf::actor session =
-          caf::actor_cast<caf::actor>(spawn_session(self->system(), {.request_id = id,
+          caf::actor_cast<caf::actor>(spawn_session(self->system(), {.request_id = pick.request_id,
                                                                      .spec = pick.spec,
                                                                      .tok = st.graph.tok,
                                                                      .client = pick.client,
                                                                      .decode_rank = {},
                                                                      .on_done = {st.graph.queue}}));
         caf::anon_send(session, token_atom::value,
-                       token_chunk{id, {}, finish_reason::error, self->system().render(err)});
+                       token_chunk{pick.request_id, {}, finish_reason::error, self->system().render(err)});
       });
 }
 
@@ -181,8 +209,16 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
     auto& st = self->state;
     auto it = st.session_ids.find(dm.source);
     if (it != st.session_ids.end()) {
-      st.sessions.erase(it->second);
+      const uint64_t id = it->second;
       st.session_ids.erase(it);
+      auto s = st.sessions.find(id);
+      if (s == st.sessions.end() || s->second.address() != dm.source)
+        return;  // a later session holds the request now
+      st.sessions.erase(s);
+      // It told the queue when it ended, unless that queue is gone (restarted): tell this one.
+      // A crashed session told no one; its client resumes the request, keeping its slot.
+      if (!dm.reason || dm.reason == caf::exit_reason::normal)
+        caf::anon_send(st.graph.queue, done_atom::value, id);
       return;
     }
     for (size_t r = 0; r < st.graph.prefill_ranks.size(); ++r)
@@ -193,9 +229,48 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
         st.decode_down[r] = true;
   });
   return {
-    [=](submit_atom, uint64_t id, request_spec& spec, caf::actor& client) {
-      self->state.picking[id] = {std::move(spec), std::move(client), 0};
-      ask_pick(self, id);
+    [=](submit_atom, uint64_t id, request_spec& spec, caf::actor& client, resume_state& resumed) {
+      auto& st = self->state;
+      if (auto s = st.sessions.find(id); s != st.sessions.end()) {
+        if (s->second.address() != resumed.lost_session)
+          return;  // its session lives: it goes on there
+        st.sessions.erase(s);  // dead, its down not here yet
+      }
+      if (holds_pick(st, id))
+        return;
+      const uint64_t pid = placement_id(id, resumed.generation * max_placements_per_session);
+      st.picking[pid] = {.spec = std::move(spec),
+                         .client = std::move(client),
+                         .attempt = 0,
+                         .session = {},
+                         .deferred = false,
+                         .request_id = id,
+                         .resumed = std::move(resumed)};
+      ask_pick(self, pid);
+    },
+    [=](bookings_atom) {
+      auto& st = self->state;
+      st.graph.queue = caf::actor_cast<caf::actor>(self->current_sender());  // a restarted queue
+      std::vector<uint64_t> ids;
+      for (const auto& [id, session] : st.sessions)
+        ids.push_back(id);
+      for (const auto& [pid, p] : st.picking)
+        if (!p.session && st.cancelled_while_picking.count(pid) == 0)
+          ids.push_back(p.request_id);
+      return ids;
+    },
+    [=](kill_atom, uint64_t id) {
+      auto s = self->state.sessions.find(id);
+      if (s == self->state.sessions.end())
+        return false;
+      caf::anon_send_exit(s->second, caf::exit_reason::kill);
+      return true;
+    },
+    [=](actors_atom) {
+      std::vector<uint64_t> ids;
+      for (const auto& [id, session] : self->state.sessions)
+        ids.push_back(id);
+      return ids;
     },
     [=](peers_atom, caf::actor& queue) { self->state.graph.queue = std::move(queue); },
     [=](peers_atom, decode_balancer_actor& balancer) {
@@ -230,7 +305,13 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       auto& st = self->state;
       if (st.sessions.count(id) == 0)
         return;  // ended meanwhile
-      st.picking[pid] = {std::move(rest), {}, 0, std::move(session)};
+      st.picking[pid] = {.spec = std::move(rest),
+                         .client = {},
+                         .attempt = 0,
+                         .session = std::move(session),
+                         .deferred = false,
+                         .request_id = id,
+                         .resumed = {}};
       ask_pick(self, pid);
     },
     [=](done_atom, uint64_t id) {
@@ -247,8 +328,8 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       auto& st = self->state;
       if (auto it = st.sessions.find(id); it != st.sessions.end())
         caf::anon_send(it->second, cancel_atom::value);
-      else if (auto p = st.picking.find(id);
-               p != st.picking.end() && st.cancelled_while_picking.insert(id).second) {
+      else if (auto p = first_pick_of(st, id);
+               p != st.picking.end() && st.cancelled_while_picking.insert(p->first).second) {
         caf::anon_send(p->second.client, done_atom::value,
                        session_result{id, {}, {}, finish_reason::abort, {}});
         caf::anon_send(st.graph.queue, done_atom::value, id);

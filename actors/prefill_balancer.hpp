@@ -20,8 +20,16 @@
 namespace moe {
 
 using prefill_balancer_actor = caf::typed_actor<
-  // An admitted request and its client (from the request queue).
-  caf::reacts_to<submit_atom, uint64_t, request_spec, caf::actor>,
+  // An admitted request and its client (from the request queue); resume_state says how far it
+  // got before (empty: it starts). A resume of a request whose session still lives is dropped.
+  caf::reacts_to<submit_atom, uint64_t, request_spec, caf::actor, resume_state>,
+  // The requests it holds (picking a decode rank, or with a live session): a restarted request
+  // queue asks, and is the queue from then on.
+  caf::replies_to<bookings_atom>::with<std::vector<uint64_t>>,
+  // Fault injection: request `id`'s session exits at once, as in a crash; true if it lives.
+  caf::replies_to<kill_atom, uint64_t>::with<bool>,
+  // The request ids of the live sessions.
+  caf::replies_to<actors_atom>::with<std::vector<uint64_t>>,
   // The request queue, told (done_atom, id) as requests end (set once, before any submit).
   caf::reacts_to<peers_atom, caf::actor>,
   // A restarted decode balancer: picks in flight are asked again there.

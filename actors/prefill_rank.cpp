@@ -219,6 +219,37 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
   erase_tasks(st, gone);
 }
 
+// Drops request `id`'s prompt (its KV at once, or when the step using it ends); true if it was here.
+bool drop_task(prefill_pointer self, uint64_t id) {
+  auto& st = self->state;
+  for (auto it = st.tasks.begin(); it != st.tasks.end(); ++it) {
+    if (it->job.request_id != id)
+      continue;
+    if (std::find(st.step_tasks.begin(), st.step_tasks.end(), &*it) != st.step_tasks.end()) {
+      it->cancelled = true;  // the step in flight still uses its KV
+    } else {
+      it->kv.release(st.model->cache);
+      prefill_over(it->job);
+      st.tasks.erase(it);
+    }
+    return true;
+  }
+  return false;
+}
+
+// A session died: its prompts go, and their decode ranks drop what they booked for them.
+void on_session_down(prefill_pointer self, const caf::actor_addr& session) {
+  std::vector<std::pair<uint64_t, caf::actor>> gone;
+  for (const prefill_task& t : self->state.tasks)
+    if (t.job.session.address() == session && !t.cancelled)
+      gone.emplace_back(t.job.request_id, t.job.decode_rank);
+  for (const auto& [id, decode] : gone) {
+    drop_task(self, id);
+    if (decode)
+      caf::anon_send(decode, done_atom::value, id);
+  }
+}
+
 prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
                                                std::shared_ptr<const model_weights> weights,
                                                rank_model_config cfg, ep_group group, cluster_links links) {
@@ -234,6 +265,7 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
     *st.model, *st.stream, std::move(group), caf::actor_cast<caf::actor>(self), std::move(links), "prefill",
     [self] { return plan_step(self); },
     [self](step_pipeline& p, const std::string& error) { sample_step(self, p, error); });
+  self->set_down_handler([=](caf::down_msg& dm) { on_session_down(self, dm.source); });
   return ep_member_behavior<prefill_rank_actor::behavior_type>(
     self,
     [=](submit_atom, prefill_job& job) {
@@ -254,24 +286,12 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
         prefill_over(job);
         return;
       }
+      if (job.session)
+        self->monitor(job.session);  // one already dead is reported at once
       st.tasks.push_back({.job = std::move(job), .kv = {}, .num_planned = 0});
       st.core->maybe_start(true);
     },
-    [=](cancel_atom, uint64_t id) {
-      auto& st = self->state;
-      for (auto it = st.tasks.begin(); it != st.tasks.end(); ++it) {
-        if (it->job.request_id != id)
-          continue;
-        if (std::find(st.step_tasks.begin(), st.step_tasks.end(), &*it) != st.step_tasks.end()) {
-          it->cancelled = true;  // the step in flight still uses its KV
-        } else {
-          it->kv.release(st.model->cache);
-          prefill_over(it->job);
-          st.tasks.erase(it);
-        }
-        return;
-      }
-    },
+    [=](cancel_atom, uint64_t id) { drop_task(self, id); },
     [=](step_atom, const std::shared_ptr<prefill_step_result>& result) {
       on_step_result(self, *result);
       self->state.core->maybe_start(!self->state.tasks.empty());

@@ -25,6 +25,7 @@ struct request_queue_state {
     uint64_t id;
     request_spec spec;
     caf::actor client;
+    resume_state resumed;
   };
   std::deque<waiting_request> waiting;
   std::unordered_set<uint64_t> running;
@@ -34,21 +35,48 @@ struct request_queue_state {
 
 using queue_pointer = request_queue_actor::stateful_pointer<request_queue_state>;
 
+void hand_down(request_queue_state& st, request_queue_state::waiting_request w) {
+  st.running.insert(w.id);
+  caf::anon_send(st.downstream, submit_atom::value, w.id, std::move(w.spec), std::move(w.client),
+                 std::move(w.resumed));
+}
+
 // Hands waiting requests downstream while running slots are free.
 void start_waiting(queue_pointer self) {
   auto& st = self->state;
   while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < st.cfg.max_running) {
-    auto [id, spec, client] = std::move(st.waiting.front());
+    request_queue_state::waiting_request w = std::move(st.waiting.front());
     st.waiting.pop_front();
-    st.running.insert(id);
-    caf::anon_send(st.downstream, submit_atom::value, id, std::move(spec), std::move(client));
+    hand_down(st, std::move(w));
   }
+}
+
+bool is_waiting(const request_queue_state& st, uint64_t id) {
+  return std::any_of(st.waiting.begin(), st.waiting.end(), [id](const auto& w) { return w.id == id; });
+}
+
+void resume(queue_pointer self, uint64_t id, request_spec& spec, resume_state& state) {
+  auto& st = self->state;
+  const bool running = st.running.count(id) > 0;
+  if (state.queue_restarted && (running || is_waiting(st, id)))
+    return;  // still held where it is
+  request_queue_state::waiting_request w{id, std::move(spec), caf::actor_cast<caf::actor>(self->current_sender()),
+                                         std::move(state)};
+  if (running)  // its slot is its own still
+    return hand_down(st, std::move(w));
+  st.waiting.push_front(std::move(w));  // admitted before anything waiting now
+  start_waiting(self);
 }
 
 request_queue_actor::behavior_type request_queue(queue_pointer self, request_queue_config cfg,
                                                  caf::actor downstream) {
   self->state.cfg = cfg;
+  self->state.next_id = cfg.first_id;
   self->state.downstream = std::move(downstream);
+  if (cfg.rebuild && self->state.downstream)  // awaited: nothing else is handled before it
+    self->request(self->state.downstream, caf::infinite, bookings_atom::value)
+      .await([=](const std::vector<uint64_t>& ids) { self->state.running.insert(ids.begin(), ids.end()); },
+             [](const caf::error&) {});  // downstream is gone too: nothing runs
   return {
     [=](submit_atom, request_spec& spec) -> caf::result<uint64_t> {
       auto& st = self->state;
@@ -58,10 +86,11 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
       }
       const uint64_t id = st.next_id++;
       ++st.stats.num_admitted;
-      st.waiting.push_back({id, std::move(spec), caf::actor_cast<caf::actor>(self->current_sender())});
+      st.waiting.push_back({id, std::move(spec), caf::actor_cast<caf::actor>(self->current_sender()), {}});
       start_waiting(self);
       return id;
     },
+    [=](resume_atom, uint64_t id, request_spec& spec, resume_state& state) { resume(self, id, spec, state); },
     [=](done_atom, uint64_t id) {
       if (self->state.running.erase(id) > 0)  // a stray or repeated done is ignored
         start_waiting(self);

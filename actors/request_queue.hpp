@@ -1,6 +1,8 @@
 // actors/request_queue.hpp
 // Admission: gives each request an id, holds at most `max_queued` waiting requests (answering
-// "overloaded" at once when full), and hands at most `max_running` downstream at a time.
+// "overloaded" at once when full), and hands at most `max_running` downstream at a time. A
+// restarted queue rebuilds its running set from downstream and takes back from the clients
+// (who keep every request they sent) what it held when it died.
 #pragma once
 
 #include <caf/typed_actor.hpp>
@@ -14,6 +16,11 @@ namespace moe {
 using request_queue_actor = caf::typed_actor<
   // Admits a request: replies with its id, or serve_errc::overloaded when the queue is full.
   caf::replies_to<submit_atom, request_spec>::with<uint64_t>,
+  // The sender's request `id` goes on from `state` (admitted before: never refused): its
+  // session was lost, or this queue restarted (resume_state::queue_restarted). A request still
+  // running downstream stays there after a restart; after a lost session it goes downstream
+  // again at once, keeping its running slot.
+  caf::reacts_to<resume_atom, uint64_t, request_spec, resume_state>,
   // A request handed downstream has finished (any way): frees its running slot.
   caf::reacts_to<done_atom, uint64_t>,
   // Cancels request `id`: a waiting one is answered at once (done_atom, session_result with
@@ -25,11 +32,16 @@ using request_queue_actor = caf::typed_actor<
 struct request_queue_config {
   int64_t max_queued = 256;
   int64_t max_running = 64;
+  uint64_t first_id = 1;  // ids given from here on (a restarted queue's lie above its predecessors')
+  // Restarted: before anything else, ask downstream (bookings_atom -> std::vector<uint64_t>)
+  // which requests it runs; they hold running slots.
+  bool rebuild = false;
 };
 
 /// Spawns the queue; admitted requests go to `downstream` as (submit_atom, id, request_spec,
-/// client) in admission order (client: who submitted it), and (done_atom, id) on this queue
-/// frees the running slot when each ends.
+/// client, resume_state) in admission order (client: who submitted it; resume_state empty
+/// unless it was resumed), and (done_atom, id) on this queue frees the running slot when each
+/// ends.
 [[nodiscard]] request_queue_actor spawn_request_queue(caf::actor_system& sys, request_queue_config cfg,
                                                       caf::actor downstream);
 

@@ -19,7 +19,8 @@ struct session_state {
   std::unique_ptr<text_stream> text;
   session_result result;
   uint64_t next_seq = 0;
-  uint64_t attempt = 0;    // placements so far, less one
+  uint64_t first_attempt = 0;  // this session's first placement (earlier sessions had those below)
+  uint64_t attempt = 0;        // placements so far, less one
   uint64_t placement = 0;  // the id the current placement's ranks know it by
   bool prefilled = false;  // the current placement's first token is here
   bool placing = false;    // waiting for the placer's (route_atom, ...)
@@ -43,7 +44,7 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   st.result.reason = reason;
   st.result.error = std::move(error);
   st.result.text = st.text->text();
-  st.result.num_migrations = static_cast<int64_t>(st.attempt);
+  st.result.num_migrations = static_cast<int64_t>(st.attempt - st.first_attempt + st.cfg.resumed.generation);
   for (const caf::actor& a : st.cfg.on_done)  // first: a client that hears the end sees them updated
     caf::anon_send(a, done_atom::value, st.cfg.request_id);
   if (st.cfg.decode_rank)
@@ -76,11 +77,12 @@ void watch(session_pointer self) {
 // A rank the request needs is gone: place it again (prompt + tokens so far), or give up.
 void migrate(session_pointer self, const std::string& lost) {
   auto& st = self->state;
-  if (!st.cfg.placer || st.attempt >= static_cast<uint64_t>(st.cfg.max_migrations)) {
+  const uint64_t migrations = st.attempt - st.first_attempt;
+  if (!st.cfg.placer || migrations >= static_cast<uint64_t>(st.cfg.max_migrations)) {
     token_chunk none;
     send_chunk(self, none, st.text->finish());
     return answer(self, finish_reason::error,
-                  "unavailable: its " + lost + " was lost " + std::to_string(st.attempt + 1) + " times");
+                  "unavailable: its " + lost + " was lost " + std::to_string(migrations + 1) + " times");
   }
   // what the old placement still holds on surviving ranks goes
   if (st.cfg.prefill_rank)
@@ -101,15 +103,51 @@ void migrate(session_pointer self, const std::string& lost) {
                  caf::actor_cast<caf::actor>(self));
 }
 
+// The client is gone: free what the ranks hold and end, answering no one.
+void abandon(session_pointer self) {
+  auto& st = self->state;
+  if (st.cfg.prefill_rank)
+    caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
+  if (st.cfg.decode_rank)
+    caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
+  st.text->finish();
+  answer(self, finish_reason::abort, {});
+}
+
+// Continues where an earlier session of the request stopped: its tokens count as output, its
+// text as streamed (a stop string may still span the boundary), its seq goes on.
+void take_over(session_pointer self) {
+  auto& st = self->state;
+  const resume_state& r = st.cfg.resumed;
+  st.result.output_ids = r.output_ids;
+  st.result.logprobs = r.logprobs;
+  for (const int32_t id : r.output_ids)
+    st.text->push(id);  // streamed already
+  st.next_seq = r.next_seq;
+  st.first_attempt = st.attempt = r.generation * max_placements_per_session;
+  st.placement = placement_id(st.cfg.request_id, st.attempt);
+  if (!r.output_ids.empty())
+    st.first_token = st.start;
+  if (st.cfg.spec.sampling.max_tokens <= static_cast<int32_t>(r.output_ids.size()))  // nothing is left
+    caf::anon_send(self, token_atom::value, token_chunk{st.placement, {}, finish_reason::length, {}});
+}
+
 session_actor::behavior_type session(session_pointer self, session_config cfg) {
   self->state.text = std::make_unique<text_stream>(cfg.tok, cfg.spec.sampling.stop);
   self->state.result.request_id = cfg.request_id;
   self->state.placement = cfg.request_id;
   self->state.cfg = std::move(cfg);
+  take_over(self);
   watch(self);
+  if (const caf::actor& client = self->state.cfg.client) {
+    caf::anon_send(client, attach_atom::value, self->state.cfg.request_id, caf::actor_cast<caf::actor>(self));
+    self->monitor(client);
+  }
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
-    if (st.cfg.decode_rank && dm.source == st.cfg.decode_rank.address())
+    if (st.cfg.client && dm.source == st.cfg.client.address())
+      abandon(self);
+    else if (st.cfg.decode_rank && dm.source == st.cfg.decode_rank.address())
       migrate(self, "decode rank");
     else if (st.cfg.prefill_rank && dm.source == st.cfg.prefill_rank.address() && !st.prefilled)
       migrate(self, "prefill rank");

@@ -2,7 +2,9 @@
 // One request's owner: receives its tokens from whichever rank produces them, turns them into
 // text (stop strings included), numbers every streamed chunk, and answers the client once. It
 // monitors its ranks: when one is lost mid-request it has the request placed again (prompt and
-// the tokens so far, re-prefilled elsewhere) and the stream goes on at the same seq.
+// the tokens so far, re-prefilled elsewhere) and the stream goes on at the same seq. It tells its
+// client it holds the request (attach_atom), so that a client who sees it die can have the
+// request resumed by a new one (resume_state), and it ends the request if its client dies.
 #pragma once
 
 #include <caf/typed_actor.hpp>
@@ -30,7 +32,9 @@ struct session_config {
   uint64_t request_id = 0;
   request_spec spec;
   std::shared_ptr<const tokenizer> tok;
-  caf::actor client;                // gets (token_atom, stream_chunk)..., then (done_atom, session_result)
+  // Gets (attach_atom, request_id, session) first, then (token_atom, stream_chunk)..., then
+  // (done_atom, session_result).
+  caf::actor client;
   caf::actor decode_rank;           // told to cancel when a stop string ends the text early, and
                                     // (done_atom, placement id) at the end
   caf::actor prefill_rank;          // told to cancel when the client cancels (may be null)
@@ -41,6 +45,9 @@ struct session_config {
   // far, max_tokens less those. Null: a lost rank ends the request with an error.
   caf::actor placer;
   int64_t max_migrations = 3;  // then the request ends with an error ("unavailable: ...")
+  // How far an earlier session got (empty: the request starts here). The ranks are asked for
+  // prompt + these tokens; the stream goes on at its next_seq.
+  resume_state resumed;
 };
 
 /// The session quits after its final answer.

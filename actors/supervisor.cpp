@@ -18,7 +18,17 @@ struct child {
   child_spec spec;
   caf::actor handle;  // invalid while none lives
   restart_intensity intensity;
+  std::vector<caf::typed_response_promise<caf::actor>> successor_waiters;
+  bool ended = false;  // exited and will not be restarted
 };
+
+// Those waiting for a successor learn that none will come.
+void no_successor(child& c, const std::string& why) {
+  c.ended = true;
+  for (auto& p : c.successor_waiters)
+    p.deliver(caf::make_error(serve_errc::unavailable, c.spec.kind + " " + std::to_string(c.spec.index) + why));
+  c.successor_waiters.clear();
+}
 
 struct supervisor_state {
   std::vector<child> children;
@@ -57,18 +67,23 @@ void start_child(supervisor_pointer self, child& c) {
     c.handle = c.spec.start(lookup_in(self));
   }
   self->monitor(c.handle);
+  for (auto& p : c.successor_waiters)
+    p.deliver(c.handle);
+  c.successor_waiters.clear();
 }
 
 // Stops every child and exits with `reason`.
 void stop_all(supervisor_pointer self, const caf::error& reason) {
   auto& st = self->state;
   st.stopping = true;
-  for (child& c : st.children)
+  for (child& c : st.children) {
+    no_successor(c, ": the cluster stopped");
     if (c.handle) {
       self->demonitor(c.handle);
       caf::anon_send_exit(c.handle, caf::exit_reason::user_shutdown);
       c.handle = {};
     }
+  }
   self->quit(reason);
 }
 
@@ -84,7 +99,7 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
   c->handle = {};
   const bool normal = is_normal(dm.reason);
   if (c->spec.restart == restart_policy::transient && normal)
-    return;
+    return no_successor(*c, " ended");
   const std::string who = c->spec.kind + " " + std::to_string(c->spec.index);
   if (c->spec.restart == restart_policy::never && !normal) {
     std::fprintf(stderr, "supervisor: %s exited (%s) and cannot be restarted: stopping the cluster\n",
@@ -92,7 +107,7 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
     return stop_all(self, dm.reason);
   }
   if (c->spec.restart == restart_policy::never)
-    return;
+    return no_successor(*c, " ended");
   if (!c->intensity.allow(restart_intensity::clock::now())) {
     std::fprintf(stderr,
                  "supervisor: %s exited (%s) after %lld restarts, more than its restart limits "
@@ -139,6 +154,18 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
     [=](lookup_atom, const std::string& kind, int64_t index) {
       child* c = find_child(self->state, kind, index);
       return c != nullptr ? c->handle : caf::actor{};
+    },
+    [=](lookup_atom, const std::string& kind, int64_t index,
+        const caf::actor_addr& lost) -> caf::result<caf::actor> {
+      child* c = find_child(self->state, kind, index);
+      if (c == nullptr)
+        return caf::make_error(serve_errc::unavailable, "no child " + kind + " " + std::to_string(index));
+      if (c->handle && c->handle.address() != lost)
+        return c->handle;
+      if (c->ended || self->state.stopping)
+        return caf::make_error(serve_errc::unavailable, kind + " " + std::to_string(index) + " ended");
+      c->successor_waiters.push_back(self->make_response_promise<caf::actor>());
+      return c->successor_waiters.back();
     },
     [=](stats_atom, const std::string& kind, int64_t index) -> caf::result<rank_stats> {
       child* c = find_child(self->state, kind, index);

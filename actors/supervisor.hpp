@@ -57,6 +57,10 @@ using supervisor_actor = caf::typed_actor<
   caf::replies_to<kill_atom, std::string, int64_t>::with<bool>,
   // The child's current handle (an invalid one when there is none).
   caf::replies_to<lookup_atom, std::string, int64_t>::with<caf::actor>,
+  // The child's successor of the instance at `lost`: answered once one other than it lives
+  // (at once if it does); serve_errc::unavailable when none will (not restartable, or the
+  // supervisor stops).
+  caf::replies_to<lookup_atom, std::string, int64_t, caf::actor_addr>::with<caf::actor>,
   // A rank's stats, asked of whichever instance of it lives now (delegated: it answers);
   // serve_errc::unavailable while it is being restarted.
   caf::replies_to<stats_atom, std::string, int64_t>::with<rank_stats>>;

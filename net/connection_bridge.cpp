@@ -1,6 +1,10 @@
 // net/connection_bridge.cpp
 // NOTE: a session may stream before the queue's submit reply reaches this actor (they come from
 // different actors): chunks and results for a request id not known yet wait in `early`.
+//
+// The bridge holds each request's record (its spec and what was streamed): when the session
+// holding it dies, or the request queue restarts, it has the request resumed from there
+// (resume_state), so that nothing the cluster accepted is lost and the stream goes on at its seq.
 #include "net/connection_bridge.hpp"
 
 #include <caf/actor_system.hpp>
@@ -27,6 +31,8 @@ constexpr auto submit_timeout = std::chrono::seconds(30);
 // come at once; this only bounds a lost one).
 constexpr auto close_grace = std::chrono::seconds(10);
 constexpr uint32_t overloaded_retry_ms = 100;
+constexpr uint32_t unavailable_retry_ms = 1000;
+constexpr uint64_t max_resumes = 3;  // sessions of one request lost; then a 503
 
 struct generate_job {
   uint32_t msgid = 0;
@@ -50,11 +56,18 @@ struct in_flight {
   int64_t prompt_tokens = 0;
   clock::time_point arrival, first_token;
   bool has_first_token = false;
+  request_spec spec;        // kept: the request is resumed from it when what holds it is lost
+  resume_state progress;    // what was streamed so far
+  std::string text;         // the text streamed so far
+  caf::actor session;       // holds it now (monitored); null before it attaches or once lost
+  bool queue_lost = false;  // its submit went to a queue that died: sent again to the next one
 };
 
 struct early_messages {
   std::vector<stream_chunk> chunks;
   std::optional<session_result> result;
+  caf::actor session;
+  caf::actor_addr lost_session;  // it died before the submit reply came
 };
 
 struct bridge_state {
@@ -64,6 +77,8 @@ struct bridge_state {
   std::unordered_map<uint64_t, early_messages> early;  // before the submit reply
   bool closed = false;
   bool quitting = false;
+  caf::actor queue;              // the request queue that lives now
+  bool finding_queue = false;  // it died: its successor is being looked up
   static inline const char* name = "connection_bridge";
 };
 
@@ -72,7 +87,7 @@ using bridge_pointer = caf::stateful_actor<bridge_state>*;
 double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 void send_cancel(bridge_pointer self, uint64_t request_id) {
-  caf::anon_send(self->state.cfg.target->handles.queue, cancel_atom::value, request_id);
+  caf::anon_send(self->state.queue, cancel_atom::value, request_id);
 }
 
 void quit_now(bridge_pointer self) {
@@ -108,6 +123,10 @@ void on_chunk(bridge_pointer self, uint32_t msgid, const stream_chunk& chunk) {
     f.first_token = clock::now();
     f.has_first_token = true;
   }
+  f.progress.output_ids.insert(f.progress.output_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+  f.progress.logprobs.insert(f.progress.logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
+  f.progress.next_seq = chunk.seq + 1;
+  f.text += chunk.text_delta;
   if (f.stream && !st.closed)
     st.cfg.reply(encode_token(msgid, chunk.seq, chunk.token_ids, chunk.text_delta,
                               f.logprobs ? &chunk.logprobs : nullptr),
@@ -116,9 +135,16 @@ void on_chunk(bridge_pointer self, uint32_t msgid, const stream_chunk& chunk) {
 
 void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
   auto& st = self->state;
-  const in_flight f = st.by_msgid.at(msgid);
+  in_flight f = std::move(st.by_msgid.at(msgid));
   st.msgid_of.erase(*f.request_id);
+  if (r.output_ids.size() < f.progress.output_ids.size()) {  // ended by the queue after a resume
+    r.output_ids = std::move(f.progress.output_ids);
+    r.logprobs = std::move(f.progress.logprobs);
+    r.text = std::move(f.text);
+  }
   st.cfg.counters->output_tokens += static_cast<int64_t>(r.output_ids.size());
+  if (r.reason == finish_reason::error && r.error.starts_with("unavailable"))
+    return fail(self, msgid, make_unavailable("generate: " + r.error, unavailable_retry_ms));
   if (r.reason == finish_reason::error)
     return fail(self, msgid, make_error(rpc_errc::internal, "generate: " + r.error));
   if (r.reason == finish_reason::abort)
@@ -147,6 +173,40 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
   maybe_quit(self);
 }
 
+void submit(bridge_pointer self, uint32_t msgid);
+
+// The session holding `msgid` died (not after answering: then its result is here or on its way).
+void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lost) {
+  auto& st = self->state;
+  in_flight& f = st.by_msgid.at(msgid);
+  f.session = {};
+  const uint64_t id = *f.request_id;
+  if (st.closed || f.cancel_requested) {  // it was to end anyway: it ends here, its slot freed
+    caf::anon_send(st.queue, done_atom::value, id);
+    session_result aborted{id, {}, {}, finish_reason::abort, {}};
+    return on_result(self, msgid, aborted);
+  }
+  if (f.progress.generation >= max_resumes) {
+    caf::anon_send(st.queue, done_atom::value, id);
+    st.msgid_of.erase(id);
+    return fail(self, msgid,
+                make_unavailable("generate: the session holding the request was lost " +
+                                   std::to_string(f.progress.generation + 1) + " times",
+                                 unavailable_retry_ms));
+  }
+  ++f.progress.generation;
+  f.progress.lost_session = lost;
+  f.progress.queue_restarted = false;
+  if (!st.finding_queue)  // else it goes with the others to the next queue
+    caf::anon_send(st.queue, resume_atom::value, id, f.spec, f.progress);
+}
+
+void attach(bridge_pointer self, in_flight& f, caf::actor session) {
+  f.session = std::move(session);
+  f.progress.lost_session = {};
+  self->monitor(f.session);
+}
+
 void on_admitted(bridge_pointer self, uint32_t msgid, uint64_t request_id) {
   auto& st = self->state;
   in_flight& f = st.by_msgid.at(msgid);
@@ -159,20 +219,40 @@ void on_admitted(bridge_pointer self, uint32_t msgid, uint64_t request_id) {
   if (auto it = st.early.find(request_id); it != st.early.end()) {
     early_messages early = std::move(it->second);
     st.early.erase(it);
+    if (early.session)
+      attach(self, f, std::move(early.session));
     for (const stream_chunk& chunk : early.chunks)
       on_chunk(self, msgid, chunk);
     if (early.result)
       on_result(self, msgid, *early.result);
+    else if (early.lost_session)
+      session_lost(self, msgid, early.lost_session);
   }
   maybe_quit(self);  // closed while this was unanswered
 }
 
-void on_rejected(bridge_pointer self, uint32_t msgid, const caf::error& e) {
+void on_rejected(bridge_pointer self, uint32_t msgid, const caf::error& e, const caf::actor_addr& queue) {
+  auto& st = self->state;
+  if (e == caf::sec::request_receiver_down && st.by_msgid.count(msgid) > 0) {  // the queue died
+    if (st.finding_queue || st.queue.address() == queue)
+      st.by_msgid.at(msgid).queue_lost = true;  // sent to its successor
+    else
+      submit(self, msgid);
+    return;
+  }
   if (e == serve_errc::overloaded)
     return fail(self, msgid, make_overloaded("generate: the request queue is full", overloaded_retry_ms));
   fail(self, msgid,
        make_error(rpc_errc::unavailable,
                   "generate: the cluster did not admit the request (" + self->system().render(e) + ")"));
+}
+
+void submit(bridge_pointer self, uint32_t msgid) {
+  auto& st = self->state;
+  const caf::actor_addr queue = st.queue.address();
+  self->request(st.queue, submit_timeout, submit_atom::value, st.by_msgid.at(msgid).spec)
+    .then([=](uint64_t request_id) { on_admitted(self, msgid, request_id); },
+          [=](caf::error& e) { on_rejected(self, msgid, e, queue); });
 }
 
 void start(bridge_pointer self, generate_job& job) {
@@ -188,29 +268,81 @@ void start(bridge_pointer self, generate_job& job) {
   st.by_msgid[msgid] = in_flight{.stream = job.req.stream,
                                  .logprobs = job.req.sampling.logprobs.has_value(),
                                  .prompt_tokens = static_cast<int64_t>(prompt_ids.size()),
-                                 .arrival = job.arrival};
-  self
-    ->request(target.handles.queue, submit_timeout, submit_atom::value,
-              request_spec{std::move(prompt_ids), std::move(job.req.sampling)})
-    .then([=](uint64_t request_id) { on_admitted(self, msgid, request_id); },
-          [=](caf::error& e) { on_rejected(self, msgid, e); });
+                                 .arrival = job.arrival,
+                                 .spec = request_spec{std::move(prompt_ids), std::move(job.req.sampling)}};
+  if (st.finding_queue)
+    st.by_msgid[msgid].queue_lost = true;  // submitted once the next queue is known
+  else
+    submit(self, msgid);
+}
+
+// Every request of this connection ends now with a 503: nothing will answer them.
+void fail_all(bridge_pointer self, const std::string& message) {
+  std::vector<uint32_t> pending;
+  for (const auto& [msgid, f] : self->state.by_msgid)
+    pending.push_back(msgid);
+  for (const uint32_t msgid : pending)
+    fail(self, msgid, make_unavailable(message, unavailable_retry_ms));
+  quit_now(self);
+}
+
+// The request queue's successor: it gets back what this bridge sent its predecessor.
+void on_new_queue(bridge_pointer self, caf::actor queue) {
+  auto& st = self->state;
+  st.queue = std::move(queue);
+  st.finding_queue = false;
+  self->monitor(st.queue);
+  std::vector<uint32_t> resubmit;
+  for (auto& [msgid, f] : st.by_msgid) {
+    if (f.request_id) {
+      // a request whose session died is resumed as such; the others stay where they are
+      f.progress.queue_restarted = !f.progress.lost_session;
+      caf::anon_send(st.queue, resume_atom::value, *f.request_id, f.spec, f.progress);
+      if (f.cancel_requested || st.closed)
+        send_cancel(self, *f.request_id);
+    } else if (f.queue_lost) {
+      f.queue_lost = false;
+      resubmit.push_back(msgid);
+    }
+  }
+  for (const uint32_t msgid : resubmit)
+    submit(self, msgid);
+}
+
+void on_down(bridge_pointer self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (dm.source == st.queue.address()) {
+    const caf::actor supervisor = caf::actor_cast<caf::actor>(st.cfg.target->handles.supervisor);
+    if (!supervisor)  // nothing restarts it
+      return fail_all(self, "the cluster stopped before the request finished");
+    st.finding_queue = true;
+    self->request(supervisor, caf::infinite, lookup_atom::value, std::string("request_queue"), int64_t{0},
+                  dm.source)
+      .then([=](caf::actor& queue) { on_new_queue(self, std::move(queue)); },
+            [=](caf::error&) { fail_all(self, "the cluster stopped before the request finished"); });
+    return;
+  }
+  if (!dm.reason || dm.reason == caf::exit_reason::normal)
+    return;  // a session that answered
+  for (auto& [msgid, f] : st.by_msgid)
+    if (f.session && f.session.address() == dm.source)
+      return session_lost(self, msgid, dm.source);
+  for (auto& [id, early] : st.early)
+    if (early.session && early.session.address() == dm.source) {
+      early.session = {};
+      early.lost_session = dm.source;
+    }
 }
 
 caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_config cfg) {
   self->state.cfg = std::move(cfg);
-  // The cluster stopping (serve's shutdown, or a failure that takes its supervisor down) ends
-  // every request it held: nothing will answer them, so their clients get a 503 now and a closed
-  // connection's bridge quits now, instead of waiting out submit_timeout or close_grace (serve
-  // took 10 s to exit after SIGTERM with requests in flight).
-  self->monitor(self->state.cfg.target->handles.queue);
-  self->set_down_handler([=](caf::down_msg&) {
-    std::vector<uint32_t> pending;
-    for (const auto& [msgid, f] : self->state.by_msgid)
-      pending.push_back(msgid);
-    for (const uint32_t msgid : pending)
-      fail(self, msgid, make_error(rpc_errc::unavailable, "the cluster stopped before the request finished"));
-    quit_now(self);
-  });
+  self->state.queue = caf::actor_cast<caf::actor>(self->state.cfg.target->handles.queue);
+  // The queue dying (a crash: its successor takes the requests back; the cluster stopping:
+  // serve's shutdown, or a failure that takes its supervisor down, and then nothing will answer
+  // them: their clients get a 503 now and a closed connection's bridge quits now, instead of
+  // waiting out submit_timeout or close_grace).
+  self->monitor(self->state.queue);
+  self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
   return {
     [=](submit_atom, generate_job& job) {
       try {
@@ -223,10 +355,9 @@ caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_
       auto it = self->state.by_msgid.find(msgid);
       if (it == self->state.by_msgid.end())
         return;
+      it->second.cancel_requested = true;
       if (it->second.request_id)
-        send_cancel(self, *it->second.request_id);
-      else
-        it->second.cancel_requested = true;  // cancelled once admitted
+        send_cancel(self, *it->second.request_id);  // (again to the next queue, if this one dies)
     },
     [=](close_atom) {
       auto& st = self->state;
@@ -241,6 +372,16 @@ caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_
       maybe_quit(self);
     },
     [=](close_grace_atom) { quit_now(self); },
+    [=](attach_atom, uint64_t request_id, caf::actor& session) {
+      auto& st = self->state;
+      auto it = st.msgid_of.find(request_id);
+      if (it == st.msgid_of.end()) {
+        st.early[request_id].session = session;
+        self->monitor(session);
+      } else {
+        attach(self, st.by_msgid.at(it->second), std::move(session));
+      }
+    },
     [=](token_atom, stream_chunk& chunk) {
       auto it = self->state.msgid_of.find(chunk.request_id);
       if (it == self->state.msgid_of.end())

@@ -34,4 +34,9 @@ rpc_error make_overloaded(std::string message, uint32_t retry_after_ms) {
     .code = rpc_errc::overloaded, .message = std::move(message), .retry_after_ms = retry_after_ms};
 }
 
+rpc_error make_unavailable(std::string message, uint32_t retry_after_ms) {
+  return rpc_error{
+    .code = rpc_errc::unavailable, .message = std::move(message), .retry_after_ms = retry_after_ms};
+}
+
 }  // namespace moe::net

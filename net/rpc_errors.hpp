@@ -39,5 +39,7 @@ struct rpc_error {
 [[nodiscard]] rpc_error make_error(rpc_errc code, std::string message);
 /// A 429 with a retry hint.
 [[nodiscard]] rpc_error make_overloaded(std::string message, uint32_t retry_after_ms);
+/// A 503 with a retry hint.
+[[nodiscard]] rpc_error make_unavailable(std::string message, uint32_t retry_after_ms);
 
 }  // namespace moe::net

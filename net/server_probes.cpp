@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/errors.hpp"
 #include "net/rpc_frame.hpp"
 #include "net/stats_sampler.hpp"
 
@@ -99,6 +100,21 @@ msgpack::sbuffer encode_health(uint32_t msgid, const server_counters& counters) 
   return out;
 }
 
+// Calls `f` with the request queue that lives now (restarted or not), or `on_error`.
+template <class F, class OnError>
+void with_queue(caf::event_based_actor* self, const cluster& c, F f, OnError on_error) {
+  self->request(c.supervisor, probe_timeout, lookup_atom::value, std::string("request_queue"), int64_t{0})
+    .then(
+      [=](const caf::actor& queue) mutable {
+        if (!queue) {
+          caf::error none = caf::make_error(serve_errc::unavailable, "the request queue is restarting");
+          return on_error(none);
+        }
+        f(caf::actor_cast<request_queue_actor>(queue));
+      },
+      on_error);
+}
+
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
                        std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
                        const reply_fn& reply) {
@@ -119,13 +135,18 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
       g->failed = true;
       one_done();
     };
-    self->request(c.queue, probe_timeout, stats_atom::value)
-      .then(
-        [=](const queue_stats& q) {
-          g->queue = q;
-          one_done();
-        },
-        on_error);
+    with_queue(
+      self, c,
+      [=](const request_queue_actor& queue) {
+        self->request(queue, probe_timeout, stats_atom::value)
+          .then(
+            [=](const queue_stats& q) {
+              g->queue = q;
+              one_done();
+            },
+            on_error);
+      },
+      on_error);
     self->request(sampler, probe_timeout, sampled_atom::value)
       .then(
         [=](sampled_stats& s) {
@@ -158,10 +179,15 @@ void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     spec.sampling.max_tokens = 1;
     spec.sampling.temperature = 0.0f;
     spec.sampling.ignore_eos = true;
-    self->request(target->handles.queue, probe_timeout, submit_atom::value, std::move(spec))
-      .then([](uint64_t) {},
-            [=](caf::error& e) { not_ready("not admitted (" + self->system().render(e) + ")"); });
+    auto refused = [=](caf::error& e) { not_ready("not admitted (" + self->system().render(e) + ")"); };
+    with_queue(
+      self, target->handles,
+      [=](const request_queue_actor& queue) {
+        self->request(queue, probe_timeout, submit_atom::value, spec).then([](uint64_t) {}, refused);
+      },
+      refused);
     return {
+      [](attach_atom, uint64_t, const caf::actor&) {},
       [](token_atom, const stream_chunk&) {},
       [=](done_atom, const session_result& r) {
         if (r.reason == finish_reason::error || r.output_ids.empty())

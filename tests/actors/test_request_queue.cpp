@@ -31,7 +31,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the queue admits, bounds and hands re
   auto expect_downstream = [&](uint64_t want_id, int32_t want_token) {
     bool got = false;
     self->receive(
-      [&](submit_atom, uint64_t id, const request_spec& s, const caf::actor& client) {
+      [&](submit_atom, uint64_t id, const request_spec& s, const caf::actor& client, const resume_state&) {
         CHECK(client == caf::actor_cast<caf::actor>(self));  // who submitted it
         CHECK(id == want_id);
         CHECK(s.prompt_ids == std::vector<int32_t>{want_token});

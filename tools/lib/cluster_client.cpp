@@ -47,6 +47,7 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
     }
     bool timed_out = false;
     self->receive(
+      [&](attach_atom, uint64_t, const caf::actor&) {},  // its session
       [&](token_atom, const stream_chunk& chunk) {
         const size_t i = index_of.at(chunk.request_id);
         cluster_request_result& r = run.requests[i];
