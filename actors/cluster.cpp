@@ -90,8 +90,12 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
                        return untyped(spawn_request_queue(sys, cfg, current("prefill_balancer", 0)));
                      },
                    .introduce = {}});  // the prefill balancer learns it when asked its requests
-  specs.push_back(
-    {.kind = "prefill_balancer", .restart = restart_policy::never, .running = untyped(c.prefill_balancer)});
+  specs.push_back({.kind = "prefill_balancer",
+                   .restart = restart_policy::never,
+                   .running = untyped(c.prefill_balancer),
+                   .start = {},
+                   .introduce = {},
+                   .worker_kind = "session"});
   const size_t num_decode = c.decode_ranks.size();
   decode_cfg.rebuild = true;  // a restarted one collects the ranks' bookings first
   specs.push_back({.kind = "decode_balancer",

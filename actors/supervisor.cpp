@@ -5,8 +5,10 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include "actors/errors.hpp"
 
@@ -127,6 +129,43 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
   }
 }
 
+// What a child that runs workers answers.
+using worker_owner = caf::typed_actor<caf::replies_to<actors_atom>::with<std::vector<uint64_t>>,
+                                      caf::replies_to<kill_atom, uint64_t>::with<bool>>;
+
+// The live children, then each one's workers (asked of it; one that does not answer adds none).
+caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_pointer self) {
+  auto rp = self->make_response_promise<std::vector<actor_info>>();
+  auto out = std::make_shared<std::vector<actor_info>>();
+  std::vector<std::pair<caf::actor, std::string>> owners;
+  for (const child& c : self->state.children)
+    if (c.handle) {
+      out->push_back({c.spec.kind, c.spec.index, c.intensity.num_restarts()});
+      if (!c.spec.worker_kind.empty())
+        owners.emplace_back(c.handle, c.spec.worker_kind);
+    }
+  if (owners.empty()) {
+    rp.deliver(*out);
+    return rp;
+  }
+  auto pending = std::make_shared<size_t>(owners.size());
+  for (const auto& [owner, kind] : owners) {
+    auto one_done = [rp, out, pending]() mutable {
+      if (--*pending == 0)
+        rp.deliver(*out);
+    };
+    self->request(caf::actor_cast<worker_owner>(owner), std::chrono::seconds(5), actors_atom::value)
+      .then(
+        [out, one_done, kind = kind](const std::vector<uint64_t>& ids) mutable {
+          for (const uint64_t id : ids)
+            out->push_back({kind, static_cast<int64_t>(id), 0});
+          one_done();
+        },
+        [one_done](caf::error&) mutable { one_done(); });
+  }
+  return rp;
+}
+
 supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<child_spec> specs,
                                            restart_limits limits) {
   for (child_spec& s : specs)
@@ -137,14 +176,12 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
   self->set_down_handler([=](caf::down_msg& dm) { on_child_down(self, dm); });
   self->set_exit_handler([=](caf::exit_msg& em) { stop_all(self, em.reason); });
   return {
-    [=](actors_atom) {
-      std::vector<actor_info> out;
+    [=](actors_atom) -> caf::result<std::vector<actor_info>> { return list_actors(self); },
+    [=](kill_atom, const std::string& kind, int64_t index) -> caf::result<bool> {
       for (const child& c : self->state.children)
-        if (c.handle)
-          out.push_back({c.spec.kind, c.spec.index, c.intensity.num_restarts()});
-      return out;
-    },
-    [=](kill_atom, const std::string& kind, int64_t index) {
+        if (c.handle && !c.spec.worker_kind.empty() && c.spec.worker_kind == kind)
+          return self->delegate(caf::actor_cast<worker_owner>(c.handle), kill_atom::value,
+                                static_cast<uint64_t>(index));
       child* c = find_child(self->state, kind, index);
       if (c == nullptr || !c->handle)
         return false;

@@ -40,6 +40,10 @@ struct child_spec {
   std::function<caf::actor(const child_lookup& current)> start;
   /// After a restart: tells the actors that route to it the new handle (may be empty).
   std::function<void(const caf::actor& fresh, const child_lookup& current)> introduce;
+  /// Set when the child runs short-lived workers of this kind (the prefill balancer's
+  /// sessions): it answers (actors_atom) -> std::vector<uint64_t> with their indices and
+  /// (kill_atom, uint64_t index) -> bool, and the supervisor lists and kills them through it.
+  std::string worker_kind;
 };
 
 /// A live child, as admin.actors lists it.
@@ -50,10 +54,10 @@ struct actor_info {
 };
 
 using supervisor_actor = caf::typed_actor<
-  // Every live child, in start order.
+  // Every live child, in start order, then the children's workers (restarts 0).
   caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
-  // Fault injection: the child exits at once with a non-normal reason, mid-whatever it does;
-  // true if it was found.
+  // Fault injection: the child (or worker) exits at once with a non-normal reason,
+  // mid-whatever it does; true if it was found.
   caf::replies_to<kill_atom, std::string, int64_t>::with<bool>,
   // The child's current handle (an invalid one when there is none).
   caf::replies_to<lookup_atom, std::string, int64_t>::with<caf::actor>,

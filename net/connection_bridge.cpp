@@ -198,7 +198,7 @@ void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lo
   f.progress.lost_session = lost;
   f.progress.queue_restarted = false;
   if (!st.finding_queue)  // else it goes with the others to the next queue
-    caf::anon_send(st.queue, resume_atom::value, id, f.spec, f.progress);
+    self->send(st.queue, resume_atom::value, id, f.spec, f.progress);
 }
 
 void attach(bridge_pointer self, in_flight& f, caf::actor session) {
@@ -297,7 +297,7 @@ void on_new_queue(bridge_pointer self, caf::actor queue) {
     if (f.request_id) {
       // a request whose session died is resumed as such; the others stay where they are
       f.progress.queue_restarted = !f.progress.lost_session;
-      caf::anon_send(st.queue, resume_atom::value, *f.request_id, f.spec, f.progress);
+      self->send(st.queue, resume_atom::value, *f.request_id, f.spec, f.progress);
       if (f.cancel_requested || st.closed)
         send_cancel(self, *f.request_id);
     } else if (f.queue_lost) {
