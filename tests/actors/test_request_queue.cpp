@@ -58,3 +58,65 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the queue admits, bounds and hands re
       [&](caf::error& e) { FAIL(sys.render(e)); });
   self->send_exit(queue, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE_FIXTURE(testing::actor_fixture, "a restarted queue rebuilds its running set and takes requests back") {
+  // The scoped actor plays downstream (the prefill balancer) and the client.
+  constexpr uint64_t first_id = (uint64_t{1} << 40) + 1;
+  auto queue = spawn_request_queue(sys, {.max_queued = 2, .max_running = 2, .first_id = first_id, .rebuild = true},
+                                   caf::actor_cast<caf::actor>(self));
+  // it asks downstream first: request 5 runs there
+  bool asked = false;
+  self->receive(
+    [&](bookings_atom) {
+      asked = true;
+      return std::vector<uint64_t>{5};
+    },
+    caf::after(5s) >> [] {});
+  REQUIRE(asked);
+  resume_state restarted;
+  restarted.queue_restarted = true;
+  self->send(queue, resume_atom::value, uint64_t{5}, spec_of(50), restarted);  // runs: stays there
+  self->send(queue, resume_atom::value, uint64_t{6}, spec_of(60), restarted);  // it waited: runs now
+  self->send(queue, resume_atom::value, uint64_t{7}, spec_of(70), restarted);  // no slot: waits
+  resume_state lost;
+  lost.lost_session = caf::actor_cast<caf::actor>(self).address();
+  lost.generation = 1;
+  lost.output_ids = {3, 4};
+  self->send(queue, resume_atom::value, uint64_t{5}, spec_of(51), lost);  // its session died: again, at once
+
+  std::vector<std::pair<uint64_t, resume_state>> handed;
+  auto take_downstream = [&] {
+    self->receive(
+      [&](submit_atom, uint64_t id, const request_spec&, const caf::actor& client, const resume_state& r) {
+        CHECK(client == caf::actor_cast<caf::actor>(self));
+        handed.emplace_back(id, r);
+      },
+      caf::after(5s) >> [] {});
+  };
+  take_downstream();
+  take_downstream();
+  REQUIRE(handed.size() == 2);
+  CHECK(handed[0].first == 6);
+  CHECK(handed[0].second.queue_restarted);
+  CHECK(handed[1].first == 5);
+  CHECK(handed[1].second.output_ids == std::vector<int32_t>{3, 4});
+  CHECK(handed[1].second.generation == 1);
+
+  // admission goes on, with ids above the old ones
+  uint64_t id = 0;
+  self->request(queue, 1s, submit_atom::value, spec_of(80))
+    .receive([&](uint64_t x) { id = x; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  CHECK(id == first_id);
+  self->request(queue, 1s, stats_atom::value)
+    .receive(
+      [&](const queue_stats& s) {
+        CHECK(s.num_running == 2);
+        CHECK(s.num_queued == 2);
+      },
+      [&](caf::error& e) { FAIL(sys.render(e)); });
+  self->send(queue, done_atom::value, uint64_t{6});
+  take_downstream();
+  REQUIRE(handed.size() == 3);
+  CHECK(handed[2].first == 7);  // taken back ahead of the new one
+  self->send_exit(queue, caf::exit_reason::user_shutdown);
+}

@@ -165,3 +165,71 @@ TEST_CASE_FIXTURE(supervisor_case,
   CHECK(*starts == 2);
   caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: a successor lookup waits for the restart; an ended child has none") {
+  auto starts = std::make_shared<std::atomic<int64_t>>(0);
+  auto sup = spawn_supervisor(sys, {toy_spec(sys, "toy", restart_policy::permanent, starts),
+                                    toy_spec(sys, "once", restart_policy::transient, starts)});
+  const caf::actor first = ask<caf::actor>(sup, lookup_atom::value, std::string("toy"), int64_t{0});
+  // asked while `first` still lives: the answer is its successor, once there is one
+  const caf::actor client = caf::actor_cast<caf::actor>(self);
+  sys.spawn([sup, client, lost = first.address()](caf::event_based_actor* a) {
+    a->request(sup, 10s, lookup_atom::value, std::string("toy"), int64_t{0}, lost)
+      .then([a, client](caf::actor& next) { a->send(client, route_atom::value, next); },
+            [a, client](caf::error&) { a->send(client, route_atom::value, caf::actor{}); });
+  });
+  CHECK(ask<bool>(sup, kill_atom::value, std::string("toy"), int64_t{0}));
+  caf::actor successor;
+  self->receive([&](route_atom, caf::actor& a) { successor = std::move(a); }, caf::after(10s) >> [] {});
+  REQUIRE(successor);
+  CHECK(successor != first);
+  CHECK(generation_of(successor) == 2);  // "once" was start 1
+  // asked for another instance than the one that lives: that one, at once
+  CHECK(ask<caf::actor>(sup, lookup_atom::value, std::string("toy"), int64_t{0}, first.address()) == successor);
+
+  const caf::actor once = ask<caf::actor>(sup, lookup_atom::value, std::string("once"), int64_t{0});
+  self->monitor(once);
+  caf::anon_send_exit(once, caf::exit_reason::user_shutdown);  // a normal end: not restarted
+  CHECK(wait_down(once) != "timeout");
+  caf::error none;
+  for (int tries = 0; tries < 10'000 && !none; ++tries)
+    self->request(sup, 5s, lookup_atom::value, std::string("once"), int64_t{0}, once.address())
+      .receive([](caf::actor&) {}, [&](caf::error& e) { none = e; });
+  CHECK(none == serve_errc::unavailable);
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child's workers are listed and killed through it") {
+  auto killed = std::make_shared<std::atomic<int64_t>>(0);
+  child_spec owner{.kind = "owner",
+                   .index = 0,
+                   .restart = restart_policy::permanent,
+                   .running = {},
+                   .start =
+                     [this, killed](const child_lookup&) {
+                       return sys.spawn([killed](caf::event_based_actor*) -> caf::behavior {
+                         return {
+                           [](actors_atom) { return std::vector<uint64_t>{7, 9}; },
+                           [killed](kill_atom, uint64_t id) {
+                             if (id != 7 && id != 9)
+                               return false;
+                             *killed = static_cast<int64_t>(id);
+                             return true;
+                           },
+                         };
+                       });
+                     },
+                   .introduce = {},
+                   .worker_kind = "worker"};
+  auto sup = spawn_supervisor(sys, {owner});
+  const auto listed = ask<std::vector<actor_info>>(sup, actors_atom::value);
+  REQUIRE(listed.size() == 3);
+  CHECK(listed[0].kind == "owner");
+  CHECK(listed[1].kind == "worker");
+  CHECK(listed[1].index == 7);
+  CHECK(listed[2].index == 9);
+  CHECK(ask<bool>(sup, kill_atom::value, std::string("worker"), int64_t{9}));
+  CHECK(*killed == 9);
+  CHECK_FALSE(ask<bool>(sup, kill_atom::value, std::string("worker"), int64_t{3}));
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+}
