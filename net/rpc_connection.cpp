@@ -21,6 +21,7 @@ namespace {
 constexpr size_t queued_reply_overhead = 64;
 
 constexpr uint32_t overloaded_retry_ms = 100;
+constexpr uint32_t shutdown_retry_ms = 1000;  // another replica, or this one restarted
 // ready / stats probes (each asks the cluster's actors) one connection may have unanswered: a
 // client pipelining thousands of them would fill the request queue for everyone.
 constexpr size_t max_probes_in_flight = 8;
@@ -58,7 +59,10 @@ rpc_connection::rpc_connection(asio::ip::tcp::socket socket, std::shared_ptr<con
   ++shared_->counters->num_accepted;
 }
 
-rpc_connection::~rpc_connection() { --shared_->counters->num_connections; }
+rpc_connection::~rpc_connection() {
+  --shared_->counters->num_connections;
+  shared_->counters->notify_request_ended();
+}
 
 void rpc_connection::start() {
   bridge_ = spawn_connection_bridge(shared_->sys, {.target = shared_->target,
@@ -78,17 +82,37 @@ void rpc_connection::close() {
   timer_.cancel();
   write_queue_.clear();
   queued_bytes_ = 0;
+  forget_in_flight();
   if (bridge_)
     bridge_close(bridge_);
+}
+
+void rpc_connection::forget_in_flight() {
+  shared_->counters->num_generates_in_flight -= static_cast<int64_t>(in_flight_.size());
+  in_flight_.clear();
+  shared_->counters->notify_request_ended();
+}
+
+void rpc_connection::shed(const rpc_error& error) {
+  if (closed_)
+    return;
+  for (const uint32_t msgid : in_flight_)
+    write(encode_error(msgid, error));
+  forget_in_flight();  // a late answer of the cluster's is dropped
+  close_after_writes();
 }
 
 void rpc_connection::deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished, bool probe) {
   auto held = std::make_shared<msgpack::sbuffer>(std::move(bytes));
   asio::post(socket_.get_executor(), [self = shared_from_this(), held, finished, probe] {
-    if (finished)
-      self->in_flight_.erase(*finished);
     if (probe)
       --self->probes_in_flight_;
+    if (finished) {
+      if (self->in_flight_.erase(*finished) == 0)
+        return;  // answered already (shed at shutdown)
+      --self->shared_->counters->num_generates_in_flight;
+      self->shared_->counters->notify_request_ended();
+    }
     self->write(std::move(*held));
   });
 }
@@ -238,12 +262,15 @@ void rpc_connection::handle_generate(rpc_request& request) {
     return write(encode_error(msgid, make_overloaded("connection: " + std::to_string(in_flight_.size()) +
                                                        " generate requests in flight, the limit",
                                                      overloaded_retry_ms)));
+  if (shared_->counters->draining)
+    return write(encode_error(msgid, make_unavailable("generate: the server is shutting down", shutdown_retry_ms)));
   auto req = parse_generate(request.params, shared_->limits.requests);
   if (auto* err = std::get_if<rpc_error>(&req))
     return write(encode_error(msgid, *err));
   if (auto err = check_served(std::get<generate_request>(req), *shared_->target))
     return write(encode_error(msgid, *err));
   in_flight_.insert(msgid);
+  ++shared_->counters->num_generates_in_flight;
   bridge_generate(bridge_, msgid, std::move(std::get<generate_request>(req)),
                   std::chrono::steady_clock::now());
 }

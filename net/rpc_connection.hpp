@@ -42,6 +42,9 @@ class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
   void start();
   /// Closes the socket and cancels the connection's requests (io thread).
   void close();
+  /// Shutting down: answers every generate in flight with `error`, then closes once written
+  /// (its bridge cancels them all).
+  void shed(const rpc_error& error);
   /// From any thread: queues `bytes` for writing; `finished` leaves the in-flight set, and a
   /// `probe`'s answer (ready, stats) the probes in flight.
   void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished, bool probe = false);
@@ -56,6 +59,7 @@ class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
   void write(msgpack::sbuffer bytes);
   void write_next();
   void close_after_writes();
+  void forget_in_flight();
   void arm_timer(bool message_started);
 
   // NOTE: shared_ holds the io_context, so it comes first: members are destroyed in reverse order,

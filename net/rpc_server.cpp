@@ -20,6 +20,9 @@ namespace moe::net {
 
 namespace {
 
+constexpr uint32_t shutdown_retry_ms = 1000;
+constexpr auto flush_timeout = std::chrono::seconds(5);  // for shed answers to be written
+
 /// Runs the io loop until stopped; a handler that throws is reported and the loop goes on.
 void run_io(asio::io_context& io) {
   for (;;) {
@@ -130,6 +133,24 @@ uint16_t rpc_server::port() const noexcept { return impl_->port; }
 std::string rpc_server::address() const { return impl_->host + ":" + std::to_string(impl_->port); }
 
 const server_counters& rpc_server::counters() const noexcept { return *impl_->shared->counters; }
+
+int64_t rpc_server::drain(std::chrono::milliseconds grace) {
+  server_counters& c = *impl_->shared->counters;
+  c.draining = true;
+  if (c.wait_for(grace, [&] { return c.num_generates_in_flight.load() == 0; }))
+    return 0;
+  const int64_t cut = c.num_generates_in_flight.load();
+  asio::post(*impl_->io, [i = impl_.get()] {
+    const rpc_error error =
+      make_unavailable("generate: the server shut down before the request finished", shutdown_retry_ms);
+    for (auto& weak : i->connections)
+      if (auto conn = weak.lock())
+        conn->shed(error);
+  });
+  // the answers are written and the connections close (their bridges cancel what runs)
+  c.wait_for(flush_timeout, [&] { return c.num_connections.load() == 0; });
+  return cut;
+}
 
 void rpc_server::stop() {
   if (impl_->stopped)

@@ -52,6 +52,10 @@ class rpc_server {
   [[nodiscard]] uint16_t port() const noexcept;
   [[nodiscard]] std::string address() const;  // "127.0.0.1:8765"
   [[nodiscard]] const server_counters& counters() const noexcept;
+  /// Shuts down gracefully (SIGTERM): new generates get a retryable 503 at once; those in flight
+  /// have up to `grace` to finish; then the rest get a retryable 503 and every connection
+  /// closes once its answers are written. Returns the generates that were cut off. stop() next.
+  int64_t drain(std::chrono::milliseconds grace);
   /// Stops accepting, closes every connection (cancelling their requests), joins the io thread.
   void stop();
 

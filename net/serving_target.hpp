@@ -35,8 +35,11 @@ struct server_counters {
   std::atomic<int64_t> num_rated_requests{0};
   std::atomic<int64_t> num_connections{0};  // open now
   std::atomic<int64_t> num_accepted{0};     // connections since start
+  std::atomic<int64_t> num_generates_in_flight{0};  // accepted by a connection, not answered yet
+  std::atomic<bool> draining{false};                // shutting down: new generates get a 503
 
-  /// Wakes wait_for callers; a bridge calls it once a request's counters are final.
+  /// Wakes wait_for callers; a bridge calls it once a request's counters are final, a
+  /// connection once a generate is answered or it is gone.
   void notify_request_ended() const {
     { std::lock_guard<std::mutex> guard(mu_); }  // a waiter between its check and its wait sees it
     cv_.notify_all();

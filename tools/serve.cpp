@@ -1,6 +1,7 @@
 // tools/serve.cpp
 // `moeserve serve`: loads a checkpoint, spawns the serving cluster from the topology flags and
-// answers MessagePack-RPC on host:port until SIGINT or SIGTERM, then stops cleanly. Keys come
+// answers MessagePack-RPC on host:port until SIGINT or SIGTERM, then drains (--shutdown-grace)
+// and stops, exiting 0. Keys come
 // from --api-key / --admin-key or, kept out of `ps`, MOESERVE_API_KEY / MOESERVE_ADMIN_KEY.
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -32,6 +33,7 @@ struct serve_options {
   double idle_timeout_s = 300.0, read_timeout_s = 30.0;
   int64_t log_stats_interval_s = 10;  // 0: no stats lines
   bool fault_injection = false;
+  double shutdown_grace_s = 30.0;  // for generates in flight at SIGTERM
 };
 
 const CLI::Validator non_empty_key(
@@ -103,9 +105,15 @@ void run(serve_options& o) {
                              target.max_context, topo.max_context, weights->config.max_position_embeddings,
                              topo.kv_blocks * topo.page_size, topo.kv_blocks, topo.page_size);
     wait_for_signal(signals);
-    std::printf("moeserve: stopping\n");
+    std::printf("moeserve: stopping: new generates get 503; those in flight have %.0f s to finish\n",
+                o.shutdown_grace_s);
     std::fflush(stdout);
+    if (const int64_t cut = server.drain(millis(o.shutdown_grace_s)); cut > 0)
+      std::printf("moeserve: %lld generates did not finish in time and were answered 503\n",
+                  static_cast<long long>(cut));
     server.stop();
+    std::printf("moeserve: stopped\n");
+    std::fflush(stdout);
   }
 }
 
@@ -135,6 +143,11 @@ void add_serve(CLI::App& app) {
                  "seconds between stats lines on stderr (throughput, KV in use) while serving; 0: none "
                  "(default 10)")
     ->check(CLI::Range(int64_t{0}, int64_t{86400}));
+  cmd
+    ->add_option("--shutdown-grace", o->shutdown_grace_s,
+                 "seconds generates in flight at SIGTERM or Ctrl-C have to finish before they are "
+                 "answered 503 (new ones get 503 at once; default 30)")
+    ->check(CLI::Range(0.0, 1e7));
   cmd
     ->add_option("--idle-timeout", o->idle_timeout_s,
                  "seconds a connection may sit with nothing in flight (default 300)")
