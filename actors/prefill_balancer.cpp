@@ -107,7 +107,7 @@ void place_again(balancer_pointer self, uint64_t pid, request_spec spec, const c
 
 // Request `id`'s first placement (by its client, not a migration), while it picks a decode rank.
 std::map<uint64_t, prefill_balancer_state::pending_pick>::iterator first_pick_of(prefill_balancer_state& st,
-                                                                               uint64_t id) {
+                                                                                 uint64_t id) {
   return std::find_if(st.picking.begin(), st.picking.end(),
                       [id](const auto& p) { return !p.second.session && p.second.request_id == id; });
 }
@@ -233,7 +233,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       auto& st = self->state;
       if (auto s = st.sessions.find(id); s != st.sessions.end()) {
         if (s->second.address() != resumed.lost_session)
-          return;  // its session lives: it goes on there
+          return;              // its session lives: it goes on there
         st.sessions.erase(s);  // dead, its down not here yet
       }
       if (holds_pick(st, id))

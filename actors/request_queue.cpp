@@ -60,8 +60,8 @@ void resume(queue_pointer self, uint64_t id, request_spec& spec, resume_state& s
   const bool running = st.running.count(id) > 0;
   if (state.queue_restarted && (running || is_waiting(st, id)))
     return;  // still held where it is
-  request_queue_state::waiting_request w{id, std::move(spec), caf::actor_cast<caf::actor>(self->current_sender()),
-                                         std::move(state)};
+  request_queue_state::waiting_request w{
+    id, std::move(spec), caf::actor_cast<caf::actor>(self->current_sender()), std::move(state)};
   if (running)  // its slot is its own still
     return hand_down(st, std::move(w));
   st.waiting.push_front(std::move(w));  // admitted before anything waiting now

@@ -21,9 +21,9 @@ struct session_state {
   uint64_t next_seq = 0;
   uint64_t first_attempt = 0;  // this session's first placement (earlier sessions had those below)
   uint64_t attempt = 0;        // placements so far, less one
-  uint64_t placement = 0;  // the id the current placement's ranks know it by
-  bool prefilled = false;  // the current placement's first token is here
-  bool placing = false;    // waiting for the placer's (route_atom, ...)
+  uint64_t placement = 0;      // the id the current placement's ranks know it by
+  bool prefilled = false;      // the current placement's first token is here
+  bool placing = false;        // waiting for the placer's (route_atom, ...)
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), first_token;
   static inline const char* name = "session";
 };

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 
 #include "actors/errors.hpp"
 
@@ -22,13 +23,15 @@ struct child {
   restart_intensity intensity;
   std::vector<caf::typed_response_promise<caf::actor>> successor_waiters;
   bool ended = false;  // exited and will not be restarted
+  std::optional<std::chrono::steady_clock::time_point> last_restart;
 };
 
 // Those waiting for a successor learn that none will come.
 void no_successor(child& c, const std::string& why) {
   c.ended = true;
   for (auto& p : c.successor_waiters)
-    p.deliver(caf::make_error(serve_errc::unavailable, c.spec.kind + " " + std::to_string(c.spec.index) + why));
+    p.deliver(
+      caf::make_error(serve_errc::unavailable, c.spec.kind + " " + std::to_string(c.spec.index) + why));
   c.successor_waiters.clear();
 }
 
@@ -119,6 +122,7 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
     return stop_all(self, caf::make_error(serve_errc::crash_loop, who));
   }
   try {
+    c->last_restart = std::chrono::steady_clock::now();
     start_child(self, *c);
     if (c->spec.introduce)
       c->spec.introduce(c->handle, lookup_in(self));
@@ -140,7 +144,11 @@ caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_poin
   std::vector<std::pair<caf::actor, std::string>> owners;
   for (const child& c : self->state.children)
     if (c.handle) {
-      out->push_back({c.spec.kind, c.spec.index, c.intensity.num_restarts()});
+      const double since =
+        c.last_restart
+          ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *c.last_restart).count()
+          : -1.0;
+      out->push_back({c.spec.kind, c.spec.index, c.intensity.num_restarts(), since});
       if (!c.spec.worker_kind.empty())
         owners.emplace_back(c.handle, c.spec.worker_kind);
     }
@@ -158,7 +166,7 @@ caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_poin
       .then(
         [out, one_done, kind = kind](const std::vector<uint64_t>& ids) mutable {
           for (const uint64_t id : ids)
-            out->push_back({kind, static_cast<int64_t>(id), 0});
+            out->push_back({kind, static_cast<int64_t>(id), 0, -1.0});
           one_done();
         },
         [one_done](caf::error&) mutable { one_done(); });

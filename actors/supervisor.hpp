@@ -51,6 +51,7 @@ struct actor_info {
   std::string kind;
   int64_t index = 0;
   int64_t restarts = 0;
+  double since_restart_s = -1.0;  // seconds since its last restart; -1: never restarted
 };
 
 using supervisor_actor = caf::typed_actor<

@@ -77,7 +77,7 @@ struct bridge_state {
   std::unordered_map<uint64_t, early_messages> early;  // before the submit reply
   bool closed = false;
   bool quitting = false;
-  caf::actor queue;              // the request queue that lives now
+  caf::actor queue;            // the request queue that lives now
   bool finding_queue = false;  // it died: its successor is being looked up
   static inline const char* name = "connection_bridge";
 };
@@ -143,6 +143,7 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
     r.text = std::move(f.text);
   }
   st.cfg.counters->output_tokens += static_cast<int64_t>(r.output_ids.size());
+  st.cfg.counters->num_migrations += r.num_migrations;
   if (r.reason == finish_reason::error && r.error.starts_with("unavailable"))
     return fail(self, msgid, make_unavailable("generate: " + r.error, unavailable_retry_ms));
   if (r.reason == finish_reason::error)
@@ -195,6 +196,7 @@ void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lo
                                  unavailable_retry_ms));
   }
   ++f.progress.generation;
+  ++st.cfg.counters->num_resumed;
   f.progress.lost_session = lost;
   f.progress.queue_restarted = false;
   if (!st.finding_queue)  // else it goes with the others to the next queue
@@ -316,8 +318,9 @@ void on_down(bridge_pointer self, const caf::down_msg& dm) {
     if (!supervisor)  // nothing restarts it
       return fail_all(self, "the cluster stopped before the request finished");
     st.finding_queue = true;
-    self->request(supervisor, caf::infinite, lookup_atom::value, std::string("request_queue"), int64_t{0},
-                  dm.source)
+    self
+      ->request(supervisor, caf::infinite, lookup_atom::value, std::string("request_queue"), int64_t{0},
+                dm.source)
       .then([=](caf::actor& queue) { on_new_queue(self, std::move(queue)); },
             [=](caf::error&) { fail_all(self, "the cluster stopped before the request finished"); });
     return;

@@ -263,7 +263,8 @@ void rpc_connection::handle_generate(rpc_request& request) {
                                                        " generate requests in flight, the limit",
                                                      overloaded_retry_ms)));
   if (shared_->counters->draining)
-    return write(encode_error(msgid, make_unavailable("generate: the server is shutting down", shutdown_retry_ms)));
+    return write(
+      encode_error(msgid, make_unavailable("generate: the server is shutting down", shutdown_retry_ms)));
   auto req = parse_generate(request.params, shared_->limits.requests);
   if (auto* err = std::get_if<rpc_error>(&req))
     return write(encode_error(msgid, *err));

@@ -141,8 +141,8 @@ int64_t rpc_server::drain(std::chrono::milliseconds grace) {
     return 0;
   const int64_t cut = c.num_generates_in_flight.load();
   asio::post(*impl_->io, [i = impl_.get()] {
-    const rpc_error error =
-      make_unavailable("generate: the server shut down before the request finished", shutdown_retry_ms);
+    const rpc_error error = make_unavailable("generate: the server shut down before the request finished",
+                                             shutdown_retry_ms);
     for (auto& weak : i->connections)
       if (auto conn = weak.lock())
         conn->shed(error);

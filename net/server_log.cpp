@@ -38,9 +38,14 @@ std::string format_stats_line(const stats_line_figures& f) {
                 static_cast<double>(f.input_tokens) / s, static_cast<double>(f.output_tokens) / s,
                 static_cast<long long>(f.requests), f.requests == 1 ? "" : "s",
                 static_cast<long long>(f.failed), f.seconds);
-  return std::string(head) + ", KV in use: prefill" + percents(f.prefill_kv) + ", decode" +
-         percents(f.decode_kv) + ", " + std::to_string(f.connections) +
-         (f.connections == 1 ? " connection" : " connections");
+  std::string line = std::string(head) + ", KV in use: prefill" + percents(f.prefill_kv) + ", decode" +
+                     percents(f.decode_kv) + ", " + std::to_string(f.connections) +
+                     (f.connections == 1 ? " connection" : " connections");
+  if (f.restarts > 0)
+    line += ", " + std::to_string(f.restarts) + (f.restarts == 1 ? " actor restart" : " actor restarts");
+  if (f.migrations > 0)
+    line += ", " + std::to_string(f.migrations) + (f.migrations == 1 ? " migration" : " migrations");
+  return line;
 }
 
 }  // namespace moe::net

@@ -5,6 +5,7 @@
 #include <caf/after.hpp>
 #include <caf/event_based_actor.hpp>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ double seconds_since(clock::time_point t) { return std::chrono::duration<double>
 
 struct gathered {
   queue_stats queue;
+  std::vector<actor_info> actors;
   std::vector<rank_stats> ranks;
   sampled_stats sampled;
   size_t num_pending = 0;
@@ -52,13 +54,35 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
   }
 }
 
+// {restarts: {kind: n}, last_restart_s: {kind: seconds since}, migrations, resumed}: the
+// supervised kinds (sessions are not restarted: the bridges resume their requests).
+void pack_recovery(msgpack::packer<msgpack::sbuffer>& pk, const server_counters& c,
+                   const std::vector<actor_info>& actors) {
+  std::map<std::string, int64_t> restarts;
+  std::map<std::string, double> since;
+  for (const actor_info& a : actors) {
+    if (a.kind == "session")
+      continue;
+    restarts[a.kind] += a.restarts;
+    if (a.since_restart_s >= 0.0 && (since.count(a.kind) == 0 || a.since_restart_s < since[a.kind]))
+      since[a.kind] = a.since_restart_s;
+  }
+  pk.pack_map(4);
+  pk.pack("restarts").pack(restarts);
+  pk.pack("last_restart_s").pack_map(static_cast<uint32_t>(since.size()));
+  for (const auto& [kind, s] : since)
+    pk.pack(kind).pack_double(s);
+  pk.pack("migrations").pack(c.num_migrations.load());
+  pk.pack("resumed").pack(c.num_resumed.load());
+}
+
 msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, const server_counters& c,
                               const gathered& g) {
   msgpack::sbuffer out;
   msgpack::packer<msgpack::sbuffer> pk(out);
   const double uptime = seconds_since(c.start);
   const int64_t num_rated = c.num_rated_requests.load();
-  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(13);
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(14);
   pk.pack("uptime_s").pack_double(uptime);
   pk.pack("requests").pack(c.num_requests.load());
   pk.pack("failed").pack(c.num_failed.load());
@@ -77,6 +101,8 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, cons
   pk.pack("admitted").pack(g.queue.num_admitted).pack("rejected").pack(g.queue.num_rejected);
   pk.pack("ranks");
   pack_ranks(pk, g, target.handles.prefill_ranks.size());
+  pk.pack("recovery");
+  pack_recovery(pk, c, g.actors);
   return out;
 }
 
@@ -122,7 +148,7 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
     g->ranks.resize(c.prefill_ranks.size() + c.decode_ranks.size());
-    g->num_pending = 2 + g->ranks.size();
+    g->num_pending = 3 + g->ranks.size();
     auto one_done = [=] {
       if (--g->num_pending > 0)
         return;
@@ -147,6 +173,13 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
             on_error);
       },
       on_error);
+    self->request(c.supervisor, probe_timeout, actors_atom::value)
+      .then(
+        [=](std::vector<actor_info>& actors) {
+          g->actors = std::move(actors);
+          one_done();
+        },
+        on_error);
     self->request(sampler, probe_timeout, sampled_atom::value)
       .then(
         [=](sampled_stats& s) {

@@ -35,6 +35,8 @@ struct server_counters {
   std::atomic<int64_t> num_rated_requests{0};
   std::atomic<int64_t> num_connections{0};  // open now
   std::atomic<int64_t> num_accepted{0};     // connections since start
+  std::atomic<int64_t> num_migrations{0};   // placements again of finished requests (a rank or session lost)
+  std::atomic<int64_t> num_resumed{0};      // requests resumed by a new session after theirs died
   std::atomic<int64_t> num_generates_in_flight{0};  // accepted by a connection, not answered yet
   std::atomic<bool> draining{false};                // shutting down: new generates get a 503
 

@@ -18,11 +18,18 @@ using log_atom = caf::atom_constant<caf::atom("logstats")>;
 
 struct snapshot {
   clock::time_point time;
-  int64_t requests = 0, input_tokens = 0, output_tokens = 0, failed = 0;
+  int64_t requests = 0, input_tokens = 0, output_tokens = 0, failed = 0, migrations = 0;
+  int64_t restarts = 0;
 };
 
-snapshot take(const server_counters& c, clock::time_point now) {
-  return {now, c.num_requests.load(), c.input_tokens.load(), c.output_tokens.load(), c.num_failed.load()};
+snapshot take(const server_counters& c, clock::time_point now, int64_t restarts) {
+  return {now,
+          c.num_requests.load(),
+          c.input_tokens.load(),
+          c.output_tokens.load(),
+          c.num_failed.load(),
+          c.num_migrations.load() + c.num_resumed.load(),
+          restarts};
 }
 
 struct sampler_state {
@@ -32,6 +39,7 @@ struct sampler_state {
   std::vector<int64_t> num_samples;
   std::deque<snapshot> snapshots;  // oldest first, spanning at most the window
   snapshot last_log;               // the counters at the last stats line
+  int64_t restarts = 0;            // of the supervised actors, at the last sample
   static inline const char* name = "stats_sampler";
 };
 
@@ -58,8 +66,17 @@ void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chron
     self->request(c.supervisor, interval, stats_atom::value, rank_kind(c, i), rank_index(c, i))
       .then(on_stats, on_error);
   }
+  self->request(c.supervisor, interval, actors_atom::value)
+    .then(
+      [=](const std::vector<actor_info>& actors) {
+        int64_t total = 0;
+        for (const actor_info& a : actors)
+          total += a.restarts;
+        self->state.restarts = total;
+      },
+      [](caf::error&) {});
   const auto now = clock::now();
-  st.snapshots.push_back(take(*st.counters, now));
+  st.snapshots.push_back(take(*st.counters, now, st.restarts));
   while (st.snapshots.size() > 1 && now - st.snapshots[1].time >= window)
     st.snapshots.pop_front();
 }
@@ -67,21 +84,24 @@ void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chron
 // A stats line when anything moved since the last one: counters, or KV still in use.
 void log_stats(sampler_pointer self) {
   auto& st = self->state;
-  const snapshot now = take(*st.counters, clock::now());
+  const snapshot now = take(*st.counters, clock::now(), st.restarts);
   const snapshot& last = st.last_log;
   stats_line_figures f{.seconds = std::chrono::duration<double>(now.time - last.time).count(),
                        .requests = now.requests - last.requests,
                        .failed = now.failed - last.failed,
                        .input_tokens = now.input_tokens - last.input_tokens,
                        .output_tokens = now.output_tokens - last.output_tokens,
-                       .connections = st.counters->num_connections.load()};
+                       .connections = st.counters->num_connections.load(),
+                       .restarts = now.restarts - last.restarts,
+                       .migrations = now.migrations - last.migrations};
   bool kv_in_use = false;
   for (size_t i = 0; i < st.ranks.size(); ++i) {
     (i < st.target->handles.prefill_ranks.size() ? f.prefill_kv : f.decode_kv).push_back(st.ranks[i].latest);
     kv_in_use = kv_in_use || st.ranks[i].latest > 0.0;
   }
   st.last_log = now;  // each line covers one interval, even after idle ones
-  if (f.requests == 0 && f.failed == 0 && f.input_tokens == 0 && f.output_tokens == 0 && !kv_in_use)
+  if (f.requests == 0 && f.failed == 0 && f.input_tokens == 0 && f.output_tokens == 0 && !kv_in_use &&
+      f.restarts == 0)
     return;  // idle: nothing to say
   server_log().info(format_stats_line(f));
 }
@@ -108,7 +128,7 @@ caf::behavior stats_sampler(caf::stateful_actor<sampler_state>* self,
   self->state.num_samples.resize(num_ranks);
   self->state.target = std::move(target);
   self->state.counters = std::move(counters);
-  self->state.last_log = take(*self->state.counters, clock::now());
+  self->state.last_log = take(*self->state.counters, clock::now(), 0);
   self->send(self, tick_atom::value);
   if (log_interval.count() > 0)
     self->delayed_send(self, log_interval, log_atom::value);

@@ -59,10 +59,12 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the queue admits, bounds and hands re
   self->send_exit(queue, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "a restarted queue rebuilds its running set and takes requests back") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "a restarted queue rebuilds its running set and takes requests back") {
   // The scoped actor plays downstream (the prefill balancer) and the client.
   constexpr uint64_t first_id = (uint64_t{1} << 40) + 1;
-  auto queue = spawn_request_queue(sys, {.max_queued = 2, .max_running = 2, .first_id = first_id, .rebuild = true},
+  auto queue = spawn_request_queue(sys,
+                                   {.max_queued = 2, .max_running = 2, .first_id = first_id, .rebuild = true},
                                    caf::actor_cast<caf::actor>(self));
   // it asks downstream first: request 5 runs there
   bool asked = false;

@@ -166,7 +166,8 @@ TEST_CASE_FIXTURE(supervisor_case,
   caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE_FIXTURE(supervisor_case, "supervisor: a successor lookup waits for the restart; an ended child has none") {
+TEST_CASE_FIXTURE(supervisor_case,
+                  "supervisor: a successor lookup waits for the restart; an ended child has none") {
   auto starts = std::make_shared<std::atomic<int64_t>>(0);
   auto sup = spawn_supervisor(sys, {toy_spec(sys, "toy", restart_policy::permanent, starts),
                                     toy_spec(sys, "once", restart_policy::transient, starts)});
@@ -185,7 +186,8 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a successor lookup waits for the
   CHECK(successor != first);
   CHECK(generation_of(successor) == 2);  // "once" was start 1
   // asked for another instance than the one that lives: that one, at once
-  CHECK(ask<caf::actor>(sup, lookup_atom::value, std::string("toy"), int64_t{0}, first.address()) == successor);
+  CHECK(ask<caf::actor>(sup, lookup_atom::value, std::string("toy"), int64_t{0}, first.address()) ==
+        successor);
 
   const caf::actor once = ask<caf::actor>(sup, lookup_atom::value, std::string("once"), int64_t{0});
   self->monitor(once);
@@ -209,7 +211,9 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child's workers are listed and
                      [this, killed](const child_lookup&) {
                        return sys.spawn([killed](caf::event_based_actor*) -> caf::behavior {
                          return {
-                           [](actors_atom) { return std::vector<uint64_t>{7, 9}; },
+                           [](actors_atom) {
+                             return std::vector<uint64_t>{7, 9};
+                           },
                            [killed](kill_atom, uint64_t id) {
                              if (id != 7 && id != 9)
                                return false;

@@ -94,7 +94,8 @@ std::map<std::string, int> serve_under_kills(server_fixture& fx, const std::vect
   for (uint32_t i = 0; i < num_requests; ++i) {
     const uint32_t msgid = 100 + i;
     prompts[msgid] = {0, static_cast<int32_t>(300 + i), static_cast<int32_t>(500 + 3 * i), 7};
-    want[msgid] = fx.reference_run(prompts[msgid], {.temperature = 0.0f, .max_tokens = max_tokens, .ignore_eos = true})
+    want[msgid] = fx.reference_run(prompts[msgid],
+                                   {.temperature = 0.0f, .max_tokens = max_tokens, .ignore_eos = true})
                     .output_ids;
     pipelined += streamed_generate(msgid, prompts[msgid], max_tokens);
   }
@@ -148,6 +149,23 @@ std::map<std::string, int> serve_under_kills(server_fixture& fx, const std::vect
   }
   uint32_t msgid = 500;
   check_all_returned(client, msgid);
+  // stats names the restarts per kind and the requests resumed or placed again
+  const auto recovery = result_map(ask(client, request_bytes(msgid++, "stats", std::vector<int>{})))
+                          .at("recovery")
+                          .as<std::map<std::string, msgpack::object>>();
+  const auto restarts = recovery.at("restarts").as<std::map<std::string, int64_t>>();
+  const auto last = recovery.at("last_restart_s").as<std::map<std::string, double>>();
+  for (const auto& [kind, n] : kills) {
+    if (kind == "session")
+      continue;
+    CAPTURE(kind);
+    CHECK(restarts.at(kind) == n);
+    CHECK(last.at(kind) >= 0.0);
+  }
+  CHECK(recovery.at("resumed").as<int64_t>() >= 1);
+  CHECK(recovery.at("resumed").as<int64_t>() <= kills["session"]);
+  if (kills["decode_rank"] + kills["prefill_rank"] > 0)
+    CHECK(recovery.at("migrations").as<int64_t>() >= recovery.at("resumed").as<int64_t>());
   // and the cluster still serves
   const net::rpc_response after = ask(client, streamed_generate(msgid++, prompts[100], max_tokens));
   REQUIRE(error_code(after) == 0);
@@ -157,7 +175,8 @@ std::map<std::string, int> serve_under_kills(server_fixture& fx, const std::vect
 
 }  // namespace
 
-TEST_CASE_FIXTURE(server_fixture, "streamed generates survive killed sessions, queue, balancer and ranks (1P+1D)") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "streamed generates survive killed sessions, queue, balancer and ranks (1P+1D)") {
   if (skip_without_tokenizer())
     return;
   // through the kinds twice (4 restarts of the queue, within the default restart intensity)

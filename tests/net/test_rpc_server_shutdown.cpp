@@ -62,7 +62,8 @@ TEST_CASE_FIXTURE(server_fixture, "a draining server refuses new generates and l
   CHECK(drained.get() == 0);
 }
 
-TEST_CASE_FIXTURE(server_fixture, "past the grace period the generates in flight get a 503 and free their KV") {
+TEST_CASE_FIXTURE(server_fixture,
+                  "past the grace period the generates in flight get a 503 and free their KV") {
   if (skip_without_tokenizer())
     return;
   topo.max_context = 256;

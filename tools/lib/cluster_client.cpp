@@ -46,30 +46,29 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
       ++in_flight;
     }
     bool timed_out = false;
-    self->receive(
-      [&](attach_atom, uint64_t, const caf::actor&) {},  // its session
-      [&](token_atom, const stream_chunk& chunk) {
-        const size_t i = index_of.at(chunk.request_id);
-        cluster_request_result& r = run.requests[i];
-        const double t = seconds(clock::now() - submitted[i]);
-        if (r.token_times_s.empty())
-          r.ttft_s = t;
-        r.token_times_s.push_back(t);
-        if (i == 0 && on_text)
-          on_text(chunk.text_delta);
-      },
-      [&](done_atom, session_result& result) {
-        const size_t i = index_of.at(result.request_id);
-        run.requests[i].total_s = seconds(clock::now() - submitted[i]);
-        run.requests[i].result = std::move(result);
-        ++num_done;
-        --in_flight;
-      },
-      [&](caf::down_msg& down) {
-        throw std::runtime_error("the cluster stopped: " + sys.render(down.reason));
-      },
-      caf::after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) >>
-        [&] { timed_out = true; });
+    self->receive([&](attach_atom, uint64_t, const caf::actor&) {},  // its session
+                  [&](token_atom, const stream_chunk& chunk) {
+                    const size_t i = index_of.at(chunk.request_id);
+                    cluster_request_result& r = run.requests[i];
+                    const double t = seconds(clock::now() - submitted[i]);
+                    if (r.token_times_s.empty())
+                      r.ttft_s = t;
+                    r.token_times_s.push_back(t);
+                    if (i == 0 && on_text)
+                      on_text(chunk.text_delta);
+                  },
+                  [&](done_atom, session_result& result) {
+                    const size_t i = index_of.at(result.request_id);
+                    run.requests[i].total_s = seconds(clock::now() - submitted[i]);
+                    run.requests[i].result = std::move(result);
+                    ++num_done;
+                    --in_flight;
+                  },
+                  [&](caf::down_msg& down) {
+                    throw std::runtime_error("the cluster stopped: " + sys.render(down.reason));
+                  },
+                  caf::after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) >>
+                    [&] { timed_out = true; });
     if (timed_out)
       throw std::runtime_error("the cluster answered nothing for " + std::to_string(timeout_s) + " s");
   }
