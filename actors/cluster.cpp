@@ -4,6 +4,9 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
+
+#include "actors/watchdog.hpp"
 #include "kernels/model/dispatch_payload.hpp"
 #include "kernels/model/kv_cache.hpp"
 
@@ -241,6 +244,14 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                            .links = links};
   c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg), cfg.restarts);
   c.root = untyped(c.supervisor);
+  if (cfg.stall_timeout.count() > 0) {
+    watchdog_config w{.watched = {},
+                      .period = std::min(std::chrono::milliseconds(1000), cfg.stall_timeout),
+                      .stall_timeout = cfg.stall_timeout};
+    for (size_t i = 0; i < c.prefill_ranks.size() + c.decode_ranks.size(); ++i)
+      w.watched.emplace_back(rank_kind(c, i), rank_index(c, i));
+    c.watchdog = spawn_watchdog(sys, c.supervisor, std::move(w));
+  }
   return c;
 }
 

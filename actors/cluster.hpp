@@ -1,12 +1,14 @@
 // actors/cluster.hpp
 // Spawns the serving graph from the topology: request_queue -> prefill_balancer -> prefill_rank x P
 // (one EP group) -> decode_rank x D (another EP group), with the decode_balancer choosing decode
-// ranks, all children of one supervisor (actors/supervisor.hpp). The decode balancer and the
-// metrics actor are restarted when they die; the other kinds are not restartable yet, and their
-// death stops the cluster.
+// ranks, all children of one supervisor (actors/supervisor.hpp). The request queue, the decode
+// balancer, the metrics actor and a rank alone in its EP group are restarted when they die; the
+// prefill balancer and ranks of larger groups are not restartable yet, and their death stops the
+// cluster. A watchdog (actors/watchdog.hpp) kills ranks that stop making progress.
 #pragma once
 
 #include <caf/actor_system.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -26,11 +28,15 @@ struct cluster_config {
   bool link_even_steps_only = false;  // link_model_config::even_steps_only (benchmarks)
   bool synchronous_streams = false;   // every rank's stream runs inline (1 prefill + 1 decode rank)
   restart_limits restarts;            // per supervised actor
+  // A rank with running requests and no new step for this long is killed (and restarted);
+  // 0: no watchdog (the deterministic tests, which run one message at a time).
+  std::chrono::milliseconds stall_timeout{30'000};
 };
 
 /// Handles of one running cluster.
 struct cluster {
-  request_queue_actor queue;  // clients submit here: (submit_atom, request_spec) -> id
+  request_queue_actor queue;  // clients submit here: (submit_atom, request_spec) -> id (the first
+                              // instance: after a restart, supervisor lookup gives the current one)
   prefill_balancer_actor prefill_balancer;
   decode_balancer_actor decode_balancer;
   metrics_actor metrics;                          // finished requests' statistics
@@ -40,6 +46,7 @@ struct cluster {
   std::shared_ptr<link_model> links;              // null unless the topology turns the link model on
   supervisor_actor supervisor;  // every part above is its child; lookup gives current handles
   caf::actor root;              // the supervisor: its exit stops them all; it exits if one cannot recover
+  caf::actor watchdog;          // kills ranks that stop making progress (null when off)
 
   /// Stops every actor of the cluster.
   void stop() const;

@@ -110,7 +110,7 @@ void abandon(session_pointer self) {
     caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
   if (st.cfg.decode_rank)
     caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
-  st.text->finish();
+  static_cast<void>(st.text->finish());  // held back for stop strings: no one to stream it to
   answer(self, finish_reason::abort, {});
 }
 
@@ -122,7 +122,7 @@ void take_over(session_pointer self) {
   st.result.output_ids = r.output_ids;
   st.result.logprobs = r.logprobs;
   for (const int32_t id : r.output_ids)
-    st.text->push(id);  // streamed already
+    static_cast<void>(st.text->push(id));  // streamed already
   st.next_seq = r.next_seq;
   st.first_attempt = st.attempt = r.generation * max_placements_per_session;
   st.placement = placement_id(st.cfg.request_id, st.attempt);

@@ -4,6 +4,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/after.hpp>
 #include <caf/event_based_actor.hpp>
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
@@ -198,6 +199,29 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
   });
 }
 
+namespace {
+
+// The supervised parts of `c` that `actors` (the supervisor's live children) lacks, as
+// "decode_rank 1, request_queue 0"; empty when all live.
+std::string missing_parts(const cluster& c, const std::vector<actor_info>& actors) {
+  std::vector<std::pair<std::string, int64_t>> expected = {
+    {"request_queue", 0}, {"prefill_balancer", 0}, {"decode_balancer", 0}, {"metrics", 0}};
+  for (size_t i = 0; i < c.prefill_ranks.size() + c.decode_ranks.size(); ++i)
+    expected.emplace_back(rank_kind(c, i), rank_index(c, i));
+  std::string out;
+  for (const auto& [kind, index] : expected) {
+    const bool live = std::any_of(actors.begin(), actors.end(),
+                                  [&, &kind = kind, index = index](const actor_info& a) {
+                                    return a.kind == kind && a.index == index;
+                                  });
+    if (!live)
+      out += (out.empty() ? "" : ", ") + kind + " " + std::to_string(index);
+  }
+  return out;
+}
+
+}  // namespace
+
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
                        const reply_fn& reply) {
   sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
@@ -213,12 +237,20 @@ void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     spec.sampling.temperature = 0.0f;
     spec.sampling.ignore_eos = true;
     auto refused = [=](caf::error& e) { not_ready("not admitted (" + self->system().render(e) + ")"); };
-    with_queue(
-      self, target->handles,
-      [=](const request_queue_actor& queue) {
-        self->request(queue, probe_timeout, submit_atom::value, spec).then([](uint64_t) {}, refused);
-      },
-      refused);
+    // every supervised part must live (none being restarted), then a real generation
+    self->request(target->handles.supervisor, probe_timeout, actors_atom::value)
+      .then(
+        [=](const std::vector<actor_info>& actors) {
+          if (const std::string missing = missing_parts(target->handles, actors); !missing.empty())
+            return not_ready("restarting: " + missing);
+          with_queue(
+            self, target->handles,
+            [=](const request_queue_actor& queue) {
+              self->request(queue, probe_timeout, submit_atom::value, spec).then([](uint64_t) {}, refused);
+            },
+            refused);
+        },
+        refused);
     return {
       [](attach_atom, uint64_t, const caf::actor&) {},
       [](token_atom, const stream_chunk&) {},

@@ -52,7 +52,9 @@ struct race_case : testing::deterministic_fixture {
     topo.page_size = 4;
     topo.max_context = 64;
     topo.max_running_requests = 1;  // a leaked running slot would hold the next request back
-    c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true, .synchronous_streams = true});
+    c =
+      spawn_cluster(sys, weights, tok,
+                    {.topology = topo, .reference = true, .synchronous_streams = true, .stall_timeout = {}});
     spec.prompt_ids = {0, 300, 301, 302, 303, 304};
     spec.sampling = {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true};
     run_all();  // introductions
