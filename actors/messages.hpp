@@ -23,7 +23,21 @@ namespace moe {
 struct request_spec {
   std::vector<int32_t> prompt_ids;
   sampling_params sampling;
+  /// The last `num_generated` prompt ids are output tokens of an earlier placement (decode steps
+  /// made them): a prefill rank runs them in the decode form, so that the next tokens are the
+  /// ones those decode steps would have given.
+  int64_t num_generated = 0;
 };
+
+/// What the ranks are asked for after the tokens `so_far` of `spec`: they join the prompt (as
+/// generated), and max_tokens is less by as many.
+[[nodiscard]] inline request_spec continued(const request_spec& spec, const std::vector<int32_t>& so_far) {
+  request_spec rest = spec;
+  rest.prompt_ids.insert(rest.prompt_ids.end(), so_far.begin(), so_far.end());
+  rest.sampling.max_tokens -= static_cast<int32_t>(so_far.size());
+  rest.num_generated += static_cast<int64_t>(so_far.size());
+  return rest;
+}
 
 /// The id the ranks know a request by on its `attempt`-th placement (0: the first, the client's
 /// id itself): each placement after a lost rank has its own, so a late message from an earlier

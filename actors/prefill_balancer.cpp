@@ -48,14 +48,6 @@ void load_rank(prefill_balancer_state& st, uint64_t pid, int64_t rank, int64_t n
   st.in_flight[pid] = {rank, n};
 }
 
-// What the ranks are asked for: the prompt and the tokens so far, the tokens left.
-request_spec rest_of(const request_spec& spec, const std::vector<int32_t>& so_far) {
-  request_spec rest = spec;
-  rest.prompt_ids.insert(rest.prompt_ids.end(), so_far.begin(), so_far.end());
-  rest.sampling.max_tokens -= static_cast<int32_t>(so_far.size());
-  return rest;
-}
-
 // The request has its decode rank: spawn the session and hand the prompt (with the tokens an
 // earlier session streamed) to a prefill rank, as placement `pid`.
 void start_request(balancer_pointer self, uint64_t pid, prefill_balancer_state::pending_pick pick,
@@ -63,7 +55,7 @@ void start_request(balancer_pointer self, uint64_t pid, prefill_balancer_state::
   auto& st = self->state;
   const uint64_t id = pick.request_id;
   const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
-  request_spec rest = rest_of(pick.spec, pick.resumed.output_ids);
+  request_spec rest = continued(pick.spec, pick.resumed.output_ids);
   const int64_t n = static_cast<int64_t>(rest.prompt_ids.size());
   const int64_t rank = pick_prefill_rank(st.loads, n);
   const bool nothing_left = rest.sampling.max_tokens <= 0;

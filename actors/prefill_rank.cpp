@@ -129,11 +129,22 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
     for (const prefill_segment& s : parts[mb]) {
       prefill_task* t = st.step_tasks[s.request_idx];
       const std::span<const int32_t> prompt = t->job.spec.prompt_ids;
-      const bool last = s.start + s.num_tokens == static_cast<int64_t>(prompt.size());
-      mbs[mb].push_back({.tokens = prompt.subspan(s.start, s.num_tokens),
-                         .kv = &t->kv,
-                         .no_logits = !last,
-                         .start = s.start});
+      const int64_t n = static_cast<int64_t>(prompt.size());
+      const bool last = s.start + s.num_tokens == n;
+      // tokens an earlier placement generated run in the decode form, as their decode steps did
+      const int64_t generated_from = std::clamp(n - t->job.spec.num_generated, s.start,
+                                                s.start + s.num_tokens);
+      if (generated_from > s.start)
+        mbs[mb].push_back({.tokens = prompt.subspan(s.start, generated_from - s.start),
+                           .kv = &t->kv,
+                           .no_logits = !last || generated_from < s.start + s.num_tokens,
+                           .start = s.start});
+      if (generated_from < s.start + s.num_tokens)
+        mbs[mb].push_back({.tokens = prompt.subspan(generated_from, s.start + s.num_tokens - generated_from),
+                           .kv = &t->kv,
+                           .no_logits = !last,
+                           .start = generated_from,
+                           .decode = true});
       if (last)
         st.step_rows[mb].push_back(t);
     }

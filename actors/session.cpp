@@ -96,9 +96,7 @@ void migrate(session_pointer self, const std::string& lost) {
   st.placement = placement_id(st.cfg.request_id, ++st.attempt);
   st.prefilled = false;
   st.placing = true;
-  request_spec rest = st.cfg.spec;
-  rest.prompt_ids.insert(rest.prompt_ids.end(), st.result.output_ids.begin(), st.result.output_ids.end());
-  rest.sampling.max_tokens -= static_cast<int32_t>(st.result.output_ids.size());
+  request_spec rest = continued(st.cfg.spec, st.result.output_ids);
   caf::anon_send(st.cfg.placer, migrate_atom::value, st.cfg.request_id, st.placement, std::move(rest),
                  caf::actor_cast<caf::actor>(self));
 }

@@ -45,7 +45,8 @@ void judge(watchdog_pointer self, size_t i, std::optional<progress_sample> sampl
   std::fprintf(stderr,
                "watchdog: %s %lld made no progress for %lld ms (%lld requests running, step %lld%s): "
                "killing it\n",
-               c.kind.c_str(), static_cast<long long>(c.index), static_cast<long long>(st.cfg.stall_timeout.count()),
+               c.kind.c_str(), static_cast<long long>(c.index),
+               static_cast<long long>(st.cfg.stall_timeout.count()),
                static_cast<long long>(c.last.num_running), static_cast<long long>(c.last.num_steps),
                sample ? "" : ", not answering");
   self->request(st.supervisor, st.cfg.period, kill_atom::value, c.kind, c.index)
@@ -57,13 +58,16 @@ void check_all(watchdog_pointer self) {
   auto& st = self->state;
   for (size_t i = 0; i < st.children.size(); ++i)
     self->request(st.supervisor, st.cfg.period, stats_atom::value, st.children[i].kind, st.children[i].index)
-      .then([=](const rank_stats& s) { judge(self, i, progress_sample{s.num_running, s.num_steps}); },
-            [=](caf::error& e) {
-              if (e == serve_errc::unavailable)  // being restarted: its successor starts afresh
-                self->state.children[i].watch.reset(clock::now());
-              else
-                judge(self, i, std::nullopt);
-            });
+      .then(
+        [=](const rank_stats& s) {
+          judge(self, i, progress_sample{s.num_running, s.num_steps});
+        },
+        [=](caf::error& e) {
+          if (e == serve_errc::unavailable)  // being restarted: its successor starts afresh
+            self->state.children[i].watch.reset(clock::now());
+          else
+            judge(self, i, std::nullopt);
+        });
 }
 
 caf::behavior watchdog(watchdog_pointer self, supervisor_actor supervisor, watchdog_config cfg) {

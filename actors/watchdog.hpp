@@ -24,6 +24,7 @@ struct watchdog_config {
 };
 
 /// The watchdog's kills are counted by the supervisor as restarts of the child.
-[[nodiscard]] caf::actor spawn_watchdog(caf::actor_system& sys, supervisor_actor supervisor, watchdog_config cfg);
+[[nodiscard]] caf::actor spawn_watchdog(caf::actor_system& sys, supervisor_actor supervisor,
+                                        watchdog_config cfg);
 
 }  // namespace moe

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <span>
 #include <utility>
 
@@ -149,7 +150,8 @@ std::variant<admin_kill_request, rpc_error> parse_admin_kill(const msgpack::obje
       err = read_string(kv.val, "kind", 64, req.kind);
       has_kind = true;
     } else if (key == "index") {
-      err = read_int(kv.val, "index", 0, int64_t{1} << 20, req.index);
+      // a session's index is its request id (a restarted queue's start at 2^40)
+      err = read_int(kv.val, "index", 0, std::numeric_limits<int64_t>::max(), req.index);
     } else {
       return kv.key.type == msgpack::type::STR
                ? make_error(rpc_errc::validation, printable(key) + ": unknown key")

@@ -21,5 +21,6 @@ void add_bench_cluster(CLI::App& app);    // tools/bench_cluster.cpp
 void add_serve(CLI::App& app);            // tools/serve.cpp
 void add_client(CLI::App& app);           // tools/client.cpp
 void add_bench(CLI::App& app);            // tools/bench.cpp: load generator against `serve`
+void add_chaos(CLI::App& app);            // tools/chaos.cpp: a load under random actor kills
 
 }  // namespace moe::tools

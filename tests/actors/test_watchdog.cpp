@@ -33,7 +33,8 @@ child_spec toy_rank(caf::actor_system& sys, std::string kind, int64_t running, b
                 return {[=](stats_atom) {
                   if (moving)
                     ++*steps;
-                  return rank_stats{.num_running = running, .num_blocks = 8, .num_free_blocks = 8, .num_steps = *steps};
+                  return rank_stats{
+                    .num_running = running, .num_blocks = 8, .num_free_blocks = 8, .num_steps = *steps};
                 }};
               });
             },
@@ -42,16 +43,16 @@ child_spec toy_rank(caf::actor_system& sys, std::string kind, int64_t running, b
 
 }  // namespace
 
-TEST_CASE_FIXTURE(testing::actor_fixture, "the watchdog kills a rank that makes no progress, and only that one") {
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "the watchdog kills a rank that makes no progress, and only that one") {
   auto stuck = std::make_shared<std::atomic<int64_t>>(0);
   auto busy = std::make_shared<std::atomic<int64_t>>(0);
   auto idle = std::make_shared<std::atomic<int64_t>>(0);
-  auto sup = spawn_supervisor(sys, {toy_rank(sys, "stuck", 2, false, stuck), toy_rank(sys, "busy", 2, true, busy),
-                                    toy_rank(sys, "idle", 0, false, idle)});
-  auto dog = spawn_watchdog(sys, sup,
-                            {.watched = {{"stuck", 0}, {"busy", 0}, {"idle", 0}},
-                             .period = 20ms,
-                             .stall_timeout = 200ms});
+  auto sup = spawn_supervisor(sys,
+                              {toy_rank(sys, "stuck", 2, false, stuck), toy_rank(sys, "busy", 2, true, busy),
+                               toy_rank(sys, "idle", 0, false, idle)});
+  auto dog = spawn_watchdog(
+    sys, sup, {.watched = {{"stuck", 0}, {"busy", 0}, {"idle", 0}}, .period = 20ms, .stall_timeout = 200ms});
   std::map<std::string, int64_t> restarts;
   for (int tries = 0; tries < 500 && restarts["stuck"] < 2; ++tries) {  // 10 s at most
     self->request(sup, 5s, actors_atom::value)

@@ -13,7 +13,8 @@ using tp = progress_watch::clock::time_point;
 TEST_CASE("progress watch: running requests and no new step for the timeout is a stall") {
   const tp t0{};
   progress_watch w(1000ms, t0);
-  CHECK_FALSE(w.stalled(progress_sample{.num_running = 2, .num_steps = 7}, t0 + 100ms));  // first sample: progress
+  CHECK_FALSE(
+    w.stalled(progress_sample{.num_running = 2, .num_steps = 7}, t0 + 100ms));  // first sample: progress
   CHECK_FALSE(w.stalled(progress_sample{.num_running = 2, .num_steps = 7}, t0 + 600ms));
   CHECK_FALSE(w.stalled(progress_sample{.num_running = 2, .num_steps = 7}, t0 + 1099ms));
   CHECK(w.stalled(progress_sample{.num_running = 2, .num_steps = 7}, t0 + 1100ms));  // 1000 ms since 100 ms
