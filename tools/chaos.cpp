@@ -78,17 +78,14 @@ void print_pass(const char* name, const pass_report& p) {
     failed += " " + std::to_string(code) + ":" + std::to_string(n);
   std::printf("%-9s sent %lld, completed %lld, failed%s, %.1f output tok/s over %.2f s\n", name,
               static_cast<long long>(p.sent), static_cast<long long>(p.completed),
-              failed.empty() ? " 0" : failed.c_str(), p.wall_s > 0 ? p.output_tokens / p.wall_s : 0.0, p.wall_s);
+              failed.empty() ? " 0" : failed.c_str(), p.wall_s > 0 ? p.output_tokens / p.wall_s : 0.0,
+              p.wall_s);
 }
 
 int run(chaos_cli& o) {
   const topology_config topo = resolve_topology(o.topology);
   o.run.kinds = parse_kinds(o.kinds, topo);
-  if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
-    throw input_error(o.model_dir + "/tokenizer.json not found: chaos serves the model with its tokenizer");
-  validate_for_model(topo, load_model_config(o.model_dir));
-  auto weights = std::make_shared<const model_weights>(load_weights(o.model_dir, o.weights, o.reference));
-  auto tok = tokenizer::load(o.model_dir);
+  auto [weights, tok] = load_for_serving(o.model_dir, topo, o.weights, o.reference, "chaos");
   caf::actor_system_config cfg;
   configure_actor_system(cfg);
   caf::actor_system sys{cfg};
@@ -99,19 +96,23 @@ int run(chaos_cli& o) {
   const std::string admin_key = "chaos-" + std::to_string(entropy()) + std::to_string(entropy());
   chaos_report rep;
   {
-    net::rpc_server server(
-      sys,
-      net::serving_target{.handles = c,
-                          .tok = tok,
-                          .vocab_size = weights->config.vocab_size,
-                          .max_context = static_cast<size_t>(served_context(topo, weights->config.max_position_embeddings)),
-                          .model_name = "chaos"},
-      {.host = "127.0.0.1", .port = 0, .keys = {.api_key = {}, .admin_key = admin_key}, .fault_injection = true});
-    std::printf("moeserve chaos: %lld requests (%d tokens each, %lld in flight) on %lld prefill + %lld decode "
-                "ranks, %lld kills about every %.2f s\n",
-                static_cast<long long>(o.run.num_requests), o.run.max_tokens, static_cast<long long>(o.run.concurrency),
-                static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks),
-                static_cast<long long>(o.run.num_kills), o.run.interval_s);
+    net::rpc_server server(sys,
+                           net::serving_target{.handles = c,
+                                               .tok = tok,
+                                               .vocab_size = weights->config.vocab_size,
+                                               .max_context = static_cast<size_t>(served_context(
+                                                 topo, weights->config.max_position_embeddings)),
+                                               .model_name = "chaos"},
+                           {.host = "127.0.0.1",
+                            .port = 0,
+                            .keys = {.api_key = {}, .admin_key = admin_key},
+                            .fault_injection = true});
+    std::printf(
+      "moeserve chaos: %lld requests (%d tokens each, %lld in flight) on %lld prefill + %lld decode "
+      "ranks, %lld kills about every %.2f s\n",
+      static_cast<long long>(o.run.num_requests), o.run.max_tokens, static_cast<long long>(o.run.concurrency),
+      static_cast<long long>(topo.prefill_ranks), static_cast<long long>(topo.decode_ranks),
+      static_cast<long long>(o.run.num_kills), o.run.interval_s);
     std::fflush(stdout);
     rep = run_chaos(server.port(), admin_key, weights->config.vocab_size, o.run);
     server.stop();
@@ -120,15 +121,17 @@ int run(chaos_cli& o) {
   for (const auto& [kind, k] : rep.kinds)
     std::printf("%-16s %6lld %10zu %12.1f %9.1f\n", kind.c_str(), static_cast<long long>(k.kills),
                 k.recovery_s.size(), 1000.0 * percentile(k.recovery_s, 0.5),
-                1000.0 * (k.recovery_s.empty() ? 0.0 : *std::max_element(k.recovery_s.begin(), k.recovery_s.end())));
+                1000.0 *
+                  (k.recovery_s.empty() ? 0.0 : *std::max_element(k.recovery_s.begin(), k.recovery_s.end())));
   print_pass("no faults", rep.reference);
   print_pass("kills", rep.chaos);
-  std::printf("resumed %lld, placed again %lld; lost %lld, broken streams %lld, greedy mismatches %lld, KV blocks "
-              "leaked %lld, running slots left %lld\n",
-              static_cast<long long>(rep.resumed), static_cast<long long>(rep.migrations),
-              static_cast<long long>(rep.chaos.lost), static_cast<long long>(rep.chaos.bad_streams),
-              static_cast<long long>(rep.chaos.mismatches), static_cast<long long>(rep.leaked_blocks),
-              static_cast<long long>(rep.running_left));
+  std::printf(
+    "resumed %lld, placed again %lld; lost %lld, broken streams %lld, greedy mismatches %lld, KV blocks "
+    "leaked %lld, running slots left %lld\n",
+    static_cast<long long>(rep.resumed), static_cast<long long>(rep.migrations),
+    static_cast<long long>(rep.chaos.lost), static_cast<long long>(rep.chaos.bad_streams),
+    static_cast<long long>(rep.chaos.mismatches), static_cast<long long>(rep.leaked_blocks),
+    static_cast<long long>(rep.running_left));
   const bool clean = rep.chaos.lost == 0 && rep.chaos.bad_streams == 0 && rep.chaos.mismatches == 0 &&
                      rep.leaked_blocks == 0 && rep.running_left == 0 && rep.reference.lost == 0;
   return clean ? 0 : 1;
@@ -140,7 +143,8 @@ void add_chaos(CLI::App& app) {
   auto o = std::make_shared<chaos_cli>();
   CLI::App* cmd = app.add_subcommand(
     "chaos", "serve a model with fault injection and check that a greedy load survives random actor kills");
-  cmd->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
+  cmd
+    ->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
     ->required();
   add_topology_options(*cmd, o->topology);
   cmd->add_flag("--reference", o->reference, "run the plain-loop CPU reference backend on every rank");

@@ -45,7 +45,8 @@ int error_code_of(const net::rpc_response& r) {
 void authenticate(wire_client& c, const std::string& key, uint32_t msgid) {
   if (key.empty())
     return;
-  const auto r = c.call(request_frame(msgid, "auth", 1, [&](auto& pk) { pk.pack(key); }), msgid, call_timeout);
+  const auto r = c.call(request_frame(msgid, "auth", 1, [&](auto& pk) { pk.pack(key); }), msgid,
+                        call_timeout);
   if (error_code_of(r) != 0)
     throw input_error("chaos: the admin key was refused");
 }
@@ -115,7 +116,8 @@ std::vector<listed_actor> list_actors(wire_client& admin, uint32_t& msgid) {
     throw input_error("chaos: admin.actors failed (is the server started with --fault-injection?)");
   std::vector<listed_actor> out;
   for (const auto& a : r.result.as<std::vector<object_map>>())
-    out.push_back({a.at("kind").as<std::string>(), a.at("index").as<int64_t>(), a.at("restarts").as<int64_t>()});
+    out.push_back(
+      {a.at("kind").as<std::string>(), a.at("index").as<int64_t>(), a.at("restarts").as<int64_t>()});
   return out;
 }
 
@@ -134,8 +136,8 @@ std::optional<double> wait_recovered(wire_client& admin, uint32_t& msgid, const 
 }
 
 // Kills until `opts.num_kills` are done or the load is over.
-void kill_loop(uint16_t port, const std::string& key, const chaos_options& o, const std::atomic<bool>& load_done,
-               std::map<std::string, kind_report>& kinds) {
+void kill_loop(uint16_t port, const std::string& key, const chaos_options& o,
+               const std::atomic<bool>& load_done, std::map<std::string, kind_report>& kinds) {
   wire_client admin("127.0.0.1", port);
   uint32_t msgid = 1;
   authenticate(admin, key, msgid++);
@@ -153,12 +155,13 @@ void kill_loop(uint16_t port, const std::string& key, const chaos_options& o, co
       continue;  // no such actor lives now (no session between requests)
     const listed_actor victim = candidates[rng() % candidates.size()];
     const uint32_t id = msgid++;
-    const auto r = admin.call(request_frame(id, "admin.kill", 1,
-                                            [&](auto& pk) {
-                                              pk.pack_map(2);
-                                              pk.pack("kind").pack(victim.kind).pack("index").pack(victim.index);
-                                            }),
-                              id, call_timeout);
+    const auto r =
+      admin.call(request_frame(id, "admin.kill", 1,
+                               [&](auto& pk) {
+                                 pk.pack_map(2);
+                                 pk.pack("kind").pack(victim.kind).pack("index").pack(victim.index);
+                               }),
+                 id, call_timeout);
     if (error_code_of(r) != 0)
       continue;  // it ended between the listing and the kill
     const auto at = clock::now();
@@ -199,7 +202,8 @@ void count_leaks(uint16_t port, const std::string& key, chaos_report& rep) {
 
 }  // namespace
 
-chaos_report run_chaos(uint16_t port, const std::string& admin_key, int64_t vocab_size, const chaos_options& o) {
+chaos_report run_chaos(uint16_t port, const std::string& admin_key, int64_t vocab_size,
+                       const chaos_options& o) {
   if (o.kinds.empty())
     throw input_error("--kinds: name at least one kind");
   std::mt19937_64 rng(o.seed);

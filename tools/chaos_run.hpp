@@ -43,8 +43,8 @@ struct kind_report {
 struct chaos_report {
   pass_report reference, chaos;
   std::map<std::string, kind_report> kinds;
-  int64_t leaked_blocks = 0;  // KV blocks still in use once idle, over every rank
-  int64_t running_left = 0;   // the queue's running count once idle
+  int64_t leaked_blocks = 0;            // KV blocks still in use once idle, over every rank
+  int64_t running_left = 0;             // the queue's running count once idle
   int64_t resumed = 0, migrations = 0;  // from stats' recovery
 };
 

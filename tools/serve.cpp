@@ -60,11 +60,7 @@ void run(serve_options& o) {
   const topology_config topo = resolve_topology(o.topology);
   if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
     throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
-  if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
-    throw input_error(o.model_dir + "/tokenizer.json not found: serve needs the model's tokenizer");
-  validate_for_model(topo, load_model_config(o.model_dir));  // before minutes of loading
-  auto weights = std::make_shared<const model_weights>(load_weights(o.model_dir, o.weights, o.reference));
-  auto tok = tokenizer::load(o.model_dir);
+  auto [weights, tok] = load_for_serving(o.model_dir, topo, o.weights, o.reference, "serve");
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);
 

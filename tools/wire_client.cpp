@@ -51,7 +51,8 @@ bool wire_client::read_more(std::chrono::milliseconds timeout) {
 std::optional<net::rpc_message> wire_client::next(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (pending_.empty()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || !read_more(left))
       return std::nullopt;
   }
@@ -65,7 +66,8 @@ net::rpc_response wire_client::call(const msgpack::sbuffer& request, uint32_t ms
   send(request);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     auto m = next(std::max(left, std::chrono::milliseconds(0)));
     if (!m)
       throw input_error("no answer to request " + std::to_string(msgid) + " in time");

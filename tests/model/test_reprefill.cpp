@@ -18,8 +18,8 @@ using namespace moe;
 namespace {
 
 struct decoded {
-  std::vector<int32_t> tokens;                // greedy outputs
-  std::vector<std::vector<float>> logits;     // the logits each was picked from
+  std::vector<int32_t> tokens;             // greedy outputs
+  std::vector<std::vector<float>> logits;  // the logits each was picked from
 };
 
 int32_t argmax(const std::vector<float>& v) {

@@ -208,4 +208,10 @@ inline std::map<std::string, msgpack::object> result_map(const net::rpc_response
   return r.result.as<std::map<std::string, msgpack::object>>();
 }
 
+/// Sends `request` and returns the next response (notifications meanwhile are dropped).
+inline net::rpc_response ask(test_client& client, const std::string& request) {
+  client.send(request);
+  return client.next_response();
+}
+
 }  // namespace moe::testing

@@ -19,20 +19,8 @@ namespace {
 
 const net::auth_keys keys{.api_key = "client-secret", .admin_key = "admin-secret"};
 
-net::rpc_response ask(test_client& client, const std::string& request) {
-  client.send(request);
-  return client.next_response();
-}
-
 std::string auth_bytes(uint32_t msgid, const std::string& token) {
   return request_bytes(msgid, "auth", std::vector<std::string>{token});
-}
-
-std::string kill_bytes(uint32_t msgid, const std::string& kind, int64_t index) {
-  return packed([&](packer& pk) {
-    pk.pack_array(4).pack(0).pack(msgid).pack("admin.kill").pack_array(1).pack_map(2);
-    pk.pack("kind").pack(kind).pack("index").pack(index);
-  });
 }
 
 /// [0, msgid, "generate", [{input_ids, max_tokens: 6, temperature: 0, ignore_eos: true}]]

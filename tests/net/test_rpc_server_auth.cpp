@@ -25,11 +25,6 @@ std::string small_generate(uint32_t msgid) {
   });
 }
 
-net::rpc_response ask(test_client& client, const std::string& request) {
-  client.send(request);
-  return client.next_response();
-}
-
 std::string role_of(const net::rpc_response& r) { return result_map(r).at("role").as<std::string>(); }
 
 const net::auth_keys keys{.api_key = "client-secret", .admin_key = "admin-secret"};

@@ -19,18 +19,6 @@ namespace {
 
 const net::auth_keys keys{.api_key = "client-secret", .admin_key = "admin-secret"};
 
-net::rpc_response ask(test_client& client, const std::string& request) {
-  client.send(request);
-  return client.next_response();
-}
-
-std::string kill_bytes(uint32_t msgid, const std::string& kind, int64_t index) {
-  return packed([&](packer& pk) {
-    pk.pack_array(4).pack(0).pack(msgid).pack("admin.kill").pack_array(1).pack_map(2);
-    pk.pack("kind").pack(kind).pack("index").pack(index);
-  });
-}
-
 /// [0, msgid, "generate", [{input_ids, max_tokens, temperature: 0, ignore_eos: true, stream: true}]]
 std::string streamed_generate(uint32_t msgid, const std::vector<int32_t>& ids, int32_t max_tokens) {
   return packed([&](packer& pk) {

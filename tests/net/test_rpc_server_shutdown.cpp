@@ -26,6 +26,14 @@ std::string streamed_generate(uint32_t msgid, const std::vector<int32_t>& ids, i
   });
 }
 
+/// A server whose requests may stream 200 tokens, and a client connected to it.
+test_client start_for_long_streams(server_fixture& fx) {
+  fx.topo.max_context = 256;
+  fx.topo.kv_blocks = 160;
+  fx.start();
+  return test_client(fx.server->port());
+}
+
 std::map<std::string, msgpack::object> error_map(const net::rpc_response& r) {
   return r.error.as<std::map<std::string, msgpack::object>>();
 }
@@ -35,10 +43,7 @@ std::map<std::string, msgpack::object> error_map(const net::rpc_response& r) {
 TEST_CASE_FIXTURE(server_fixture, "a draining server refuses new generates and lets those in flight finish") {
   if (skip_without_tokenizer())
     return;
-  topo.max_context = 256;
-  topo.kv_blocks = 160;
-  start();
-  test_client client(server->port());
+  test_client client = start_for_long_streams(*this);
   const std::vector<int32_t> prompt = {0, 40, 41, 42};
   client.send(streamed_generate(1, prompt, 200));
   REQUIRE(std::holds_alternative<net::rpc_notification>(client.next()));  // it streams
@@ -66,10 +71,7 @@ TEST_CASE_FIXTURE(server_fixture,
                   "past the grace period the generates in flight get a 503 and free their KV") {
   if (skip_without_tokenizer())
     return;
-  topo.max_context = 256;
-  topo.kv_blocks = 160;
-  start();
-  test_client client(server->port());
+  test_client client = start_for_long_streams(*this);
   client.send(streamed_generate(1, {0, 50, 51}, 200) + streamed_generate(2, {0, 60, 61}, 200));
   REQUIRE(std::holds_alternative<net::rpc_notification>(client.next()));
   CHECK(server->drain(0ms) == 2);

@@ -39,6 +39,14 @@ std::string notification_bytes(std::string_view method, const Params& params) {
 }
 
 /// One whole msgpack value from `bytes` (throws if there is more or less than one).
+/// [0, msgid, "admin.kill", [{kind, index}]]
+inline std::string kill_bytes(uint32_t msgid, const std::string& kind, int64_t index) {
+  return packed([&](packer& pk) {
+    pk.pack_array(4).pack(0).pack(msgid).pack("admin.kill").pack_array(1).pack_map(2);
+    pk.pack("kind").pack(kind).pack("index").pack(index);
+  });
+}
+
 inline msgpack::object_handle unpack_one(const std::string& bytes) {
   size_t offset = 0;
   msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), offset);

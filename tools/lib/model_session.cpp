@@ -94,4 +94,13 @@ std::unique_ptr<model_session> open_session(const session_options& opts, bool ne
   return s;
 }
 
+served_checkpoint load_for_serving(const std::string& dir, const topology_config& topo,
+                                   const weight_options& opts, bool reference, const std::string& verb) {
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+    throw input_error(dir + "/tokenizer.json not found: " + verb + " needs the model's tokenizer");
+  validate_for_model(topo, load_model_config(dir));
+  return {.weights = std::make_shared<const model_weights>(load_weights(dir, opts, reference)),
+          .tok = tokenizer::load(dir)};
+}
+
 }  // namespace moe::tools

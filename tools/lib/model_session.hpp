@@ -11,6 +11,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/checkpoint/checkpoint.hpp"
 #include "kernels/model/forward.hpp"
+#include "config/topology.hpp"
 #include "kernels/tokenizer/tokenizer.hpp"
 
 namespace moe::tools {
@@ -27,6 +28,18 @@ void add_weight_options(CLI::App& cmd, weight_options& opts);
 /// Opens the checkpoint `dir` and loads its weights as `opts` say, laid out for the fast path
 /// unless `reference`; throws input_error with a clear message on bad input.
 [[nodiscard]] model_weights load_weights(const std::string& dir, const weight_options& opts, bool reference);
+
+/// A checkpoint to serve on a topology: its weights and its tokenizer.
+struct served_checkpoint {
+  std::shared_ptr<const model_weights> weights;
+  std::shared_ptr<const tokenizer> tok;
+};
+
+/// Checks, before minutes of loading, that `dir` has its tokenizer and that the topology fits
+/// the model, then loads both (input_error naming `verb` otherwise).
+[[nodiscard]] served_checkpoint load_for_serving(const std::string& dir, const topology_config& topo,
+                                                 const weight_options& opts, bool reference,
+                                                 const std::string& verb);
 
 struct session_options {
   std::string model_dir;
