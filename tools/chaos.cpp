@@ -21,6 +21,7 @@
 #include "tools/chaos_run.hpp"
 #include "tools/commands.hpp"
 #include "tools/lib/model_session.hpp"
+#include "tools/lib/running_cluster.hpp"
 #include "tools/lib/topology_options.hpp"
 
 namespace moe::tools {
@@ -86,12 +87,9 @@ int run(chaos_cli& o) {
   const topology_config topo = resolve_topology(o.topology);
   o.run.kinds = parse_kinds(o.kinds, topo);
   auto [weights, tok] = load_for_serving(o.model_dir, topo, o.weights, o.reference, "chaos");
-  caf::actor_system_config cfg;
-  configure_actor_system(cfg);
-  caf::actor_system sys{cfg};
-  const cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = o.reference});
-  const auto stop_cluster = [](const cluster* x) { x->stop(); };
-  const std::unique_ptr<const cluster, decltype(stop_cluster)> stopper(&c, stop_cluster);
+  running_cluster running(weights, tok, {.topology = topo, .reference = o.reference});
+  caf::actor_system& sys = running.system();
+  const cluster& c = running.handles();
   std::random_device entropy;
   const std::string admin_key = "chaos-" + std::to_string(entropy()) + std::to_string(entropy());
   chaos_report rep;

@@ -17,6 +17,7 @@
 #include "net/server_log.hpp"
 #include "tools/commands.hpp"
 #include "tools/lib/model_session.hpp"
+#include "tools/lib/running_cluster.hpp"
 #include "tools/lib/topology_options.hpp"
 
 namespace moe::tools {
@@ -64,14 +65,9 @@ void run(serve_options& o) {
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);
 
-  caf::actor_system_config cfg;
-  configure_actor_system(cfg);
-  caf::actor_system sys{cfg};
-  const cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = o.reference});
-  // NOTE: the actor system's destructor waits for every actor: stop the cluster on every way
-  // out, a failed bind included, or `serve` hangs instead of exiting with the error.
-  const auto stop_cluster = [](const cluster* x) { x->stop(); };
-  const std::unique_ptr<const cluster, decltype(stop_cluster)> stopper(&c, stop_cluster);
+  running_cluster running(weights, tok, {.topology = topo, .reference = o.reference});
+  caf::actor_system& sys = running.system();
+  const cluster& c = running.handles();
   net::serving_target target{
     .handles = c,
     .tok = tok,
