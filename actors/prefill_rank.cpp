@@ -170,7 +170,11 @@ void sample_step(prefill_pointer self, step_pipeline& pipeline, const std::strin
           const std::span<const float> logits = std::span(pipeline.logits(static_cast<int64_t>(mb)))
                                                   .subspan(i * static_cast<size_t>(vocab),
                                                            static_cast<size_t>(vocab));
-          auto pick = std::make_shared<sampler>(t->job.spec.sampling, prompt);
+          // tokens an earlier placement generated are output, not prompt, to the sampler
+          const auto num_generated = static_cast<std::ptrdiff_t>(t->job.spec.num_generated);
+          auto pick = std::make_shared<sampler>(
+            t->job.spec.sampling, std::vector<int32_t>(prompt.begin(), prompt.end() - num_generated));
+          pick->resume_after(std::span(prompt).last(static_cast<size_t>(num_generated)));
           picked_token next = pick_token(*pick, logits, t->job.spec.sampling.logprobs);
           const int32_t first = next.token_id;
           prefill_step_result::outcome o{.task = t,

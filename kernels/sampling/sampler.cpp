@@ -157,6 +157,13 @@ void sampler::accept(int32_t token_id) {
     seen_[static_cast<size_t>(token_id)] = 1;
 }
 
+void sampler::resume_after(std::span<const int32_t> generated) {
+  for (const int32_t id : generated)
+    accept(id);
+  if (params_.temperature >= sampling_eps)
+    rng_.discard(generated.size());
+}
+
 int32_t sampler::sample(std::span<const float> logits) {
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;

@@ -46,6 +46,11 @@ class sampler {
   [[nodiscard]] int32_t sample(std::span<const float> logits);
   /// Records a generated token (for presence/frequency/repetition penalties).
   void accept(int32_t token_id);
+
+  /// The state after `generated` were sampled and accepted: their counts, and the RNG as after
+  /// their draws (one per token when temperature > 0, as sample() draws). A request placed
+  /// again goes on with the numbers a seeded run without the move would have drawn.
+  void resume_after(std::span<const int32_t> generated);
   [[nodiscard]] const sampling_params& params() const noexcept { return params_; }
 
  private:

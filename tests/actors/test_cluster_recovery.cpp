@@ -288,3 +288,34 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: killing the ranks of 1P+1D under loa
   CHECK(restarts["decode_balancer"] == 2);
   c.stop();
 }
+
+TEST_CASE_FIXTURE(recovery_case, "recovery: seeded requests placed again draw what they would have drawn") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights =
+    std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+  topology_config topo = recovery_topology();
+  topo.prefill_ranks = 1;
+  topo.decode_ranks = 1;
+  topo.max_running_requests = 8;
+  std::vector<request_spec> specs = greedy_requests(30, 29);
+  for (size_t i = 0; i < specs.size(); ++i) {  // sampled, with penalties on the tokens so far
+    specs[i].sampling.temperature = 0.9f;
+    specs[i].sampling.seed = 1000 + i;
+    specs[i].sampling.frequency_penalty = 0.5f;
+    specs[i].sampling.max_tokens = 8;
+  }
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  std::map<uint64_t, size_t> index_of;
+  std::map<uint64_t, collected> got = run_with_kills(c, specs, {"decode_rank", "prefill_rank"}, {0, 0}, 5, 4,
+                                                     index_of);
+  reference(weights, tok, topo);
+  check_outputs(specs, index_of, got);  // the generator with the same seeds, never moved
+  int64_t migrated = 0;
+  for (const auto& [id, g] : got)
+    migrated += g.result.num_migrations > 0 && g.result.output_ids.size() > 1 ? 1 : 0;
+  MESSAGE("requests placed again after a token: " << migrated << " of " << specs.size());
+  CHECK(migrated > 0);
+  c.stop();
+}

@@ -14,8 +14,8 @@ caf::actor_system_config& configured(caf::actor_system_config& cfg) {
 
 }  // namespace
 
-running_cluster::running_cluster(std::shared_ptr<const model_weights> weights, std::shared_ptr<const tokenizer> tok,
-                                 const cluster_config& cfg)
+running_cluster::running_cluster(std::shared_ptr<const model_weights> weights,
+                                 std::shared_ptr<const tokenizer> tok, const cluster_config& cfg)
     : sys_(configured(cfg_)), cluster_(spawn_cluster(sys_, std::move(weights), std::move(tok), cfg)) {}
 
 running_cluster::~running_cluster() { cluster_.stop(); }
