@@ -77,7 +77,8 @@ struct rank_recipe {
 constexpr int queue_id_bits = 40;
 
 std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, const rank_recipe& recipe,
-                                    decode_balancer_config decode_cfg, request_queue_config queue_cfg) {
+                                    decode_balancer_config decode_cfg, request_queue_config queue_cfg,
+                                    const prefill_balancer_graph& prefill_graph) {
   std::vector<child_spec> specs;
   // A restarted queue gives ids above its predecessors' and learns from the prefill balancer
   // which requests run; the bridges give back what it held (resume_state::queue_restarted).
@@ -93,13 +94,33 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
                        return untyped(spawn_request_queue(sys, cfg, current("prefill_balancer", 0)));
                      },
                    .introduce = {}});  // the prefill balancer learns it when asked its requests
-  specs.push_back({.kind = "prefill_balancer",
-                   .restart = restart_policy::never,
-                   .running = untyped(c.prefill_balancer),
-                   .start = {},
-                   .introduce = {},
-                   .worker_kind = "session"});
-  const size_t num_decode = c.decode_ranks.size();
+  const size_t num_prefill = c.prefill_ranks.size(), num_decode = c.decode_ranks.size();
+  // A restarted prefill balancer starts empty: the sessions of its predecessor end with it, and
+  // their clients resume what they held (the queue tells them: actors/request_queue.hpp).
+  specs.push_back(
+    {.kind = "prefill_balancer",
+     .restart = restart_policy::permanent,
+     .running = untyped(c.prefill_balancer),
+     .start =
+       [&sys, graph = prefill_graph, num_prefill, num_decode](const child_lookup& current) {
+         prefill_balancer_graph g = graph;
+         for (size_t r = 0; r < num_prefill; ++r)
+           g.prefill_ranks.push_back(
+             caf::actor_cast<prefill_rank_actor>(current("prefill_rank", static_cast<int64_t>(r))));
+         for (size_t r = 0; r < num_decode; ++r)
+           g.decode_ranks.push_back(
+             caf::actor_cast<decode_rank_actor>(current("decode_rank", static_cast<int64_t>(r))));
+         g.decode_balancer = caf::actor_cast<decode_balancer_actor>(current("decode_balancer", 0));
+         g.queue = current("request_queue", 0);
+         g.metrics = current("metrics", 0);
+         return untyped(spawn_prefill_balancer(sys, std::move(g)));
+       },
+     .introduce =
+       [](const caf::actor& fresh, const child_lookup& current) {
+         caf::anon_send(caf::actor_cast<request_queue_actor>(current("request_queue", 0)), route_atom::value,
+                        fresh);
+       },
+     .worker_kind = "session"});
   decode_cfg.rebuild = true;  // a restarted one collects the ranks' bookings first
   specs.push_back({.kind = "decode_balancer",
                    .restart = restart_policy::permanent,
@@ -226,13 +247,20 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
     caf::anon_send(r, route_atom::value, untyped(c.decode_balancer));
   c.metrics = spawn_metrics(sys);
   // the queue hands requests to the prefill balancer, which learns the queue right after
-  c.prefill_balancer = spawn_prefill_balancer(sys, {.prefill_ranks = c.prefill_ranks,
-                                                    .decode_ranks = c.decode_ranks,
-                                                    .decode_balancer = c.decode_balancer,
-                                                    .queue = {},
-                                                    .tok = std::move(tok),
-                                                    .metrics = caf::actor_cast<caf::actor>(c.metrics),
-                                                    .max_context = max_context});
+  // what a restarted prefill balancer keeps (the handles it gets are the current ones)
+  const prefill_balancer_graph prefill_graph{.prefill_ranks = {},
+                                             .decode_ranks = {},
+                                             .decode_balancer = {},
+                                             .queue = {},
+                                             .tok = std::move(tok),
+                                             .metrics = {},
+                                             .max_context = max_context};
+  prefill_balancer_graph first = prefill_graph;
+  first.prefill_ranks = c.prefill_ranks;
+  first.decode_ranks = c.decode_ranks;
+  first.decode_balancer = c.decode_balancer;
+  first.metrics = caf::actor_cast<caf::actor>(c.metrics);
+  c.prefill_balancer = spawn_prefill_balancer(sys, std::move(first));
   const request_queue_config queue_cfg{.max_queued = topo.max_queued_requests,
                                        .max_running = topo.max_running_requests * topo.decode_ranks};
   c.queue = spawn_request_queue(sys, queue_cfg, caf::actor_cast<caf::actor>(c.prefill_balancer));
@@ -242,7 +270,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                            .prefill_group = prefill_group,
                            .decode_group = decode_group,
                            .links = links};
-  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg), cfg.restarts);
+  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg, prefill_graph),
+                                  cfg.restarts);
   c.root = untyped(c.supervisor);
   if (cfg.stall_timeout.count() > 0) {
     watchdog_config w{.watched = {},

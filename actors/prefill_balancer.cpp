@@ -97,6 +97,16 @@ void place_again(balancer_pointer self, uint64_t pid, request_spec spec, const c
                  prefill_job{pid, std::move(spec), decode, session, caf::actor_cast<caf::actor>(self)});
 }
 
+// The rank at `addr` (if it is one of the current ones) is dead until its successor is introduced.
+void mark_down(prefill_balancer_state& st, const caf::actor_addr& addr) {
+  for (size_t r = 0; r < st.graph.prefill_ranks.size(); ++r)
+    if (st.graph.prefill_ranks[r].address() == addr)
+      st.prefill_down[r] = true;
+  for (size_t r = 0; r < st.graph.decode_ranks.size(); ++r)
+    if (st.graph.decode_ranks[r].address() == addr)
+      st.decode_down[r] = true;
+}
+
 // Request `id`'s first placement (by its client, not a migration), while it picks a decode rank.
 std::map<uint64_t, prefill_balancer_state::pending_pick>::iterator first_pick_of(prefill_balancer_state& st,
                                                                                  uint64_t id) {
@@ -213,12 +223,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
         caf::anon_send(st.graph.queue, done_atom::value, id);
       return;
     }
-    for (size_t r = 0; r < st.graph.prefill_ranks.size(); ++r)
-      if (st.graph.prefill_ranks[r].address() == dm.source)
-        st.prefill_down[r] = true;
-    for (size_t r = 0; r < st.graph.decode_ranks.size(); ++r)
-      if (st.graph.decode_ranks[r].address() == dm.source)
-        st.decode_down[r] = true;
+    mark_down(st, dm.source);
   });
   return {
     [=](submit_atom, uint64_t id, request_spec& spec, caf::actor& client, resume_state& resumed) {
@@ -293,8 +298,10 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       st.decode_down[index] = false;
       retry_deferred(self);
     },
-    [=](migrate_atom, uint64_t id, uint64_t pid, request_spec& rest, caf::actor& session) {
+    [=](migrate_atom, uint64_t id, uint64_t pid, request_spec& rest, caf::actor& session,
+        const caf::actor_addr& lost_rank) {
       auto& st = self->state;
+      mark_down(st, lost_rank);
       if (st.sessions.count(id) == 0)
         return;  // ended meanwhile
       st.picking[pid] = {.spec = std::move(rest),

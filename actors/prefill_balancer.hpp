@@ -42,7 +42,9 @@ using prefill_balancer_actor = caf::typed_actor<
   caf::reacts_to<peers_atom, int64_t, decode_rank_actor>,
   // Session of request `id` lost a rank: place (prompt + tokens so far, the tokens left) again
   // under placement id `pid`; the session gets (route_atom, prefill rank, decode rank).
-  caf::reacts_to<migrate_atom, uint64_t, uint64_t, request_spec, caf::actor>,
+  // The lost rank counts as down from now on (its down_msg may not be here yet), so that the
+  // request is not placed on it again.
+  caf::reacts_to<migrate_atom, uint64_t, uint64_t, request_spec, caf::actor, caf::actor_addr>,
   // A prefill rank is done with request `id` (either way).
   caf::reacts_to<done_atom, uint64_t>,
   // The client cancelled request `id` (via the queue): its session ends it.

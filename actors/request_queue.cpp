@@ -8,7 +8,8 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <algorithm>
 #include <deque>
-#include <unordered_set>
+#include <unordered_map>
+#include <vector>
 #include <utility>
 
 #include "actors/errors.hpp"
@@ -28,7 +29,8 @@ struct request_queue_state {
     resume_state resumed;
   };
   std::deque<waiting_request> waiting;
-  std::unordered_set<uint64_t> running;
+  std::unordered_map<uint64_t, caf::actor> running;  // id -> its client (null: not known yet)
+  std::vector<waiting_request> held;  // handed down while downstream was down: sent to its successor
   queue_stats stats;
   static inline const char* name = "request_queue";
 };
@@ -36,9 +38,22 @@ struct request_queue_state {
 using queue_pointer = request_queue_actor::stateful_pointer<request_queue_state>;
 
 void hand_down(request_queue_state& st, request_queue_state::waiting_request w) {
-  st.running.insert(w.id);
+  st.running[w.id] = w.client;
+  if (!st.downstream)
+    return st.held.push_back(std::move(w));
   caf::anon_send(st.downstream, submit_atom::value, w.id, std::move(w.spec), std::move(w.client),
                  std::move(w.resumed));
+}
+
+// Downstream (the prefill balancer) died with what it held: each running request's client
+// hears it (migrate_atom, id) and resumes the request unless a session of it lives (that
+// session ends too, and its client resumes it then). Hand-downs wait for the successor.
+void downstream_lost(queue_pointer self) {
+  auto& st = self->state;
+  st.downstream = {};
+  for (const auto& [id, client] : st.running)
+    if (client)
+      caf::anon_send(client, migrate_atom::value, id);
 }
 
 // Hands waiting requests downstream while running slots are free.
@@ -58,10 +73,14 @@ bool is_waiting(const request_queue_state& st, uint64_t id) {
 void resume(queue_pointer self, uint64_t id, request_spec& spec, resume_state& state) {
   auto& st = self->state;
   const bool running = st.running.count(id) > 0;
-  if (state.queue_restarted && (running || is_waiting(st, id)))
+  if (state.queue_restarted && is_waiting(st, id))
     return;  // still held where it is
   request_queue_state::waiting_request w{
     id, std::move(spec), caf::actor_cast<caf::actor>(self->current_sender()), std::move(state)};
+  if (running && w.resumed.queue_restarted) {  // still held downstream: this is its client
+    st.running[id] = w.client;
+    return;
+  }
   if (running)  // its slot is its own still
     return hand_down(st, std::move(w));
   st.waiting.push_front(std::move(w));  // admitted before anything waiting now
@@ -75,8 +94,18 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
   self->state.downstream = std::move(downstream);
   if (cfg.rebuild && self->state.downstream)  // awaited: nothing else is handled before it
     self->request(self->state.downstream, caf::infinite, bookings_atom::value)
-      .await([=](const std::vector<uint64_t>& ids) { self->state.running.insert(ids.begin(), ids.end()); },
-             [](const caf::error&) {});  // downstream is gone too: nothing runs
+      .await(
+        [=](const std::vector<uint64_t>& ids) {
+          for (const uint64_t id : ids)
+            self->state.running.emplace(id, caf::actor{});  // its client says who it is
+        },
+        [](const caf::error&) {});  // downstream is gone too: nothing runs
+  if (self->state.downstream)
+    self->monitor(self->state.downstream);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    if (self->state.downstream && dm.source == self->state.downstream.address())
+      downstream_lost(self);
+  });
   return {
     [=](submit_atom, request_spec& spec) -> caf::result<uint64_t> {
       auto& st = self->state;
@@ -91,6 +120,15 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
       return id;
     },
     [=](resume_atom, uint64_t id, request_spec& spec, resume_state& state) { resume(self, id, spec, state); },
+    [=](route_atom, caf::actor& downstream) {  // downstream's successor
+      auto& st = self->state;
+      st.downstream = std::move(downstream);
+      self->monitor(st.downstream);
+      std::vector<request_queue_state::waiting_request> held = std::move(st.held);
+      st.held.clear();
+      for (auto& w : held)
+        hand_down(st, std::move(w));
+    },
     [=](done_atom, uint64_t id) {
       if (self->state.running.erase(id) > 0)  // a stray or repeated done is ignored
         start_waiting(self);
@@ -102,7 +140,14 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
       if (it != st.waiting.end()) {
         caf::anon_send(it->client, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
         st.waiting.erase(it);
-      } else if (st.running.count(id) > 0) {
+      } else if (auto h = std::find_if(st.held.begin(), st.held.end(),
+                                       [id](const auto& w) { return w.id == id; });
+                 h != st.held.end()) {  // answered here: it never reached downstream
+        caf::anon_send(h->client, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
+        st.running.erase(id);
+        st.held.erase(h);
+        start_waiting(self);
+      } else if (st.running.count(id) > 0 && st.downstream) {
         caf::anon_send(st.downstream, cancel_atom::value, id);
       }
     },

@@ -21,6 +21,10 @@ using request_queue_actor = caf::typed_actor<
   // running downstream stays there after a restart; after a lost session it goes downstream
   // again at once, keeping its running slot.
   caf::reacts_to<resume_atom, uint64_t, request_spec, resume_state>,
+  // Downstream's successor (a restarted prefill balancer): what was handed down while there
+  // was none goes to it. When downstream dies, each running request's client is told
+  // (migrate_atom, id) so that it resumes what no live session holds.
+  caf::reacts_to<route_atom, caf::actor>,
   // A request handed downstream has finished (any way): frees its running slot.
   caf::reacts_to<done_atom, uint64_t>,
   // Cancels request `id`: a waiting one is answered at once (done_atom, session_result with

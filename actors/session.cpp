@@ -7,6 +7,7 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 
+#include "actors/errors.hpp"
 #include "actors/metrics.hpp"
 #include "kernels/model/output_text.hpp"
 
@@ -75,7 +76,7 @@ void watch(session_pointer self) {
 }
 
 // A rank the request needs is gone: place it again (prompt + tokens so far), or give up.
-void migrate(session_pointer self, const std::string& lost) {
+void migrate(session_pointer self, const std::string& lost, const caf::actor_addr& lost_rank) {
   auto& st = self->state;
   const uint64_t migrations = st.attempt - st.first_attempt;
   if (!st.cfg.placer || migrations >= static_cast<uint64_t>(st.cfg.max_migrations)) {
@@ -98,7 +99,7 @@ void migrate(session_pointer self, const std::string& lost) {
   st.placing = true;
   request_spec rest = continued(st.cfg.spec, st.result.output_ids);
   caf::anon_send(st.cfg.placer, migrate_atom::value, st.cfg.request_id, st.placement, std::move(rest),
-                 caf::actor_cast<caf::actor>(self));
+                 caf::actor_cast<caf::actor>(self), lost_rank);
 }
 
 // The client is gone: free what the ranks hold and end, answering no one.
@@ -110,6 +111,18 @@ void abandon(session_pointer self) {
     caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
   static_cast<void>(st.text->finish());  // held back for stop strings: no one to stream it to
   answer(self, finish_reason::abort, {});
+}
+
+// The prefill balancer that placed it is gone (its successor knows nothing of this session):
+// the session ends as a crash does, answering no one and keeping the running slot; its ranks
+// free what they hold, and its client resumes the request from what was streamed.
+void lost_placer(session_pointer self) {
+  auto& st = self->state;
+  if (st.cfg.prefill_rank)
+    caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
+  if (st.cfg.decode_rank)
+    caf::anon_send(st.cfg.decode_rank, done_atom::value, st.placement);
+  self->quit(caf::make_error(serve_errc::unavailable, "the prefill balancer was lost"));
 }
 
 // Continues where an earlier session of the request stopped: its tokens count as output, its
@@ -141,14 +154,18 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
     caf::anon_send(client, attach_atom::value, self->state.cfg.request_id, caf::actor_cast<caf::actor>(self));
     self->monitor(client);
   }
+  if (self->state.cfg.placer)
+    self->monitor(self->state.cfg.placer);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.cfg.client && dm.source == st.cfg.client.address())
       abandon(self);
+    else if (st.cfg.placer && dm.source == st.cfg.placer.address())
+      lost_placer(self);
     else if (st.cfg.decode_rank && dm.source == st.cfg.decode_rank.address())
-      migrate(self, "decode rank");
+      migrate(self, "decode rank", dm.source);
     else if (st.cfg.prefill_rank && dm.source == st.cfg.prefill_rank.address() && !st.prefilled)
-      migrate(self, "prefill rank");
+      migrate(self, "prefill rank", dm.source);
   });
   return {
     [=](start_atom, std::chrono::steady_clock::time_point at) {

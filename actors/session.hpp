@@ -40,9 +40,12 @@ struct session_config {
   caf::actor prefill_rank;          // told to cancel when the client cancels (may be null)
   std::vector<caf::actor> on_done;  // each gets (done_atom, request_id) at the end
   caf::actor metrics;               // gets (done_atom, request_record) at the end (may be null)
-  // Gets (migrate_atom, request_id, placement id, what is left of the request, session) when
+  // Gets (migrate_atom, request_id, placement id, what is left of the request, session, the
+  // lost rank) when
   // its prefill rank dies before the first token or its decode rank dies: prompt + tokens so
-  // far, max_tokens less those. Null: a lost rank ends the request with an error.
+  // far, max_tokens less those. Null: a lost rank ends the request with an error. When the
+  // placer dies the session exits (serve_errc::unavailable) without answering, for its client
+  // to resume the request.
   caf::actor placer;
   int64_t max_migrations = 3;  // then the request ends with an error ("unavailable: ...")
   // How far an earlier session got (empty: the request starts here). The ranks are asked for

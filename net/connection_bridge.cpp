@@ -32,7 +32,9 @@ constexpr auto submit_timeout = std::chrono::seconds(30);
 constexpr auto close_grace = std::chrono::seconds(10);
 constexpr uint32_t overloaded_retry_ms = 100;
 constexpr uint32_t unavailable_retry_ms = 1000;
-constexpr uint64_t max_resumes = 3;  // sessions of one request lost; then a 503
+constexpr uint64_t max_resumes = 3;  // sessions of one request crashed; then a 503
+// sessions of one request in all (their placement ids: placement_id, max_placements_per_session)
+constexpr uint64_t max_sessions = 256 / max_placements_per_session;
 
 struct generate_job {
   uint32_t msgid = 0;
@@ -61,6 +63,7 @@ struct in_flight {
   std::string text;         // the text streamed so far
   caf::actor session;       // holds it now (monitored); null before it attaches or once lost
   bool queue_lost = false;  // its submit went to a queue that died: sent again to the next one
+  uint64_t crashes = 0;     // sessions of it that crashed (not ended with their balancer)
 };
 
 struct early_messages {
@@ -68,6 +71,7 @@ struct early_messages {
   std::optional<session_result> result;
   caf::actor session;
   caf::actor_addr lost_session;  // it died before the submit reply came
+  bool crashed = false;          // (and not with its balancer)
 };
 
 struct bridge_state {
@@ -177,7 +181,7 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
 void submit(bridge_pointer self, uint32_t msgid);
 
 // The session holding `msgid` died (not after answering: then its result is here or on its way).
-void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lost) {
+void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lost, bool crashed) {
   auto& st = self->state;
   in_flight& f = st.by_msgid.at(msgid);
   f.session = {};
@@ -187,7 +191,10 @@ void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lo
     session_result aborted{id, {}, {}, finish_reason::abort, {}};
     return on_result(self, msgid, aborted);
   }
-  if (f.progress.generation >= max_resumes) {
+  // A request whose sessions keep crashing may be what crashes them: it ends. One whose
+  // balancer was lost is not at fault, but placement ids allow only so many sessions.
+  f.crashes += crashed ? 1 : 0;
+  if (f.crashes > max_resumes || f.progress.generation + 1 >= max_sessions) {
     caf::anon_send(st.queue, done_atom::value, id);
     st.msgid_of.erase(id);
     return fail(self, msgid,
@@ -200,6 +207,28 @@ void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lo
   f.progress.lost_session = lost;
   f.progress.queue_restarted = false;
   if (!st.finding_queue)  // else it goes with the others to the next queue
+    self->send(st.queue, resume_atom::value, id, f.spec, f.progress);
+}
+
+// What held request `id` downstream (the prefill balancer) died. A live session of it dies too,
+// and its down resumes it; without one (it was still picking its ranks) it is resumed now.
+void holder_lost(bridge_pointer self, uint64_t id) {
+  auto& st = self->state;
+  auto it = st.msgid_of.find(id);
+  if (it == st.msgid_of.end())
+    return;
+  const uint32_t msgid = it->second;
+  in_flight& f = st.by_msgid.at(msgid);
+  if (f.session)
+    return;  // its session's end resumes it
+  // (a resume sent before may have died with the balancer: sent again, the successor takes one)
+  if (st.closed || f.cancel_requested) {  // it was to end anyway: it ends here, its slot freed
+    caf::anon_send(st.queue, done_atom::value, id);
+    session_result aborted{id, {}, {}, finish_reason::abort, {}};
+    return on_result(self, msgid, aborted);
+  }
+  f.progress.queue_restarted = false;
+  if (!st.finding_queue)
     self->send(st.queue, resume_atom::value, id, f.spec, f.progress);
 }
 
@@ -228,7 +257,7 @@ void on_admitted(bridge_pointer self, uint32_t msgid, uint64_t request_id) {
     if (early.result)
       on_result(self, msgid, *early.result);
     else if (early.lost_session)
-      session_lost(self, msgid, early.lost_session);
+      session_lost(self, msgid, early.lost_session, early.crashed);
   }
   maybe_quit(self);  // closed while this was unanswered
 }
@@ -326,14 +355,16 @@ void on_down(bridge_pointer self, const caf::down_msg& dm) {
     return;
   }
   if (!dm.reason || dm.reason == caf::exit_reason::normal)
-    return;  // a session that answered
+    return;                                                   // a session that answered
+  const bool crashed = dm.reason != serve_errc::unavailable;  // else it ended with its balancer
   for (auto& [msgid, f] : st.by_msgid)
     if (f.session && f.session.address() == dm.source)
-      return session_lost(self, msgid, dm.source);
+      return session_lost(self, msgid, dm.source, crashed);
   for (auto& [id, early] : st.early)
     if (early.session && early.session.address() == dm.source) {
       early.session = {};
       early.lost_session = dm.source;
+      early.crashed = crashed;
     }
 }
 
@@ -385,6 +416,7 @@ caf::behavior connection_bridge(caf::stateful_actor<bridge_state>* self, bridge_
         attach(self, st.by_msgid.at(it->second), std::move(session));
       }
     },
+    [=](migrate_atom, uint64_t request_id) { holder_lost(self, request_id); },
     [=](token_atom, stream_chunk& chunk) {
       auto it = self->state.msgid_of.find(chunk.request_id);
       if (it == self->state.msgid_of.end())

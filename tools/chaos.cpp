@@ -39,7 +39,8 @@ struct chaos_cli {
 
 // The kinds a kill of which the cluster recovers from (ranks only alone in their EP group).
 std::vector<std::string> restartable_kinds(const topology_config& topo) {
-  std::vector<std::string> out = {"request_queue", "decode_balancer", "metrics", "session"};
+  std::vector<std::string> out = {"request_queue", "prefill_balancer", "decode_balancer", "metrics",
+                                  "session"};
   if (topo.prefill_ranks == 1)
     out.emplace_back("prefill_rank");
   if (topo.decode_ranks == 1)
@@ -59,7 +60,7 @@ std::vector<std::string> parse_kinds(const std::string& list, const topology_con
       for (const std::string& a : allowed)
         names += (names.empty() ? "" : ", ") + a;
       throw input_error("--kinds: " + k + " is not one this topology recovers from (" + names +
-                        "; the prefill balancer and ranks of EP groups of 2+ are not restartable yet)");
+                        "; ranks of EP groups of 2+ are not restartable yet)");
     }
     out.push_back(k);
   }
@@ -159,7 +160,8 @@ void add_chaos(CLI::App& app) {
     ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--kinds", o->kinds,
                   "comma-separated kinds to kill (default: every kind this topology recovers from: "
-                  "request_queue, decode_balancer, metrics, session, and the ranks of groups of one)");
+                  "request_queue, prefill_balancer, decode_balancer, metrics, session, and the ranks of "
+                  "groups of one)");
   cmd->add_option("--interval", o->run.interval_s, "mean seconds between kills (default 0.3)")
     ->check(CLI::Range(0.001, 3600.0));
   cmd->add_option("--seed", o->run.seed, "prompts and kills (default 1)");
