@@ -209,3 +209,35 @@ TEST_CASE_FIXTURE(server_fixture, "streamed generates survive killed sessions, q
   CHECK(kills["decode_balancer"] >= 1);
   CHECK(kills["prefill_balancer"] >= 1);
 }
+
+TEST_CASE_FIXTURE(server_fixture,
+                  "a client that disconnects while its requests migrate leaves nothing behind") {
+  if (skip_without_tokenizer())
+    return;
+  start({}, keys, 1000, /*fault_injection=*/true);
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, request_bytes(1, "auth", std::vector<std::string>{"admin-secret"}))) == 0);
+  uint32_t msgid = 10;
+  for (const char* kind : {"decode_rank", "session", "prefill_balancer"}) {
+    CAPTURE(kind);
+    {
+      test_client client(server->port());
+      REQUIRE(error_code(ask(client, request_bytes(1, "auth", std::vector<std::string>{"client-secret"}))) ==
+              0);
+      std::string pipelined;
+      for (uint32_t i = 0; i < 6; ++i)
+        pipelined += streamed_generate(100 + i, {0, static_cast<int32_t>(400 + i), 9}, 60);
+      client.send(pipelined);
+      REQUIRE(std::holds_alternative<net::rpc_notification>(client.next()));  // streaming
+      int64_t index = 0;
+      if (std::string(kind) == "session") {
+        const auto live = some_session(admin, msgid++, 0);
+        REQUIRE(live);
+        index = *live;
+      }
+      REQUIRE(error_code(ask(admin, kill_bytes(msgid++, kind, index))) == 0);
+      client.close();  // while its requests are placed again or resumed
+    }
+    check_all_returned(admin, msgid);
+  }
+}
