@@ -32,6 +32,8 @@ expect "token id out of vocab" 2 "outside the vocabulary" "$moeserve" generate -
 expect "bad token list" 2 "--tokens" "$moeserve" logits --model "$tmp/m" --tokens "1,x" --out "$tmp/l.npy"
 expect "bad sampling value" 2 "top_p" "$moeserve" generate --model "$tmp/m" --prompt hi --top-p 1.5
 expect "unknown preset" 2 "--preset" "$moeserve" make-model --preset huge --out "$tmp/x"
+expect "negative stall timeout" 2 "--stall-timeout" "$moeserve" serve --model "$tmp/m" --stall-timeout -1
+expect "restart period of zero" 2 "--restart-period" "$moeserve" serve --model "$tmp/m" --restart-period 0
 expect "trace into a missing directory" 2 "no directory" \
   "$moeserve" bench-cluster --model "$tmp/m" --overlap --trace "$tmp/nope/t.json"
 
