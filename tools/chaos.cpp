@@ -8,6 +8,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -49,7 +50,7 @@ std::vector<std::string> restartable_kinds(const topology_config& topo) {
 }
 
 std::vector<std::string> parse_kinds(const std::string& list, const topology_config& topo) {
-  const std::vector<std::string> allowed = restartable_kinds(topo);
+  std::vector<std::string> allowed = restartable_kinds(topo);
   if (list.empty())
     return allowed;
   std::vector<std::string> out;
@@ -57,10 +58,17 @@ std::vector<std::string> parse_kinds(const std::string& list, const topology_con
   for (std::string k; std::getline(in, k, ',');) {
     if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
       std::string names;
-      for (const std::string& a : allowed)
-        names += (names.empty() ? "" : ", ") + a;
-      throw input_error("--kinds: " + k + " is not one this topology recovers from (" + names +
-                        "; ranks of EP groups of 2+ are not restartable yet)");
+      for (const std::string& a : allowed) {
+        if (!names.empty())
+          names += ", ";
+        names += a;
+      }
+      std::string message = "--kinds: ";
+      message += k;
+      message += " is not one this topology recovers from (";
+      message += names;
+      message += "; ranks of EP groups of 2+ are not restartable yet)";
+      throw input_error(message);
     }
     out.push_back(k);
   }
@@ -71,7 +79,7 @@ double percentile(std::vector<double> v, double q) {
   if (v.empty())
     return 0.0;
   std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+  return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
 }
 
 void print_pass(const char* name, const pass_report& p) {

@@ -111,7 +111,8 @@ struct recovery_case : testing::actor_fixture {
   void check_outputs(const std::vector<request_spec>& specs, const std::map<uint64_t, size_t>& index_of,
                      std::map<uint64_t, collected>& got) {
     REQUIRE(index_of.size() == specs.size());
-    for (const auto& [id, i] : index_of) {
+    for (const auto& [id, index] : index_of) {
+      const size_t i = index;  // CAPTURE takes it in a lambda: clang 14 cannot capture a binding
       CAPTURE(i);
       const collected& g = got[id];
       CHECK(g.num_results == 1);
