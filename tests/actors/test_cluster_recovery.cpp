@@ -44,6 +44,20 @@ topology_config recovery_topology() {
   return topo;
 }
 
+// 1P+1D: each rank alone in its group, so restartable.
+topology_config one_rank_groups() {
+  topology_config topo = recovery_topology();
+  topo.prefill_ranks = 1;
+  topo.decode_ranks = 1;
+  topo.max_running_requests = 8;
+  return topo;
+}
+
+std::shared_ptr<const model_weights> tiny_weights() {
+  return std::make_shared<const model_weights>(
+    testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
+}
+
 std::vector<request_spec> greedy_requests(int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<request_spec> specs;
@@ -244,12 +258,8 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: killing the ranks of 1P+1D under loa
   auto tok = real_tokenizer();
   if (!tok)
     return;
-  auto weights =
-    std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
-  topology_config topo = recovery_topology();
-  topo.prefill_ranks = 1;
-  topo.decode_ranks = 1;
-  topo.max_running_requests = 8;
+  auto weights = tiny_weights();
+  const topology_config topo = one_rank_groups();
   const std::vector<request_spec> specs = greedy_requests(40, 23);
   cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   std::map<uint64_t, size_t> index_of;
@@ -294,12 +304,8 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: seeded requests placed again draw wh
   auto tok = real_tokenizer();
   if (!tok)
     return;
-  auto weights =
-    std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
-  topology_config topo = recovery_topology();
-  topo.prefill_ranks = 1;
-  topo.decode_ranks = 1;
-  topo.max_running_requests = 8;
+  auto weights = tiny_weights();
+  const topology_config topo = one_rank_groups();
   std::vector<request_spec> specs = greedy_requests(30, 29);
   for (size_t i = 0; i < specs.size(); ++i) {  // sampled, with penalties on the tokens so far
     specs[i].sampling.temperature = 0.9f;
