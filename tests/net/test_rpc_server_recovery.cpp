@@ -143,9 +143,9 @@ std::map<std::string, int> serve_under_kills(server_fixture& fx, const std::vect
   // every part lives again: ready makes a real generation
   CHECK(error_code(ask(client, request_bytes(msgid++, "ready", std::vector<int>{}))) == 0);
   // stats names the restarts per kind and the requests resumed or placed again
-  const auto recovery = result_map(ask(client, request_bytes(msgid++, "stats", std::vector<int>{})))
-                          .at("recovery")
-                          .as<std::map<std::string, msgpack::object>>();
+  const net::rpc_response stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
+  const auto recovery =
+    result_map(stats).at("recovery").as<std::map<std::string, msgpack::object>>();  // into its frame
   const auto restarts = recovery.at("restarts").as<std::map<std::string, int64_t>>();
   const auto last = recovery.at("last_restart_s").as<std::map<std::string, double>>();
   for (const auto& [killed_kind, n] : kills) {
