@@ -75,6 +75,18 @@ void watch(session_pointer self) {
     self->monitor(st.cfg.decode_rank);
 }
 
+// The current placement's ranks drop it; the decode rank also gives its booking back when
+// `give_back_booking` (else the final answer's done does).
+void leave_ranks(session_pointer self, bool give_back_booking) {
+  auto& st = self->state;
+  if (st.cfg.prefill_rank)
+    caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
+  if (st.cfg.decode_rank && give_back_booking)
+    caf::anon_send(st.cfg.decode_rank, done_atom::value, st.placement);
+  else if (st.cfg.decode_rank)
+    caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
+}
+
 // A rank the request needs is gone: place it again (prompt + tokens so far), or give up.
 void migrate(session_pointer self, const std::string& lost, const caf::actor_addr& lost_rank) {
   auto& st = self->state;
@@ -85,11 +97,7 @@ void migrate(session_pointer self, const std::string& lost, const caf::actor_add
     return answer(self, finish_reason::error,
                   "unavailable: its " + lost + " was lost " + std::to_string(migrations + 1) + " times");
   }
-  // what the old placement still holds on surviving ranks goes
-  if (st.cfg.prefill_rank)
-    caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
-  if (st.cfg.decode_rank)
-    caf::anon_send(st.cfg.decode_rank, done_atom::value, st.placement);
+  leave_ranks(self, true);  // what the old placement still holds on surviving ranks goes
   self->demonitor(st.cfg.prefill_rank);
   self->demonitor(st.cfg.decode_rank);
   st.cfg.prefill_rank = {};
@@ -105,10 +113,7 @@ void migrate(session_pointer self, const std::string& lost, const caf::actor_add
 // The client is gone: free what the ranks hold and end, answering no one.
 void abandon(session_pointer self) {
   auto& st = self->state;
-  if (st.cfg.prefill_rank)
-    caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
-  if (st.cfg.decode_rank)
-    caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
+  leave_ranks(self, false);
   static_cast<void>(st.text->finish());  // held back for stop strings: no one to stream it to
   answer(self, finish_reason::abort, {});
 }
@@ -117,11 +122,7 @@ void abandon(session_pointer self) {
 // the session ends as a crash does, answering no one and keeping the running slot; its ranks
 // free what they hold, and its client resumes the request from what was streamed.
 void lost_placer(session_pointer self) {
-  auto& st = self->state;
-  if (st.cfg.prefill_rank)
-    caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
-  if (st.cfg.decode_rank)
-    caf::anon_send(st.cfg.decode_rank, done_atom::value, st.placement);
+  leave_ranks(self, true);
   self->quit(caf::make_error(serve_errc::unavailable, "the prefill balancer was lost"));
 }
 
@@ -206,10 +207,7 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
     },
     [=](cancel_atom) {
       auto& st = self->state;
-      if (st.cfg.prefill_rank)
-        caf::anon_send(st.cfg.prefill_rank, cancel_atom::value, st.placement);
-      if (st.cfg.decode_rank)
-        caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
+      leave_ranks(self, false);
       token_chunk none;                           // the text held back for stop strings, streamed as
       send_chunk(self, none, st.text->finish());  // a last chunk: the chunks add up to the text
       answer(self, finish_reason::abort, {});

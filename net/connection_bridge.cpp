@@ -180,17 +180,36 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
 
 void submit(bridge_pointer self, uint32_t msgid);
 
+// What held request `msgid` is gone. A request that was to end anyway (cancelled, or its
+// connection closed) ends here, its running slot freed; true then.
+bool ended_here(bridge_pointer self, uint32_t msgid) {
+  auto& st = self->state;
+  in_flight& f = st.by_msgid.at(msgid);
+  if (!st.closed && !f.cancel_requested)
+    return false;
+  const uint64_t id = *f.request_id;
+  caf::anon_send(st.queue, done_atom::value, id);
+  session_result aborted{id, {}, {}, finish_reason::abort, {}};
+  on_result(self, msgid, aborted);
+  return true;
+}
+
+// Sends request `f` to the queue to go on from what was streamed (with the others to the next
+// queue while one is being looked up).
+void send_resume(bridge_pointer self, in_flight& f) {
+  f.progress.queue_restarted = false;
+  if (!self->state.finding_queue)
+    self->send(self->state.queue, resume_atom::value, *f.request_id, f.spec, f.progress);
+}
+
 // The session holding `msgid` died (not after answering: then its result is here or on its way).
 void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lost, bool crashed) {
   auto& st = self->state;
   in_flight& f = st.by_msgid.at(msgid);
   f.session = {};
   const uint64_t id = *f.request_id;
-  if (st.closed || f.cancel_requested) {  // it was to end anyway: it ends here, its slot freed
-    caf::anon_send(st.queue, done_atom::value, id);
-    session_result aborted{id, {}, {}, finish_reason::abort, {}};
-    return on_result(self, msgid, aborted);
-  }
+  if (ended_here(self, msgid))
+    return;
   // A request whose sessions keep crashing may be what crashes them: it ends. One whose
   // balancer was lost is not at fault, but placement ids allow only so many sessions.
   f.crashes += crashed ? 1 : 0;
@@ -205,9 +224,7 @@ void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lo
   ++f.progress.generation;
   ++st.cfg.counters->num_resumed;
   f.progress.lost_session = lost;
-  f.progress.queue_restarted = false;
-  if (!st.finding_queue)  // else it goes with the others to the next queue
-    self->send(st.queue, resume_atom::value, id, f.spec, f.progress);
+  send_resume(self, f);
 }
 
 // What held request `id` downstream (the prefill balancer) died. A live session of it dies too,
@@ -222,14 +239,8 @@ void holder_lost(bridge_pointer self, uint64_t id) {
   if (f.session)
     return;  // its session's end resumes it
   // (a resume sent before may have died with the balancer: sent again, the successor takes one)
-  if (st.closed || f.cancel_requested) {  // it was to end anyway: it ends here, its slot freed
-    caf::anon_send(st.queue, done_atom::value, id);
-    session_result aborted{id, {}, {}, finish_reason::abort, {}};
-    return on_result(self, msgid, aborted);
-  }
-  f.progress.queue_restarted = false;
-  if (!st.finding_queue)
-    self->send(st.queue, resume_atom::value, id, f.spec, f.progress);
+  if (!ended_here(self, msgid))
+    send_resume(self, f);
 }
 
 void attach(bridge_pointer self, in_flight& f, caf::actor session) {

@@ -19,15 +19,6 @@ namespace {
 
 const net::auth_keys keys{.api_key = "client-secret", .admin_key = "admin-secret"};
 
-/// [0, msgid, "generate", [{input_ids, max_tokens, temperature: 0, ignore_eos: true, stream: true}]]
-std::string streamed_generate(uint32_t msgid, const std::vector<int32_t>& ids, int32_t max_tokens) {
-  return packed([&](packer& pk) {
-    pk.pack_array(4).pack(0).pack(msgid).pack("generate").pack_array(1).pack_map(5);
-    pk.pack("input_ids").pack(ids).pack("max_tokens").pack(max_tokens);
-    pk.pack("temperature").pack(0).pack("ignore_eos").pack(true).pack("stream").pack(true);
-  });
-}
-
 struct stream_record {
   std::vector<int32_t> ids;
   uint64_t next_seq = 0;

@@ -17,15 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// [0, msgid, "generate", [{input_ids, max_tokens, temperature: 0, ignore_eos: true, stream: true}]]
-std::string streamed_generate(uint32_t msgid, const std::vector<int32_t>& ids, int32_t max_tokens) {
-  return packed([&](packer& pk) {
-    pk.pack_array(4).pack(0).pack(msgid).pack("generate").pack_array(1).pack_map(5);
-    pk.pack("input_ids").pack(ids).pack("max_tokens").pack(max_tokens);
-    pk.pack("temperature").pack(0).pack("ignore_eos").pack(true).pack("stream").pack(true);
-  });
-}
-
 /// A server whose requests may stream 200 tokens, and a client connected to it.
 test_client start_for_long_streams(server_fixture& fx) {
   fx.topo.max_context = 256;

@@ -39,6 +39,15 @@ std::string notification_bytes(std::string_view method, const Params& params) {
 }
 
 /// One whole msgpack value from `bytes` (throws if there is more or less than one).
+/// [0, msgid, "generate", [{input_ids, max_tokens, temperature: 0, ignore_eos: true, stream: true}]]
+inline std::string streamed_generate(uint32_t msgid, const std::vector<int32_t>& ids, int32_t max_tokens) {
+  return packed([&](packer& pk) {
+    pk.pack_array(4).pack(0).pack(msgid).pack("generate").pack_array(1).pack_map(5);
+    pk.pack("input_ids").pack(ids).pack("max_tokens").pack(max_tokens);
+    pk.pack("temperature").pack(0).pack("ignore_eos").pack(true).pack("stream").pack(true);
+  });
+}
+
 /// [0, msgid, "admin.kill", [{kind, index}]]
 inline std::string kill_bytes(uint32_t msgid, const std::string& kind, int64_t index) {
   return packed([&](packer& pk) {
