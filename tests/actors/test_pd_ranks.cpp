@@ -13,6 +13,8 @@
 #include "actor_fixture.hpp"
 #include "actors/decode_rank.hpp"
 #include "actors/prefill_rank.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/generator.hpp"
 #include "model/tiny_model.hpp"
 
@@ -162,4 +164,67 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
   CHECK(d.num_steps == 4);  // the fence's 4 decode steps alone
   self->send_exit(prefill, caf::exit_reason::user_shutdown);
   self->send_exit(decode, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(testing::actor_fixture,
+                  "a prefill rank re-prefills generated tokens in the decode form (fast path)") {
+  if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
+    MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");
+    return;
+  }
+  if (!cpu_fast_path_supported()) {
+    MESSAGE("skipped: this CPU lacks AVX-512 BF16, VBMI or GFNI, which the fast path needs");
+    return;
+  }
+  model_weights w = testing::tiny_model_builder(21).build(testing::tiny_config(1024));
+  fast::prepare_fast_weights(w);
+  auto weights = std::make_shared<const model_weights>(std::move(w));
+  // the single-rank run: prefill, then decode steps (their logprobs are the decode form's)
+  auto fast_backend = make_cpu_backend(/*reference=*/false, 1);
+  kv_cache cache(weights->config.num_hidden_layers, 32, 4, weights->config.kv_cache_dim());
+  model_runner runner(*weights, *fast_backend, cache);
+  generator gen(runner, tokenizer::load(MOE_TOKENIZER_DIR), /*chunk_size=*/512);
+  const std::vector<int32_t> prompt = {1, 900, 17, 513, 64, 1023, 2, 300};
+  const sampling_params greedy{.temperature = 0.0f, .max_tokens = 8, .ignore_eos = true, .logprobs = 20};
+  const generation_result want = gen.run(prompt, greedy);
+  REQUIRE(want.logprobs.size() == 8);
+
+  const rank_model_config rank_cfg{
+    .reference = false, .num_threads = 1, .num_kv_blocks = 32, .block_size = 4, .max_context = 128};
+  auto prefill = spawn_prefill_rank(sys, weights, rank_cfg);
+  // placed again after k generated tokens: its first token is the k-th of the run
+  auto first_token = [&](size_t k, bool as_generated) {
+    request_spec spec = continued({.prompt_ids = prompt, .sampling = greedy},
+                                  std::vector<int32_t>(want.output_ids.begin(), want.output_ids.begin() + k));
+    if (!as_generated)
+      spec.num_generated = 0;  // all of it as a prompt
+    self->send(prefill, submit_atom::value, prefill_job{k, spec, {}, caf::actor_cast<caf::actor>(self)});
+    token_logprobs got;
+    bool done = false;
+    while (!done)
+      self->receive([](start_atom, std::chrono::steady_clock::time_point) {},
+                    [&](token_atom, const token_chunk& c) {
+                      REQUIRE(c.logprobs.size() == 1);
+                      got = c.logprobs[0];
+                      done = true;
+                    },
+                    caf::after(30s) >> [&] { FAIL("no first token"); });
+    return got;
+  };
+  // the logprobs of the token and of the 20 most likely: bit for bit, or not
+  auto same = [](const token_logprobs& a, const token_logprobs& b) {
+    bool eq = a.token_id == b.token_id && a.logprob == b.logprob && a.top.size() == b.top.size();
+    for (size_t i = 0; eq && i < a.top.size(); ++i)
+      eq = a.top[i].token_id == b.top[i].token_id && a.top[i].logprob == b.top[i].logprob;
+    return eq;
+  };
+  for (const size_t k : {size_t{1}, size_t{4}, size_t{7}}) {
+    CAPTURE(k);
+    const token_logprobs got = first_token(k, true);
+    CHECK(got.token_id == want.output_ids[k]);
+    CHECK(same(got, want.logprobs[k]));  // the decode step's row
+  }
+  // as a plain prompt the same tokens give other bits (why the form matters)
+  CHECK_FALSE(same(first_token(4, false), want.logprobs[4]));
+  self->send_exit(prefill, caf::exit_reason::user_shutdown);
 }
