@@ -81,8 +81,9 @@ struct bridge_state {
   std::unordered_map<uint64_t, early_messages> early;  // before the submit reply
   bool closed = false;
   bool quitting = false;
-  caf::actor queue;            // the request queue that lives now
-  bool finding_queue = false;  // it died: its successor is being looked up
+  caf::actor queue;                        // the request queue that lives now
+  bool finding_queue = false;              // it died: its successor is being looked up
+  std::vector<uint64_t> ended_unreported;  // ended here meanwhile: their slots, for the successor
   static inline const char* name = "connection_bridge";
 };
 
@@ -105,8 +106,8 @@ void quit_now(bridge_pointer self) {
 // unanswered must learn their ids to be cancelled, and the aborted results carry the counts
 // (cancelled requests, output tokens) the server's stats report.
 void maybe_quit(bridge_pointer self) {
-  if (self->state.closed && self->state.by_msgid.empty())
-    quit_now(self);
+  if (self->state.closed && self->state.by_msgid.empty() && !self->state.finding_queue)
+    quit_now(self);  // (while the queue is replaced it waits, to report what ended meanwhile)
 }
 
 /// Answers `msgid` with an error (it is no longer in flight).
@@ -180,6 +181,16 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
 
 void submit(bridge_pointer self, uint32_t msgid);
 
+// Request `id` ended here, not in a session: its running slot is freed (by the next queue, if
+// this one is being replaced: a rebuilt queue may count it as running).
+void free_slot(bridge_pointer self, uint64_t id) {
+  auto& st = self->state;
+  if (st.finding_queue)
+    st.ended_unreported.push_back(id);
+  else
+    caf::anon_send(st.queue, done_atom::value, id);
+}
+
 // What held request `msgid` is gone. A request that was to end anyway (cancelled, or its
 // connection closed) ends here, its running slot freed; true then.
 bool ended_here(bridge_pointer self, uint32_t msgid) {
@@ -188,7 +199,7 @@ bool ended_here(bridge_pointer self, uint32_t msgid) {
   if (!st.closed && !f.cancel_requested)
     return false;
   const uint64_t id = *f.request_id;
-  caf::anon_send(st.queue, done_atom::value, id);
+  free_slot(self, id);
   session_result aborted{id, {}, {}, finish_reason::abort, {}};
   on_result(self, msgid, aborted);
   return true;
@@ -214,7 +225,7 @@ void session_lost(bridge_pointer self, uint32_t msgid, const caf::actor_addr& lo
   // balancer was lost is not at fault, but placement ids allow only so many sessions.
   f.crashes += crashed ? 1 : 0;
   if (f.crashes > max_resumes || f.progress.generation + 1 >= max_sessions) {
-    caf::anon_send(st.queue, done_atom::value, id);
+    free_slot(self, id);
     st.msgid_of.erase(id);
     return fail(self, msgid,
                 make_unavailable("generate: the session holding the request was lost " +
@@ -334,6 +345,11 @@ void on_new_queue(bridge_pointer self, caf::actor queue) {
   st.queue = std::move(queue);
   st.finding_queue = false;
   self->monitor(st.queue);
+  for (const uint64_t id : st.ended_unreported)
+    caf::anon_send(st.queue, done_atom::value, id);
+  st.ended_unreported.clear();
+  if (st.by_msgid.empty())
+    return maybe_quit(self);
   std::vector<uint32_t> resubmit;
   for (auto& [msgid, f] : st.by_msgid) {
     if (f.request_id) {
