@@ -27,5 +27,6 @@ using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a child's c
 using migrate_atom = caf::atom_constant<caf::atom("migrate")>;    // place a request again (rank lost)
 using resume_atom = caf::atom_constant<caf::atom("resume")>;      // go on with a request (holder lost)
 using attach_atom = caf::atom_constant<caf::atom("attach")>;      // this session holds your request
+using preempt_atom = caf::atom_constant<caf::atom("preempt")>;    // out of KV: recompute it later
 
 }  // namespace moe

@@ -36,6 +36,10 @@ void cluster::stop() const { caf::anon_send_exit(root, caf::exit_reason::user_sh
 
 namespace {
 
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
 // The experts' split over the ranks was checked by validate_for_model.
 ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks) {
   const int64_t E = w.config.n_routed_experts, R = topo.redundant_experts;
@@ -254,7 +258,9 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                              .queue = {},
                                              .tok = std::move(tok),
                                              .metrics = {},
-                                             .max_context = max_context};
+                                             .max_context = max_context,
+                                             .max_migrations = topo.max_migrations,
+                                             .new_token_ratio = topo.new_token_ratio};
   prefill_balancer_graph first = prefill_graph;
   first.prefill_ranks = c.prefill_ranks;
   first.decode_ranks = c.decode_ranks;
@@ -270,13 +276,13 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                            .prefill_group = prefill_group,
                            .decode_group = decode_group,
                            .links = links};
+  const restart_limits limits{.max_restarts = topo.max_restarts, .period = millis(topo.restart_period_s)};
   c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg, prefill_graph),
-                                  cfg.restarts);
+                                  limits);
   c.root = untyped(c.supervisor);
-  if (cfg.stall_timeout.count() > 0) {
-    watchdog_config w{.watched = {},
-                      .period = std::min(std::chrono::milliseconds(1000), cfg.stall_timeout),
-                      .stall_timeout = cfg.stall_timeout};
+  if (const std::chrono::milliseconds stall = millis(topo.stall_timeout_s); stall.count() > 0) {
+    watchdog_config w{
+      .watched = {}, .period = std::min(std::chrono::milliseconds(1000), stall), .stall_timeout = stall};
     for (size_t i = 0; i < c.prefill_ranks.size() + c.decode_ranks.size(); ++i)
       w.watched.emplace_back(rank_kind(c, i), rank_index(c, i));
     c.watchdog = spawn_watchdog(sys, c.supervisor, std::move(w));

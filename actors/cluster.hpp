@@ -27,10 +27,8 @@ struct cluster_config {
   bool trace = false;                 // record a Chrome trace
   bool link_even_steps_only = false;  // link_model_config::even_steps_only (benchmarks)
   bool synchronous_streams = false;   // every rank's stream runs inline (1 prefill + 1 decode rank)
-  restart_limits restarts;            // per supervised actor
-  // A rank with running requests and no new step for this long is killed (and restarted);
-  // 0: no watchdog (the deterministic tests, which run one message at a time).
-  std::chrono::milliseconds stall_timeout{30'000};
+  // The restart limits, the watchdog's stall timeout (0: none, as the deterministic tests that
+  // run one message at a time want) and the migration limit come from the topology.
 };
 
 /// Handles of one running cluster.

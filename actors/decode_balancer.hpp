@@ -1,8 +1,9 @@
 // actors/decode_balancer.hpp
 // The decode load balancer: chooses each admitted request's decode rank before it is prefilled,
 // balancing KV-cache usage and running requests per rank (actors/policy/rank_picker.hpp). It
-// books a request's worst-case KV (prompt + max_tokens) until the request ends, so a rank's pool
-// never runs out mid-generation; when no rank has room the pick waits for one. Each decode rank
+// books the KV a request is asked for (prompt + max_tokens, or a share of max_tokens: the
+// topology's new_token_ratio) until the request ends: with the worst case no rank's pool runs out
+// mid-generation, with less a rank out of blocks preempts. When no rank has room the pick waits. Each decode rank
 // keeps the bookings made on it and reports their end, so a restarted balancer rebuilds them.
 #pragma once
 

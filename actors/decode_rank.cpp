@@ -1,7 +1,8 @@
 // actors/decode_rank.cpp
-// Continuous batching: at each step boundary the actor admits hand-offs and applies cancels, then
-// feeds every running request's last token through one forward step (micro-batches balanced by
-// context length) and samples the next tokens on the stream.
+// Continuous batching: at each step boundary the actor applies cancels, gives every running
+// request room for one more token (preempting the youngest when the KV pool runs out), admits
+// the hand-offs that fit, then feeds every running request's last token through one forward step
+// (micro-batches balanced by context length) and samples the next tokens on the stream.
 //
 // NOTE: while a step is in flight the stream owns the running requests (their KV, samplers and
 // last tokens); the actor defers every change to them until the step's result arrives.
@@ -39,6 +40,7 @@ struct running_request {
   sequence_kv kv;
   int32_t last_token = 0;     // sampled, not yet fed through the model
   int64_t num_generated = 1;  // the first token came from prefill
+  uint64_t admitted = 0;      // admission order here: the youngest is preempted first
 };
 
 struct decode_rank_state {
@@ -57,6 +59,8 @@ struct decode_rank_state {
   std::set<uint64_t> ended_early;
   std::deque<uint64_t> ended_order;
   std::vector<std::vector<running_request*>> step_rows;  // per micro-batch, in logits order
+  uint64_t num_admitted = 0;
+  int64_t num_preemptions = 0;
   static inline const char* name = "decode_rank";
 
   ~decode_rank_state() {  // stop waiting for peers, drain the stream before the model goes
@@ -87,18 +91,30 @@ void drop_reservation(decode_rank_state& st, uint64_t id) {
   }
 }
 
-// Admits waiting hand-offs whose KV fits; applies cancels. Only between steps.
-void admit_and_cancel(decode_pointer self) {
+// Ends the cancelled requests, waiting or running, freeing their KV. Only between steps.
+void apply_cancels(decode_pointer self) {
+  auto& st = self->state;
+  std::erase_if(st.joining, [&](const kv_handoff& job) {
+    if (st.cancelled.erase(job.request_id) == 0)
+      return false;
+    caf::anon_send(job.session, token_atom::value, token_chunk{job.request_id, {}, finish_reason::abort, {}});
+    return true;
+  });
+  for (uint64_t id : st.cancelled) {
+    finish(self, id, {}, finish_reason::abort);
+    drop_reservation(st, id);
+  }
+  st.cancelled.clear();
+}
+
+// Admits waiting hand-offs whose KV fits, with room for the step's token. Only between steps.
+void admit_joining(decode_pointer self) {
   auto& st = self->state;
   rank_model& m = *st.model;
   std::vector<kv_handoff> still_waiting;
   for (kv_handoff& job : st.joining) {
-    if (st.cancelled.erase(job.request_id)) {
-      caf::anon_send(job.session, token_atom::value,
-                     token_chunk{job.request_id, {}, finish_reason::abort, {}});
-      continue;
-    }
-    running_request r{.job = std::move(job), .kv = {}, .last_token = 0, .num_generated = 1};
+    running_request r{
+      .job = std::move(job), .kv = {}, .last_token = 0, .num_generated = 1, .admitted = st.num_admitted};
     if (auto it = st.reserved.find(r.job.request_id); it != st.reserved.end()) {
       r.kv = std::move(it->second);  // the balancer had it pre-allocated
       st.reserved.erase(it);
@@ -129,14 +145,60 @@ void admit_and_cancel(decode_pointer self) {
     r.job.pages = {};
     r.last_token = r.job.first_token;
     const uint64_t id = r.job.request_id;
+    ++st.num_admitted;
     st.running.emplace(id, std::move(r));
   }
   st.joining = std::move(still_waiting);
-  for (uint64_t id : st.cancelled) {
-    finish(self, id, {}, finish_reason::abort);
-    drop_reservation(st, id);
+}
+
+void admit_and_cancel(decode_pointer self) {
+  apply_cancels(self);
+  admit_joining(self);
+}
+
+// The youngest running request leaves to be recomputed later (vLLM's recompute preemption): its
+// KV and booking go here, and its session has it placed again (prompt + tokens so far
+// re-prefilled). Returns its id.
+uint64_t preempt_youngest(decode_pointer self) {
+  auto& st = self->state;
+  const auto youngest =
+    std::max_element(st.running.begin(), st.running.end(),
+                     [](const auto& a, const auto& b) { return a.second.admitted < b.second.admitted; });
+  const uint64_t id = youngest->first;
+  caf::anon_send(youngest->second.job.session, preempt_atom::value, id);
+  youngest->second.kv.release(st.model->cache);
+  st.running.erase(youngest);
+  if (st.booked.erase(id) > 0 && st.balancer)
+    caf::anon_send(st.balancer, done_atom::value, id);
+  ++st.num_preemptions;
+  return id;
+}
+
+// Room for this step's token in every running request, the oldest first. When the pool runs
+// out, the blocks held for hand-offs not yet here go first (they allocate on arrival), then the
+// youngest running request is preempted; a request alone that cannot grow ends at length.
+void grow_running(decode_pointer self) {
+  auto& st = self->state;
+  std::vector<std::pair<uint64_t, uint64_t>> by_age;  // (admitted, id)
+  for (const auto& [id, r] : st.running)
+    by_age.emplace_back(r.admitted, id);
+  std::sort(by_age.begin(), by_age.end());
+  for (const auto& [admitted, id] : by_age) {
+    const auto it = st.running.find(id);
+    if (it == st.running.end())
+      continue;  // preempted for an older one
+    sequence_kv& kv = it->second.kv;
+    while (!kv.reserve(st.model->cache, kv.num_cached + 1)) {
+      if (!st.reserved.empty()) {
+        drop_reservation(st, std::prev(st.reserved.end())->first);
+      } else if (st.running.size() == 1) {
+        finish(self, id, {}, finish_reason::length);  // the whole pool is not enough
+        break;
+      } else if (preempt_youngest(self) == id) {
+        break;
+      }
+    }
   }
-  st.cancelled.clear();
 }
 
 // The next step's micro-batches: every running request's last token, micro-batches filled
@@ -144,13 +206,9 @@ void admit_and_cancel(decode_pointer self) {
 // split_decode_batch in actors/policy/micro_batch.hpp).
 ep_rank_core::micro_batches plan_step(decode_pointer self) {
   auto& st = self->state;
-  admit_and_cancel(self);
-  std::vector<uint64_t> out_of_kv;
-  for (auto& [id, r] : st.running)
-    if (!r.kv.reserve(st.model->cache, r.kv.num_cached + 1))
-      out_of_kv.push_back(id);
-  for (uint64_t id : out_of_kv)
-    finish(self, id, {}, finish_reason::length);  // KV pool exhausted: cannot go on
+  apply_cancels(self);
+  grow_running(self);  // the running requests before the ones joining
+  admit_joining(self);
   const int64_t num_mb = st.core->group().num_micro_batches;
   std::vector<running_request*> rows;
   std::vector<int64_t> keys;  // each row's token attends to its context and itself
@@ -339,8 +397,8 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
     [=](stats_atom) {
       const auto& st = self->state;
       return rank_stats{static_cast<int64_t>(st.running.size() + st.joining.size()),
-                        st.model->cache.num_blocks(), st.model->cache.num_free_blocks(),
-                        st.core->num_steps()};
+                        st.model->cache.num_blocks(), st.model->cache.num_free_blocks(), st.core->num_steps(),
+                        st.num_preemptions};
     });
 }
 

@@ -1,7 +1,8 @@
 // actors/decode_rank.hpp
 // A decode rank: takes prefilled requests (kv_handoff), runs continuous-batching decode steps in
 // lockstep with its expert-parallel group, streams each step's tokens to the sessions, frees KV
-// as requests end.
+// as requests end. When its KV pool runs out it preempts the youngest request: its session gets
+// (preempt_atom, id) and has it recomputed elsewhere or later.
 #pragma once
 
 #include <caf/replies_to.hpp>

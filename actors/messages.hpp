@@ -40,8 +40,10 @@ struct request_spec {
 }
 
 /// The id the ranks know a request by on its `attempt`-th placement (0: the first, the client's
-/// id itself): each placement after a lost rank has its own, so a late message from an earlier
-/// placement cannot be taken for the current one's.
+/// id itself): each placement after a lost rank or a preemption has its own, so a late message
+/// from an earlier placement cannot be taken for the current one's. A session's placements
+/// cycle through its max_placements_per_session ids: one is used again only after that many
+/// newer placements, each of which started after the ranks were told to drop the one before.
 [[nodiscard]] constexpr uint64_t placement_id(uint64_t request_id, uint64_t attempt) noexcept {
   return request_id + (attempt << 56);
 }
@@ -59,8 +61,8 @@ struct resume_state {
   bool queue_restarted = false;
 };
 
-/// Migrations a session may make; placement ids of a request's later sessions start above them.
-constexpr uint64_t max_placements_per_session = 8;
+/// Placement ids a session cycles through; a request's later sessions' ids start above them.
+constexpr uint64_t max_placements_per_session = 16;
 
 /// The request queue's counters.
 struct queue_stats {
@@ -119,7 +121,9 @@ struct session_result {
   /// When its first prompt chunk entered a prefill step; unset if it never did (cancelled
   /// while waiting, refused).
   std::optional<std::chrono::steady_clock::time_point> prefill_start;
-  int64_t num_migrations = 0;  // placements again after a lost rank
+  int64_t num_migrations = 0;          // placements again after a lost rank
+  int64_t num_preemptions = 0;         // placements again after its decode rank ran out of KV
+  int64_t num_reprefilled_tokens = 0;  // prompt + output tokens prefilled again (both of the above)
 };
 
 /// A rank's load, as balancers see it.
@@ -128,6 +132,7 @@ struct rank_stats {
   int64_t num_blocks = 0;
   int64_t num_free_blocks = 0;
   int64_t num_steps = 0;
+  int64_t num_preemptions = 0;  // requests preempted for lack of KV blocks (decode ranks)
 };
 
 /// The decode balancer's bookings a decode rank holds (reserved, joining or running), as a
@@ -144,7 +149,8 @@ typename Inspector::result_type inspect(Inspector& f, rank_bookings& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
-  return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps);
+  return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps,
+           x.num_preemptions);
 }
 
 template <class Inspector>

@@ -6,6 +6,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -70,6 +71,7 @@ void start_request(balancer_pointer self, uint64_t pid, prefill_balancer_state::
   cfg.on_done.push_back(st.graph.queue);  // the decode rank hears the end too (and tells the balancer)
   cfg.metrics = st.graph.metrics;
   cfg.placer = caf::actor_cast<caf::actor>(self);
+  cfg.max_migrations = st.graph.max_migrations;
   cfg.resumed = std::move(pick.resumed);
   const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(self->system(), std::move(cfg)));
   self->monitor(session);
@@ -123,8 +125,10 @@ void ask_pick(balancer_pointer self, uint64_t id) {
   const auto p = st.picking.find(id);
   const int64_t so_far = static_cast<int64_t>(p->second.resumed.output_ids.size());
   const int64_t n = static_cast<int64_t>(p->second.spec.prompt_ids.size()) + so_far;
-  // the worst case, booked until the end
-  const int64_t wanted = n + std::max<int64_t>(p->second.spec.sampling.max_tokens - so_far, 1);
+  // the worst case times the ratio, booked until the end (beyond it, preemption)
+  const int64_t left = std::max<int64_t>(p->second.spec.sampling.max_tokens - so_far, 1);
+  const int64_t wanted = n + std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.graph.new_token_ratio *
+                                                                                 static_cast<double>(left))));
   const uint64_t attempt = p->second.attempt;
   self
     ->request(st.graph.decode_balancer, caf::infinite, pick_atom::value, id, n,

@@ -58,8 +58,10 @@ struct prefill_balancer_graph {
   decode_balancer_actor decode_balancer;
   caf::actor queue;  // told (done_atom, id) when each request ends
   std::shared_ptr<const tokenizer> tok;
-  caf::actor metrics;       // sessions report finished requests here (may be null)
-  int64_t max_context = 0;  // KV a request may need: min(prompt + max_tokens, this)
+  caf::actor metrics;            // sessions report finished requests here (may be null)
+  int64_t max_context = 0;       // KV a request may need: min(prompt + max_tokens, this)
+  int64_t max_migrations = 3;    // per request (session_config::max_migrations)
+  double new_token_ratio = 1.0;  // share of the tokens left a pick books KV for (topology_config's)
 };
 
 [[nodiscard]] prefill_balancer_actor spawn_prefill_balancer(caf::actor_system& sys,

@@ -21,7 +21,8 @@ struct session_state {
   session_result result;
   uint64_t next_seq = 0;
   uint64_t first_attempt = 0;  // this session's first placement (earlier sessions had those below)
-  uint64_t attempt = 0;        // placements so far, less one
+  uint64_t placements = 0;     // this session's placements so far, less one
+  uint64_t preemptions = 0;    // of those, after its decode rank ran out of KV
   uint64_t placement = 0;      // the id the current placement's ranks know it by
   bool prefilled = false;      // the current placement's first token is here
   bool placing = false;        // waiting for the placer's (route_atom, ...)
@@ -45,7 +46,8 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
   st.result.reason = reason;
   st.result.error = std::move(error);
   st.result.text = st.text->text();
-  st.result.num_migrations = static_cast<int64_t>(st.attempt - st.first_attempt + st.cfg.resumed.generation);
+  st.result.num_migrations = static_cast<int64_t>(st.placements - st.preemptions + st.cfg.resumed.generation);
+  st.result.num_preemptions = static_cast<int64_t>(st.preemptions);
   for (const caf::actor& a : st.cfg.on_done)  // first: a client that hears the end sees them updated
     caf::anon_send(a, done_atom::value, st.cfg.request_id);
   if (st.cfg.decode_rank)
@@ -87,27 +89,38 @@ void leave_ranks(session_pointer self, bool give_back_booking) {
     caf::anon_send(st.cfg.decode_rank, cancel_atom::value, st.placement);
 }
 
-// A rank the request needs is gone: place it again (prompt + tokens so far), or give up.
-void migrate(session_pointer self, const std::string& lost, const caf::actor_addr& lost_rank) {
+// Has the placer place the request again under a new placement id (prompt + tokens so far,
+// re-prefilled); `lost_rank` (null: none) is not used for it.
+void place_again(session_pointer self, const caf::actor_addr& lost_rank) {
   auto& st = self->state;
-  const uint64_t migrations = st.attempt - st.first_attempt;
-  if (!st.cfg.placer || migrations >= static_cast<uint64_t>(st.cfg.max_migrations)) {
-    token_chunk none;
-    send_chunk(self, none, st.text->finish());
-    return answer(self, finish_reason::error,
-                  "unavailable: its " + lost + " was lost " + std::to_string(migrations + 1) + " times");
-  }
   leave_ranks(self, true);  // what the old placement still holds on surviving ranks goes
   self->demonitor(st.cfg.prefill_rank);
   self->demonitor(st.cfg.decode_rank);
   st.cfg.prefill_rank = {};
   st.cfg.decode_rank = {};
-  st.placement = placement_id(st.cfg.request_id, ++st.attempt);
+  ++st.placements;
+  st.placement = placement_id(st.cfg.request_id,
+                              st.first_attempt + st.placements % max_placements_per_session);
   st.prefilled = false;
   st.placing = true;
   request_spec rest = continued(st.cfg.spec, st.result.output_ids);
+  st.result.num_reprefilled_tokens += static_cast<int64_t>(rest.prompt_ids.size());
   caf::anon_send(st.cfg.placer, migrate_atom::value, st.cfg.request_id, st.placement, std::move(rest),
                  caf::actor_cast<caf::actor>(self), lost_rank);
+}
+
+// A rank the request needs is gone: place it again, or give up.
+void migrate(session_pointer self, const std::string& lost, const caf::actor_addr& lost_rank) {
+  auto& st = self->state;
+  const uint64_t migrations = st.placements - st.preemptions;
+  if (!st.cfg.placer || migrations >= static_cast<uint64_t>(st.cfg.max_migrations)) {
+    token_chunk none;
+    send_chunk(self, none, st.text->finish());
+    return answer(self, finish_reason::error,
+                  "unavailable: its " + lost + " was lost after " + std::to_string(migrations) +
+                    " migrations (at most " + std::to_string(st.cfg.max_migrations) + ")");
+  }
+  place_again(self, lost_rank);
 }
 
 // The client is gone: free what the ranks hold and end, answering no one.
@@ -136,8 +149,11 @@ void take_over(session_pointer self) {
   for (const int32_t id : r.output_ids)
     static_cast<void>(st.text->push(id));  // streamed already
   st.next_seq = r.next_seq;
-  st.first_attempt = st.attempt = r.generation * max_placements_per_session;
-  st.placement = placement_id(st.cfg.request_id, st.attempt);
+  st.first_attempt = r.generation * max_placements_per_session;
+  st.placement = placement_id(st.cfg.request_id, st.first_attempt);
+  if (r.generation > 0 || !r.output_ids.empty())  // an earlier session's prefill is done again
+    st.result.num_reprefilled_tokens =
+      static_cast<int64_t>(st.cfg.spec.prompt_ids.size() + r.output_ids.size());
   if (!r.output_ids.empty())
     st.first_token = st.start;
   if (st.cfg.spec.sampling.max_tokens <= static_cast<int32_t>(r.output_ids.size()))  // nothing is left
@@ -218,6 +234,15 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       st.cfg.decode_rank = std::move(decode);
       st.placing = false;
       watch(self);  // a rank already gone answers at once: placed again
+    },
+    [=](preempt_atom, uint64_t id) {
+      auto& st = self->state;
+      if (id != st.placement || st.placing)
+        return;            // from a placement given up
+      if (!st.cfg.placer)  // no one to place it again: its KV is gone, as with a lost rank
+        return migrate(self, "KV on its decode rank", {});
+      ++st.preemptions;
+      place_again(self, {});
     },
   };
 }

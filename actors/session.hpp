@@ -26,7 +26,11 @@ using session_actor = caf::typed_actor<
   // The client cancelled: answer finish_reason::abort now, tell the ranks to free its KV.
   caf::reacts_to<cancel_atom>,
   // Placed again after a lost rank: its new prefill and decode ranks.
-  caf::reacts_to<route_atom, caf::actor, caf::actor>>;
+  caf::reacts_to<route_atom, caf::actor, caf::actor>,
+  // Its decode rank ran out of KV blocks and dropped placement `id` (vLLM's recompute
+  // preemption): it is placed again, prompt + tokens so far re-prefilled, not counted against
+  // max_migrations.
+  caf::reacts_to<preempt_atom, uint64_t>>;
 
 struct session_config {
   uint64_t request_id = 0;

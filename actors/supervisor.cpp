@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <list>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -35,8 +37,17 @@ void no_successor(child& c, const std::string& why) {
   c.successor_waiters.clear();
 }
 
+// An actor another owns, attached for listing and fault injection.
+struct attached {
+  std::string kind;
+  int64_t index = 0;
+  caf::actor handle;
+};
+
 struct supervisor_state {
-  std::vector<child> children;
+  std::list<child> children;  // stable addresses: a child added later moves none
+  std::vector<attached> attached_actors;
+  std::map<std::string, int64_t> next_attached_index;  // per kind
   bool stopping = false;
   static inline const char* name = "supervisor";
 };
@@ -89,6 +100,9 @@ void stop_all(supervisor_pointer self, const caf::error& reason) {
       c.handle = {};
     }
   }
+  for (const attached& a : st.attached_actors)  // their owners are told by their own monitors
+    self->demonitor(a.handle);
+  st.attached_actors.clear();
   self->quit(reason);
 }
 
@@ -98,6 +112,9 @@ bool is_normal(const caf::error& reason) {
 
 void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
   auto& st = self->state;
+  if (std::erase_if(st.attached_actors, [&](const attached& a) { return a.handle.address() == dm.source; }) >
+      0)
+    return;  // its owner handles it
   child* c = find_child(st, dm.source);
   if (c == nullptr || st.stopping)
     return;
@@ -152,6 +169,8 @@ caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_poin
       if (!c.spec.worker_kind.empty())
         owners.emplace_back(c.handle, c.spec.worker_kind);
     }
+  for (const attached& a : self->state.attached_actors)
+    out->push_back({a.kind, a.index, 0, -1.0});
   if (owners.empty()) {
     rp.deliver(*out);
     return rp;
@@ -190,6 +209,11 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
         if (c.handle && !c.spec.worker_kind.empty() && c.spec.worker_kind == kind)
           return self->delegate(caf::actor_cast<worker_owner>(c.handle), kill_atom::value,
                                 static_cast<uint64_t>(index));
+      for (const attached& a : self->state.attached_actors)
+        if (a.kind == kind && a.index == index) {
+          caf::anon_send_exit(a.handle, caf::exit_reason::kill);
+          return true;
+        }
       child* c = find_child(self->state, kind, index);
       if (c == nullptr || !c->handle)
         return false;
@@ -220,6 +244,30 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
       // the kinds asked here (ranks) answer stats with rank_stats
       using rank_stats_actor = caf::typed_actor<caf::replies_to<stats_atom>::with<rank_stats>>;
       return self->delegate(caf::actor_cast<rank_stats_actor>(c->handle), stats_atom::value);
+    },
+    [=](start_atom, child_spec& spec) -> caf::result<caf::actor> {
+      auto& st = self->state;
+      if (st.stopping)
+        return caf::make_error(serve_errc::unavailable, "the cluster stopped");
+      if (child* old = find_child(st, spec.kind, spec.index); old != nullptr && old->handle)
+        return caf::make_error(serve_errc::invalid, spec.kind + " " + std::to_string(spec.index) + " lives");
+      std::erase_if(st.children,
+                    [&](const child& c) { return c.spec.kind == spec.kind && c.spec.index == spec.index; });
+      st.children.push_back({.spec = std::move(spec), .handle = {}, .intensity = restart_intensity(limits)});
+      try {
+        start_child(self, st.children.back());
+      } catch (const std::exception& e) {
+        st.children.pop_back();
+        return caf::make_error(serve_errc::unavailable, std::string("could not start it: ") + e.what());
+      }
+      return st.children.back().handle;
+    },
+    [=](attach_atom, const std::string& kind, caf::actor& worker) {
+      auto& st = self->state;
+      if (st.stopping || !worker)
+        return;
+      self->monitor(worker);  // one already dead is reported at once
+      st.attached_actors.push_back({kind, st.next_attached_index[kind]++, std::move(worker)});
     },
   };
 }

@@ -5,6 +5,8 @@
 // to it. A child restarted more often than its restart_limits allow is crash-looping: the
 // supervisor escalates, logging the child and the count, stops every child and exits with
 // serve_errc::crash_loop. Stopping the supervisor (an exit message) stops its children.
+// Children can also be added while it runs (the server's stats sampler), and actors that others
+// own (connection bridges) can be attached: listed and killable, never restarted.
 #pragma once
 
 #include <caf/replies_to.hpp>
@@ -68,7 +70,12 @@ using supervisor_actor = caf::typed_actor<
   caf::replies_to<lookup_atom, std::string, int64_t, caf::actor_addr>::with<caf::actor>,
   // A rank's stats, asked of whichever instance of it lives now (delegated: it answers);
   // serve_errc::unavailable while it is being restarted.
-  caf::replies_to<stats_atom, std::string, int64_t>::with<rank_stats>>;
+  caf::replies_to<stats_atom, std::string, int64_t>::with<rank_stats>,
+  // Adds a child and starts it (replacing one of its kind and index that ended); its handle.
+  caf::replies_to<start_atom, child_spec>::with<caf::actor>,
+  // An actor someone else owns and handles the death of (a connection's bridge): listed as
+  // `kind` with the next index of that kind, killed on request, forgotten when it exits.
+  caf::reacts_to<attach_atom, std::string, caf::actor>>;
 
 /// Starts every child in order; `limits` apply to each child separately.
 [[nodiscard]] supervisor_actor spawn_supervisor(caf::actor_system& sys, std::vector<child_spec> children,
@@ -77,3 +84,4 @@ using supervisor_actor = caf::typed_actor<
 }  // namespace moe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::actor_info>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::child_spec)

@@ -25,7 +25,7 @@ namespace {
 using field_ref = std::variant<int64_t*, double*, bool*, std::string*>;
 
 // Every TOML key, as "section.key", and the field of `c` it sets.
-std::array<std::pair<std::string_view, field_ref>, 22> fields_of(topology_config& c) {
+std::array<std::pair<std::string_view, field_ref>, 27> fields_of(topology_config& c) {
   return {{
     {"prefill.ranks", &c.prefill_ranks},
     {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
@@ -34,6 +34,7 @@ std::array<std::pair<std::string_view, field_ref>, 22> fields_of(topology_config
     {"decode.max_running_requests", &c.max_running_requests},
     {"scheduler.max_queued_requests", &c.max_queued_requests},
     {"scheduler.max_context", &c.max_context},
+    {"scheduler.new_token_ratio", &c.new_token_ratio},
     {"kv_cache.blocks", &c.kv_blocks},
     {"kv_cache.page_size", &c.page_size},
     {"cluster.ranks_per_node", &c.ranks_per_node},
@@ -49,6 +50,10 @@ std::array<std::pair<std::string_view, field_ref>, 22> fields_of(topology_config
     {"link_model.inter_node_bandwidth_gb_s", &c.inter_node.bandwidth_gb_s},
     {"server.host", &c.host},
     {"server.port", &c.port},
+    {"fault_tolerance.max_restarts", &c.max_restarts},
+    {"fault_tolerance.restart_period_s", &c.restart_period_s},
+    {"fault_tolerance.stall_timeout_s", &c.stall_timeout_s},
+    {"fault_tolerance.max_migrations", &c.max_migrations},
   }};
 }
 
@@ -142,6 +147,7 @@ constexpr int64_t max_page_size = 4096;
 constexpr int64_t max_kv_blocks = INT32_MAX;  // block ids are int32
 constexpr double max_latency_us = 1e7;        // 10 s a message
 constexpr double min_bandwidth_gb_s = 1e-3;   // 1 MB/s
+constexpr double max_seconds = 1e7;           // any timeout or period
 
 void check_link(const link_spec& link, std::string_view side) {
   const std::string prefix = "link_model." + std::string(side) + "_node_";
@@ -220,6 +226,18 @@ void validate(const topology_config& c) {
     invalid("server.host", "--host", "must not be empty");
   if (c.port < 0 || c.port > 65535)
     invalid("server.port", "--port", "must be in 0..65535, got " + std::to_string(c.port));
+  if (!std::isfinite(c.new_token_ratio) || c.new_token_ratio <= 0.0 || c.new_token_ratio > 1.0)
+    invalid("scheduler.new_token_ratio", "--new-token-ratio",
+            "must be a number in (0, 1], got " + std::to_string(c.new_token_ratio));
+  in_range(c.max_restarts, 0, max_count, "fault_tolerance.max_restarts", "--max-restarts");
+  in_range(c.max_migrations, 0, max_count, "fault_tolerance.max_migrations", "--max-migrations");
+  if (!std::isfinite(c.restart_period_s) || c.restart_period_s < 0.001 || c.restart_period_s > max_seconds)
+    invalid("fault_tolerance.restart_period_s", "--restart-period",
+            "must be a number of seconds in 0.001..1e7, got " + std::to_string(c.restart_period_s));
+  if (!std::isfinite(c.stall_timeout_s) || c.stall_timeout_s < 0.0 || c.stall_timeout_s > max_seconds)
+    invalid("fault_tolerance.stall_timeout_s", "--stall-timeout",
+            "must be 0 (no watchdog) or a number of seconds up to 1e7, got " +
+              std::to_string(c.stall_timeout_s));
 }
 
 void validate_for_model(const topology_config& c, const model_config& m) {

@@ -1,6 +1,7 @@
 // config/topology.hpp
 // The cluster topology: how many prefill and decode ranks, how they group into nodes, the
-// scheduler's limits, the KV pool per rank, the EP communication settings and the link model.
+// scheduler's limits, the KV pool per rank, the EP communication settings, the link model and
+// the fault-tolerance limits.
 // Read from a TOML file (config/topology.toml documents every key), overridden by `moeserve`
 // flags (tools/lib/topology_options.hpp), and validated once at the boundary.
 #pragma once
@@ -34,6 +35,7 @@ struct topology_config {
   int64_t max_prefill_tokens = 4096;   // token budget of one prefill batch
   int64_t max_running_requests = 64;   // per decode rank
   int64_t max_queued_requests = 256;   // request queue bound ("overloaded" beyond)
+  double new_token_ratio = 1.0;        // share of max_tokens a decode rank books KV for (SGLang's)
   int64_t kv_blocks = 256;             // per rank
   int64_t page_size = 64;              // tokens per KV block (SGLang: --page-size)
   int64_t max_context = 8192;          // prompt + generated tokens of one request
@@ -45,6 +47,12 @@ struct topology_config {
   link_spec inter_node = default_inter_node_link;
   std::string host = "127.0.0.1";
   int64_t port = 8765;
+  // Fault tolerance. The defaults let a chaos test kill some actor every 0.3 s and still stop a
+  // crash loop within a few seconds.
+  int64_t max_restarts = 5;       // restarts of one actor within restart_period_s, then escalate
+  double restart_period_s = 2.0;  // the window max_restarts counts over
+  double stall_timeout_s = 30.0;  // a rank running requests without a step this long is killed; 0: never
+  int64_t max_migrations = 3;     // placements again of one request after lost ranks, then 503
 
   bool operator==(const topology_config&) const = default;
 };

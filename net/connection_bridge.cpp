@@ -149,6 +149,8 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
   }
   st.cfg.counters->output_tokens += static_cast<int64_t>(r.output_ids.size());
   st.cfg.counters->num_migrations += r.num_migrations;
+  st.cfg.counters->num_preemptions += r.num_preemptions;
+  st.cfg.counters->num_reprefilled_tokens += r.num_reprefilled_tokens;
   if (r.reason == finish_reason::error && r.error.starts_with("unavailable"))
     return fail(self, msgid, make_unavailable("generate: " + r.error, unavailable_retry_ms));
   if (r.reason == finish_reason::error)

@@ -3,6 +3,7 @@
 // the bridge actor only ever reaches a connection through deliver().
 #include "net/rpc_connection.hpp"
 
+#include <caf/send.hpp>
 #include <algorithm>
 #include <exception>
 #include <map>
@@ -21,7 +22,9 @@ namespace {
 constexpr size_t queued_reply_overhead = 64;
 
 constexpr uint32_t overloaded_retry_ms = 100;
-constexpr uint32_t shutdown_retry_ms = 1000;  // another replica, or this one restarted
+constexpr uint32_t shutdown_retry_ms = 1000;              // another replica, or this one restarted
+constexpr uint32_t bridge_lost_retry_ms = 100;            // a new bridge takes it at once
+constexpr const char* bridge_kind = "connection_bridge";  // as the supervisor lists it
 // ready / stats probes (each asks the cluster's actors) one connection may have unanswered: a
 // client pipelining thousands of them would fill the request queue for everyone.
 constexpr size_t max_probes_in_flight = 8;
@@ -65,11 +68,39 @@ rpc_connection::~rpc_connection() {
 }
 
 void rpc_connection::start() {
+  start_bridge();
+  arm_timer(false);
+  read();
+}
+
+void rpc_connection::start_bridge() {
   bridge_ = spawn_connection_bridge(shared_->sys, {.target = shared_->target,
                                                    .counters = shared_->counters,
                                                    .reply = reply_to(shared_from_this())});
-  arm_timer(false);
-  read();
+  if (const supervisor_actor& supervisor = shared_->target->handles.supervisor)  // listed, killable
+    caf::anon_send(supervisor, attach_atom::value, std::string(bridge_kind), bridge_);
+  std::weak_ptr<rpc_connection> weak = shared_from_this();
+  bridge_->attach_functor([weak, io = shared_->io, addr = bridge_.address()](const caf::error& reason) {
+    asio::post(*io, [weak, addr, reason] {
+      if (auto c = weak.lock())
+        c->on_bridge_down(addr, reason);
+    });
+  });
+}
+
+void rpc_connection::on_bridge_down(const caf::actor_addr& bridge, const caf::error& reason) {
+  if (closed_ || bridge != bridge_.address() || !reason || reason == caf::exit_reason::normal)
+    return;  // closing (it quits when done), or one replaced already
+  // its sessions saw it go and freed what the cluster held: the generates it carried end here
+  const rpc_error error = make_unavailable("generate: the connection's bridge to the cluster was lost (" +
+                                             shared_->sys.render(reason) + ")",
+                                           bridge_lost_retry_ms);
+  shared_->counters->num_failed += static_cast<int64_t>(in_flight_.size());
+  for (const uint32_t msgid : in_flight_)
+    write(encode_error(msgid, error));
+  forget_in_flight();
+  if (!closed_)
+    start_bridge();  // the connection goes on with a new one
 }
 
 void rpc_connection::close() {
@@ -243,8 +274,8 @@ void rpc_connection::handle_request(rpc_request& request) {
         if (*method == rpc_method::ready)
           return spawn_ready_probe(shared_->sys, shared_->target, msgid,
                                    reply_to(shared_from_this(), /*probe=*/true));
-        return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters, shared_->stats_sampler,
-                                 msgid, reply_to(shared_from_this(), /*probe=*/true));
+        return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters, msgid,
+                                 reply_to(shared_from_this(), /*probe=*/true));
       default: return;
     }
   } catch (const std::exception& e) {  // a bug must not take the server down

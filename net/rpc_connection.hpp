@@ -2,7 +2,9 @@
 // One client connection, on the server's io thread: reads into a frame_decoder, answers or
 // forwards each message by method (once its role allows it, net/auth.hpp), writes responses in
 // order through a bounded queue, and closes on a timeout, an undecodable stream, a reader too
-// slow for its write buffer or too many wrong auth tokens.
+// slow for its write buffer or too many wrong auth tokens. Its bridge actor talks to the cluster;
+// when the bridge dies (a crash, fault injection) the generates it carried are answered 503
+// (retryable; their sessions free what the cluster held) and a new bridge serves what follows.
 #pragma once
 
 #include <array>
@@ -29,7 +31,6 @@ struct server_shared {
   std::shared_ptr<server_counters> counters;
   server_limits limits;
   auth_keys keys;
-  caf::actor stats_sampler;
   bool fault_injection = false;  // admin.actors and admin.kill answer (404 otherwise)
 };
 
@@ -50,6 +51,9 @@ class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
   void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished, bool probe = false);
 
  private:
+  void start_bridge();
+  // A bridge died: its generates in flight get a 503 and a new bridge takes the connection on.
+  void on_bridge_down(const caf::actor_addr& bridge, const caf::error& reason);
   void read();
   void on_read(std::error_code ec, size_t num_bytes);
   void handle(rpc_message& message);

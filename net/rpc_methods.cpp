@@ -29,10 +29,9 @@ constexpr std::array<std::pair<rpc_method, std::string_view>, 11> methods = {{
   {rpc_method::admin_kill, "admin.kill"},
 }};
 
-constexpr std::array<std::string_view, 7> killable_kinds = {"request_queue",   "prefill_balancer",
-                                                            "decode_balancer", "metrics",
-                                                            "prefill_rank",    "decode_rank",
-                                                            "session"};
+constexpr std::array<std::string_view, 9> killable_kinds = {
+  "request_queue", "prefill_balancer", "decode_balancer", "metrics",          "prefill_rank",
+  "decode_rank",   "session",          "stats_sampler",   "connection_bridge"};
 
 /// params must be an array of exactly one value; returns it.
 const msgpack::object* single_param(const msgpack::object& params) {

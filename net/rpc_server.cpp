@@ -42,6 +42,7 @@ struct rpc_server::impl {
   asio::ip::tcp::acceptor acceptor{*io};
   std::shared_ptr<server_shared> shared;
   std::vector<std::weak_ptr<rpc_connection>> connections;  // io thread only
+  caf::actor stats_sampler;                                // the first: the supervisor restarts it
   std::thread thread;
   std::string host;
   uint16_t port = 0;
@@ -116,10 +117,11 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
   // Actors only once nothing can throw: the actor system waits for them at shutdown.
   auto served = std::make_shared<const serving_target>(std::move(target));
   auto counters = std::make_shared<server_counters>();
-  impl_->shared = std::make_shared<server_shared>(server_shared{
-    impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys),
-    spawn_stats_sampler(sys, served, counters, cfg.stats_interval, cfg.stats_window, cfg.log_stats_interval),
-    cfg.fault_injection});
+  impl_->shared = std::make_shared<server_shared>(
+    server_shared{impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys), cfg.fault_injection});
+  impl_->stats_sampler = supervise_stats_sampler(
+    sys, served, counters,
+    {.interval = cfg.stats_interval, .window = cfg.stats_window, .log_interval = cfg.log_stats_interval});
   impl_->host = cfg.host;
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->accept();
@@ -166,7 +168,7 @@ void rpc_server::stop() {
     i->io->stop();
   });
   impl_->thread.join();
-  caf::anon_send_exit(impl_->shared->stats_sampler, caf::exit_reason::user_shutdown);
+  stop_stats_sampler(impl_->shared->sys, *impl_->shared->target, impl_->stats_sampler);
   impl_->io->restart();  // drop what was posted meanwhile
   impl_->io->poll();
 }

@@ -45,6 +45,8 @@ std::string format_stats_line(const stats_line_figures& f) {
     line += ", " + std::to_string(f.restarts) + (f.restarts == 1 ? " actor restart" : " actor restarts");
   if (f.migrations > 0)
     line += ", " + std::to_string(f.migrations) + (f.migrations == 1 ? " migration" : " migrations");
+  if (f.preemptions > 0)
+    line += ", " + std::to_string(f.preemptions) + (f.preemptions == 1 ? " preemption" : " preemptions");
   return line;
 }
 

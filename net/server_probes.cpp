@@ -55,7 +55,8 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
   }
 }
 
-// {restarts: {kind: n}, last_restart_s: {kind: seconds since}, migrations, resumed}: the
+// {restarts: {kind: n}, last_restart_s: {kind: seconds since}, migrations, resumed, preemptions,
+// reprefilled_tokens}: the
 // supervised kinds (sessions are not restarted: the bridges resume their requests).
 void pack_recovery(msgpack::packer<msgpack::sbuffer>& pk, const server_counters& c,
                    const std::vector<actor_info>& actors) {
@@ -68,13 +69,15 @@ void pack_recovery(msgpack::packer<msgpack::sbuffer>& pk, const server_counters&
     if (a.since_restart_s >= 0.0 && (since.count(a.kind) == 0 || a.since_restart_s < since[a.kind]))
       since[a.kind] = a.since_restart_s;
   }
-  pk.pack_map(4);
+  pk.pack_map(6);
   pk.pack("restarts").pack(restarts);
   pk.pack("last_restart_s").pack_map(static_cast<uint32_t>(since.size()));
   for (const auto& [kind, s] : since)
     pk.pack(kind).pack_double(s);
   pk.pack("migrations").pack(c.num_migrations.load());
   pk.pack("resumed").pack(c.num_resumed.load());
+  pk.pack("preemptions").pack(c.num_preemptions.load());
+  pk.pack("reprefilled_tokens").pack(c.num_reprefilled_tokens.load());
 }
 
 msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, const server_counters& c,
@@ -143,8 +146,7 @@ void with_queue(caf::event_based_actor* self, const cluster& c, F f, OnError on_
 }
 
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
-                       const reply_fn& reply) {
+                       std::shared_ptr<server_counters> counters, uint32_t msgid, const reply_fn& reply) {
   sys.spawn([=](caf::event_based_actor* self) {
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
@@ -181,11 +183,21 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
           one_done();
         },
         on_error);
-    self->request(sampler, probe_timeout, sampled_atom::value)
+    self
+      ->request(c.supervisor, probe_timeout, lookup_atom::value, std::string(stats_sampler_kind), int64_t{0})
       .then(
-        [=](sampled_stats& s) {
-          g->sampled = std::move(s);
-          one_done();
+        [=](const caf::actor& sampler) {
+          if (!sampler) {  // being restarted
+            g->failed = true;
+            return one_done();
+          }
+          self->request(sampler, probe_timeout, sampled_atom::value)
+            .then(
+              [=](sampled_stats& s) {
+                g->sampled = std::move(s);
+                one_done();
+              },
+              on_error);
         },
         on_error);
     for (size_t i = 0; i < g->ranks.size(); ++i) {

@@ -25,10 +25,9 @@ namespace moe::net {
 /// window: {seconds, requests, input_tokens, output_tokens, output_tok_per_s},
 /// queue: {queued, running, admitted, rejected}, ranks: [{rank, role, running, blocks,
 /// free_blocks, occupancy, occupancy_peak, occupancy_avg, peak_running, steps}]}, or a 503 when
-/// a part does not answer. `sampler`: the server's stats_sampler.
+/// a part does not answer (the server's stats_sampler, found through the supervisor, among them).
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                       std::shared_ptr<server_counters> counters, caf::actor sampler, uint32_t msgid,
-                       const reply_fn& reply);
+                       std::shared_ptr<server_counters> counters, uint32_t msgid, const reply_fn& reply);
 
 /// Fault injection. admin.actors replies [{kind, index, restarts}] for every live supervised
 /// actor; admin.kill has the supervisor kill one (it exits at once, as a crash would) and

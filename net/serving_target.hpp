@@ -37,6 +37,8 @@ struct server_counters {
   std::atomic<int64_t> num_accepted{0};     // connections since start
   std::atomic<int64_t> num_migrations{0};   // placements again of finished requests (a rank or session lost)
   std::atomic<int64_t> num_resumed{0};      // requests resumed by a new session after theirs died
+  std::atomic<int64_t> num_preemptions{0};  // of finished requests, by decode ranks out of KV blocks
+  std::atomic<int64_t> num_reprefilled_tokens{0};   // prefilled again after a migration or preemption
   std::atomic<int64_t> num_generates_in_flight{0};  // accepted by a connection, not answered yet
   std::atomic<bool> draining{false};                // shutting down: new generates get a 503
 

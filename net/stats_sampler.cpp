@@ -4,8 +4,12 @@
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <deque>
+
+#include "actors/supervisor.hpp"
 
 #include "net/server_log.hpp"
 
@@ -19,7 +23,7 @@ using log_atom = caf::atom_constant<caf::atom("logstats")>;
 struct snapshot {
   clock::time_point time;
   int64_t requests = 0, input_tokens = 0, output_tokens = 0, failed = 0, migrations = 0;
-  int64_t restarts = 0;
+  int64_t restarts = 0, preemptions = 0;
 };
 
 snapshot take(const server_counters& c, clock::time_point now, int64_t restarts) {
@@ -29,7 +33,8 @@ snapshot take(const server_counters& c, clock::time_point now, int64_t restarts)
           c.output_tokens.load(),
           c.num_failed.load(),
           c.num_migrations.load() + c.num_resumed.load(),
-          restarts};
+          restarts,
+          c.num_preemptions.load()};
 }
 
 struct sampler_state {
@@ -93,7 +98,8 @@ void log_stats(sampler_pointer self) {
                        .output_tokens = now.output_tokens - last.output_tokens,
                        .connections = st.counters->num_connections.load(),
                        .restarts = now.restarts - last.restarts,
-                       .migrations = now.migrations - last.migrations};
+                       .migrations = now.migrations - last.migrations,
+                       .preemptions = now.preemptions - last.preemptions};
   bool kv_in_use = false;
   for (size_t i = 0; i < st.ranks.size(); ++i) {
     (i < st.target->handles.prefill_ranks.size() ? f.prefill_kv : f.decode_kv).push_back(st.ranks[i].latest);
@@ -120,9 +126,9 @@ sampled_stats summary(const sampler_state& st) {
 
 caf::behavior stats_sampler(caf::stateful_actor<sampler_state>* self,
                             std::shared_ptr<const serving_target> target,
-                            std::shared_ptr<const server_counters> counters,
-                            std::chrono::milliseconds interval, std::chrono::seconds window,
-                            std::chrono::seconds log_interval) {
+                            std::shared_ptr<const server_counters> counters, sampler_config cfg) {
+  const std::chrono::milliseconds interval = cfg.interval;
+  const std::chrono::seconds window = cfg.window, log_interval = cfg.log_interval;
   const size_t num_ranks = target->handles.prefill_ranks.size() + target->handles.decode_ranks.size();
   self->state.ranks.resize(num_ranks);
   self->state.num_samples.resize(num_ranks);
@@ -148,10 +154,43 @@ caf::behavior stats_sampler(caf::stateful_actor<sampler_state>* self,
 }  // namespace
 
 caf::actor spawn_stats_sampler(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
-                               std::shared_ptr<const server_counters> counters,
-                               std::chrono::milliseconds interval, std::chrono::seconds window,
-                               std::chrono::seconds log_interval) {
-  return sys.spawn(stats_sampler, std::move(target), std::move(counters), interval, window, log_interval);
+                               std::shared_ptr<const server_counters> counters, sampler_config cfg) {
+  return sys.spawn(stats_sampler, std::move(target), std::move(counters), cfg);
+}
+
+caf::actor supervise_stats_sampler(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
+                                   std::shared_ptr<const server_counters> counters, sampler_config cfg) {
+  caf::actor first = spawn_stats_sampler(sys, target, counters, cfg);
+  const supervisor_actor& supervisor = target->handles.supervisor;
+  if (!supervisor)
+    return first;
+  child_spec spec{.kind = stats_sampler_kind,
+                  .index = 0,
+                  .restart = restart_policy::transient,  // the server's stop ends it
+                  .running = first,
+                  .start = [&sys, target, counters, cfg](
+                             const child_lookup&) { return spawn_stats_sampler(sys, target, counters, cfg); },
+                  .introduce = {},
+                  .worker_kind = {}};
+  caf::scoped_actor self{sys};
+  self->request(supervisor, std::chrono::seconds(10), start_atom::value, std::move(spec))
+    .receive([](const caf::actor&) {},
+             [](const caf::error&) {});  // the cluster stopped: it runs unsupervised, stopped with the server
+  return first;
+}
+
+void stop_stats_sampler(caf::actor_system& sys, const serving_target& target, const caf::actor& first) {
+  caf::actor current = first;
+  if (target.handles.supervisor) {
+    caf::scoped_actor self{sys};
+    self
+      ->request(target.handles.supervisor, std::chrono::seconds(10), lookup_atom::value,
+                std::string(stats_sampler_kind), int64_t{0})
+      .receive([&](const caf::actor& now) { current = now ? now : first; }, [](const caf::error&) {});
+  }
+  caf::anon_send_exit(current, caf::exit_reason::user_shutdown);
+  if (current != first)
+    caf::anon_send_exit(first, caf::exit_reason::user_shutdown);  // long gone; harmless
 }
 
 }  // namespace moe::net

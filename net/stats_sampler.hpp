@@ -40,14 +40,31 @@ struct sampled_stats {
 /// Asks a stats sampler for its sampled_stats.
 using sampled_atom = caf::atom_constant<caf::atom("sampled")>;
 
+/// How often it samples, what window it reports, how often it logs.
+struct sampler_config {
+  std::chrono::milliseconds interval{500};
+  std::chrono::seconds window{60};
+  std::chrono::seconds log_interval{0};  // 0: never
+};
+
+/// The kind the cluster's supervisor knows the sampler by (index 0).
+inline constexpr const char* stats_sampler_kind = "stats_sampler";
+
 /// Samples every rank and the counters each `interval`; answers (sampled_atom) with
-/// sampled_stats. Every `log_interval` (0: never) in which something happened it logs a stats
-/// line (server_log.hpp). Stop it with an exit message when the server stops.
+/// sampled_stats. Every `log_interval` in which something happened it logs a stats line
+/// (server_log.hpp). Stop it with an exit message when the server stops.
 [[nodiscard]] caf::actor spawn_stats_sampler(caf::actor_system& sys,
                                              std::shared_ptr<const serving_target> target,
                                              std::shared_ptr<const server_counters> counters,
-                                             std::chrono::milliseconds interval, std::chrono::seconds window,
-                                             std::chrono::seconds log_interval = std::chrono::seconds{0});
+                                             sampler_config cfg);
+
+/// Spawns the sampler as a child of the cluster's supervisor (restarted if it crashes: its
+/// occupancy figures start again), or unsupervised when there is none. Returns it.
+caf::actor supervise_stats_sampler(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
+                                   std::shared_ptr<const server_counters> counters, sampler_config cfg);
+
+/// Stops the sampler that lives now (the one supervise_stats_sampler started, or its successor).
+void stop_stats_sampler(caf::actor_system& sys, const serving_target& target, const caf::actor& first);
 
 }  // namespace moe::net
 

@@ -40,8 +40,8 @@ struct chaos_cli {
 
 // The kinds a kill of which the cluster recovers from (ranks only alone in their EP group).
 std::vector<std::string> restartable_kinds(const topology_config& topo) {
-  std::vector<std::string> out = {"request_queue", "prefill_balancer", "decode_balancer", "metrics",
-                                  "session"};
+  std::vector<std::string> out = {"request_queue", "prefill_balancer", "decode_balancer",  "metrics",
+                                  "session",       "stats_sampler",    "connection_bridge"};
   if (topo.prefill_ranks == 1)
     out.emplace_back("prefill_rank");
   if (topo.decode_ranks == 1)
@@ -86,10 +86,10 @@ void print_pass(const char* name, const pass_report& p) {
   std::string failed;
   for (const auto& [code, n] : p.failed_by_code)
     failed += " " + std::to_string(code) + ":" + std::to_string(n);
-  std::printf("%-9s sent %lld, completed %lld, failed%s, %.1f output tok/s over %.2f s\n", name,
+  std::printf("%-9s sent %lld, completed %lld, failed%s, retried %lld, %.1f output tok/s over %.2f s\n", name,
               static_cast<long long>(p.sent), static_cast<long long>(p.completed),
-              failed.empty() ? " 0" : failed.c_str(), p.wall_s > 0 ? p.output_tokens / p.wall_s : 0.0,
-              p.wall_s);
+              failed.empty() ? " 0" : failed.c_str(), static_cast<long long>(p.retried),
+              p.wall_s > 0 ? p.output_tokens / p.wall_s : 0.0, p.wall_s);
 }
 
 int run(chaos_cli& o) {
@@ -133,9 +133,10 @@ int run(chaos_cli& o) {
   print_pass("no faults", rep.reference);
   print_pass("kills", rep.chaos);
   std::printf(
-    "resumed %lld, placed again %lld; lost %lld, broken streams %lld, greedy mismatches %lld, KV blocks "
-    "leaked %lld, running slots left %lld\n",
+    "resumed %lld, placed again %lld, preempted %lld, tokens re-prefilled %lld; lost %lld, broken streams "
+    "%lld, greedy mismatches %lld, KV blocks leaked %lld, running slots left %lld\n",
     static_cast<long long>(rep.resumed), static_cast<long long>(rep.migrations),
+    static_cast<long long>(rep.preemptions), static_cast<long long>(rep.reprefilled_tokens),
     static_cast<long long>(rep.chaos.lost), static_cast<long long>(rep.chaos.bad_streams),
     static_cast<long long>(rep.chaos.mismatches), static_cast<long long>(rep.leaked_blocks),
     static_cast<long long>(rep.running_left));

@@ -57,6 +57,22 @@ struct stream_record {
   bool seq_ok = true;
 };
 
+// A generate answered 503 retryable (its connection's bridge was lost, the server is short of a
+// part) is sent again after retry_after_ms, as a real client would, at most this often.
+constexpr int max_retries = 5;
+
+// The retry_after_ms of a retryable error; none for any other answer.
+std::optional<int64_t> retry_after_ms(const net::rpc_response& r) {
+  if (r.error.is_nil())
+    return std::nullopt;
+  const auto err = r.error.as<object_map>();
+  const auto retryable = err.find("retryable");
+  if (retryable == err.end() || !retryable->second.as<bool>())
+    return std::nullopt;
+  const auto after = err.find("retry_after_ms");
+  return after == err.end() ? 0 : after->second.as<int64_t>();
+}
+
 /// One pass: every prompt once, `concurrency` in flight; outputs by request index.
 pass_report run_load(uint16_t port, const std::string& key, const std::vector<std::vector<int32_t>>& prompts,
                      const chaos_options& o, std::vector<std::vector<int32_t>>& outputs) {
@@ -65,33 +81,59 @@ pass_report run_load(uint16_t port, const std::string& key, const std::vector<st
   pass_report rep;
   outputs.assign(prompts.size(), {});
   std::map<uint32_t, stream_record> streams;
-  constexpr uint32_t first_msgid = 1000;
+  std::map<uint32_t, size_t> index_of;  // msgid -> request, for the msgids in flight
+  std::vector<int> retries(prompts.size(), 0);
+  std::multimap<clock::time_point, size_t> due;  // requests to send again, by when
+  uint32_t next_msgid = 1000;
   size_t next = 0, answered = 0;
   int64_t in_flight = 0;
   const auto t0 = clock::now();
+  auto last_message = t0;
+  auto send = [&](size_t i) {
+    const uint32_t msgid = next_msgid++;
+    index_of[msgid] = i;
+    c.send(generate_request(msgid, prompts[i], o.max_tokens));
+    ++in_flight;
+  };
   while (answered < prompts.size()) {
-    while (next < prompts.size() && in_flight < o.concurrency) {
-      c.send(generate_request(first_msgid + static_cast<uint32_t>(next), prompts[next], o.max_tokens));
-      ++next, ++in_flight, ++rep.sent;
+    while (!due.empty() && due.begin()->first <= clock::now()) {
+      send(due.begin()->second);
+      due.erase(due.begin());
     }
-    auto m = c.next(answer_timeout);
-    if (!m) {  // nothing for a minute: the rest are lost
-      rep.lost += static_cast<int64_t>(next - answered);
+    while (next < prompts.size() && in_flight + static_cast<int64_t>(due.size()) < o.concurrency) {
+      send(next++);
+      ++rep.sent;
+    }
+    auto m = c.next(due.empty() ? answer_timeout : std::chrono::milliseconds(10));
+    if (!m) {
+      if (!due.empty() && clock::now() - last_message < answer_timeout)
+        continue;                                         // waiting to send a retry
+      rep.lost += static_cast<int64_t>(next - answered);  // nothing for a minute: the rest are lost
       break;
     }
+    last_message = clock::now();
     if (auto* n = std::get_if<net::rpc_notification>(&*m); n && n->method == "token") {
       const auto& p = n->params.via.array;
       stream_record& s = streams[p.ptr[0].as<uint32_t>()];
       s.seq_ok = s.seq_ok && p.ptr[1].as<uint64_t>() == s.next_seq++;
       for (const int32_t id : p.ptr[2].as<std::vector<int32_t>>())
         s.ids.push_back(id);
-    } else if (auto* r = std::get_if<net::rpc_response>(&*m); r && r->msgid >= first_msgid) {
-      const size_t i = r->msgid - first_msgid;
-      ++answered, --in_flight;
+    } else if (auto* r = std::get_if<net::rpc_response>(&*m); r && index_of.count(r->msgid) > 0) {
+      const size_t i = index_of.at(r->msgid);
+      index_of.erase(r->msgid);
+      --in_flight;
       if (const int code = error_code_of(*r); code != 0) {
+        if (const auto after = retry_after_ms(*r); after && retries[i] < max_retries) {
+          ++retries[i];
+          ++rep.retried;
+          due.emplace(clock::now() + std::chrono::milliseconds(*after), i);
+          continue;
+        }
+        ++answered;
         ++rep.failed_by_code[code];
         continue;
       }
+      ++answered;
       outputs[i] = r->result.as<object_map>().at("output_ids").as<std::vector<int32_t>>();
       const stream_record& s = streams[r->msgid];
       if (!s.seq_ok || s.ids != outputs[i])
@@ -122,13 +164,16 @@ std::vector<listed_actor> list_actors(wire_client& admin, uint32_t& msgid) {
 }
 
 // Waits until the killed actor has a successor: a supervised one listed with one more restart,
-// a session listed again for its request (none when the request ended first).
+// a session listed again for its request (none when the request ended first), a connection
+// bridge by a new one (an index above `newest`, the highest listed before the kill).
 std::optional<double> wait_recovered(wire_client& admin, uint32_t& msgid, const listed_actor& killed,
-                                     clock::time_point at) {
+                                     int64_t newest, clock::time_point at) {
   while (clock::now() - at < recovery_timeout) {
     for (const listed_actor& a : list_actors(admin, msgid))
-      if (a.kind == killed.kind && a.index == killed.index &&
-          (killed.kind == "session" || a.restarts > killed.restarts))
+      if (a.kind == killed.kind &&
+          (killed.kind == "connection_bridge"
+             ? a.index > newest
+             : a.index == killed.index && (killed.kind == "session" || a.restarts > killed.restarts)))
         return seconds_since(at);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -154,6 +199,9 @@ void kill_loop(uint16_t port, const std::string& key, const chaos_options& o,
     if (candidates.empty())
       continue;  // no such actor lives now (no session between requests)
     const listed_actor victim = candidates[rng() % candidates.size()];
+    int64_t newest = 0;
+    for (const listed_actor& a : candidates)
+      newest = std::max(newest, a.index);
     const uint32_t id = msgid++;
     const auto r =
       admin.call(request_frame(id, "admin.kill", 1,
@@ -168,7 +216,7 @@ void kill_loop(uint16_t port, const std::string& key, const chaos_options& o,
     ++done;
     kind_report& k = kinds[kind];
     ++k.kills;
-    if (const auto s = wait_recovered(admin, msgid, victim, at))
+    if (const auto s = wait_recovered(admin, msgid, victim, newest, at))
       k.recovery_s.push_back(*s);
   }
 }
@@ -191,6 +239,8 @@ void count_leaks(uint16_t port, const std::string& key, chaos_report& rep) {
       const auto recovery = m.at("recovery").as<object_map>();
       rep.resumed = recovery.at("resumed").as<int64_t>();
       rep.migrations = recovery.at("migrations").as<int64_t>();
+      rep.preemptions = recovery.at("preemptions").as<int64_t>();
+      rep.reprefilled_tokens = recovery.at("reprefilled_tokens").as<int64_t>();
       if ((rep.running_left == 0 && rep.leaked_blocks == 0) || seconds_since(t0) > 10.0)
         return;
     } else if (seconds_since(t0) > 10.0) {

@@ -28,6 +28,7 @@ struct chaos_options {
 struct pass_report {
   int64_t sent = 0, completed = 0;
   std::map<int, int64_t> failed_by_code;  // answered with an error
+  int64_t retried = 0;                    // answered 503 retryable, and sent again
   int64_t lost = 0;                       // no answer at all
   int64_t bad_streams = 0;                // seq not contiguous from 0, or the stream differs from output_ids
   int64_t mismatches = 0;                 // output_ids differ from the reference pass's
@@ -46,6 +47,7 @@ struct chaos_report {
   int64_t leaked_blocks = 0;            // KV blocks still in use once idle, over every rank
   int64_t running_left = 0;             // the queue's running count once idle
   int64_t resumed = 0, migrations = 0;  // from stats' recovery
+  int64_t preemptions = 0, reprefilled_tokens = 0;
 };
 
 /// Runs both passes against 127.0.0.1:`port`, authenticating as admin with `admin_key` (may be

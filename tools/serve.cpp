@@ -35,8 +35,6 @@ struct serve_options {
   int64_t log_stats_interval_s = 10;  // 0: no stats lines
   bool fault_injection = false;
   double shutdown_grace_s = 30.0;  // for generates in flight at SIGTERM
-  double stall_timeout_s = 30.0;   // the watchdog's; 0: none
-  restart_limits restarts;
 };
 
 const CLI::Validator non_empty_key(
@@ -67,11 +65,7 @@ void run(serve_options& o) {
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);
 
-  running_cluster running(weights, tok,
-                          {.topology = topo,
-                           .reference = o.reference,
-                           .restarts = o.restarts,
-                           .stall_timeout = millis(o.stall_timeout_s)});
+  running_cluster running(weights, tok, {.topology = topo, .reference = o.reference});
   caf::actor_system& sys = running.system();
   const cluster& c = running.handles();
   net::serving_target target{
@@ -146,21 +140,6 @@ void add_serve(CLI::App& app) {
                  "seconds generates in flight at SIGTERM or Ctrl-C have to finish before they are "
                  "answered 503 (new ones get 503 at once; default 30)")
     ->check(CLI::Range(0.0, 1e7));
-  cmd
-    ->add_option("--stall-timeout", o->stall_timeout_s,
-                 "seconds a rank may have running requests and make no step before the watchdog kills "
-                 "(and so restarts) it; 0: no watchdog (default 30)")
-    ->check(CLI::Range(0.0, 1e7));
-  cmd
-    ->add_option("--max-restarts", o->restarts.max_restarts,
-                 "restarts of one actor within --restart-period before the cluster stops as crash-looping "
-                 "(default 5)")
-    ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  cmd
-    ->add_option_function<double>(
-      "--restart-period", [o](double s) { o->restarts.period = millis(s); },
-      "seconds over which --max-restarts counts (default 2)")
-    ->check(CLI::Range(0.001, 1e7));
   cmd
     ->add_option("--idle-timeout", o->idle_timeout_s,
                  "seconds a connection may sit with nothing in flight (default 300)")

@@ -4,8 +4,10 @@
 // metrics actor, each killed several times mid-load. Every request still ends once, with the
 // single-rank generator's tokens, a gapless stream, and every KV block and booking back. Over
 // 1P+1D (groups of one) the ranks themselves are killed: their requests are placed again by
-// their sessions (prompt + tokens so far re-prefilled) and still give the generator's tokens. A
-// rank of a larger group cannot be restarted yet: its death stops the cluster with the reason.
+// their sessions (prompt + tokens so far re-prefilled) and still give the generator's tokens, up
+// to max_migrations. A rank of a larger group cannot be restarted yet: its death stops the cluster
+// with the reason. Decode ranks that overcommit their KV (new_token_ratio < 1) preempt and
+// recompute requests, again with the generator's tokens.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -324,5 +326,103 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: seeded requests placed again draw wh
     migrated += g.result.num_migrations > 0 && g.result.output_ids.size() > 1 ? 1 : 0;
   MESSAGE("requests placed again after a token: " << migrated << " of " << specs.size());
   CHECK(migrated > 0);
+  c.stop();
+}
+
+TEST_CASE_FIXTURE(recovery_case,
+                  "preemption: decode ranks that run out of KV recompute their youngest requests, and every "
+                  "request still ends with the generator's tokens") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  topology_config topo = recovery_topology();
+  topo.prefill_ranks = 1;
+  topo.kv_blocks = 16;  // 64 tokens a rank: a few requests' worth
+  topo.max_running_requests = 8;
+  topo.new_token_ratio = 0.1;  // books the prompt and a token or so: ranks overcommit
+  std::vector<request_spec> specs = greedy_requests(40, 31);
+  for (request_spec& s : specs)  // long enough outputs to outgrow what was booked
+    s.sampling.max_tokens = 16;
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  std::map<uint64_t, size_t> index_of;
+  std::map<uint64_t, collected> got = run_with_kills(c, specs, {}, {}, 1, 0, index_of);
+  reference(weights, tok, topo);
+  check_outputs(specs, index_of, got);  // none ended early at length, none mismatched
+  int64_t preempted = 0, reprefilled = 0;
+  for (const auto& [id, g] : got) {
+    preempted += g.result.num_preemptions;
+    reprefilled += g.result.num_reprefilled_tokens;
+    CHECK(g.result.num_migrations == 0);  // not counted against max_migrations
+  }
+  MESSAGE("preemptions: " << preempted << ", tokens re-prefilled: " << reprefilled);
+  CHECK(preempted > 0);
+  CHECK(reprefilled > preempted);  // each one re-prefilled its prompt and its tokens so far
+  int64_t rank_preemptions = 0;
+  for (const auto& rank : c.decode_ranks) {
+    const rank_stats s = idle_stats(rank);
+    rank_preemptions += s.num_preemptions;
+    CHECK(s.num_running == 0);
+    CHECK(s.num_free_blocks == s.num_blocks);
+    CHECK(ask<rank_bookings>(rank, bookings_atom::value).request_ids.empty());
+  }
+  CHECK(rank_preemptions == preempted);
+  CHECK(ask<std::vector<int64_t>>(c.decode_balancer, stats_atom::value) == std::vector<int64_t>{0, 0});
+  const rank_stats ps = idle_stats(c.prefill_ranks[0]);
+  CHECK(ps.num_free_blocks == ps.num_blocks);
+  check_queue_empty(c);
+  c.stop();
+}
+
+TEST_CASE_FIXTURE(recovery_case,
+                  "recovery: past max_migrations a lost rank ends its requests with unavailable") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  topology_config topo = one_rank_groups();
+  topo.max_migrations = 0;
+  std::vector<request_spec> specs = greedy_requests(8, 37);
+  for (request_spec& s : specs)
+    s.sampling.max_tokens = 12;
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  for (const request_spec& s : specs)
+    self->request(c.queue, 10s, submit_atom::value, s)
+      .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
+  size_t num_done = 0;
+  int64_t unavailable = 0, completed = 0;
+  bool killed = false, timed_out = false;
+  while (num_done < specs.size() && !timed_out)
+    self->receive(
+      [&](token_atom, const stream_chunk&) {
+        if (!killed)  // a request decodes: its rank goes
+          self->request(c.supervisor, 10s, kill_atom::value, std::string("decode_rank"), int64_t{0})
+            .receive([&](bool k) { killed = k; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+      },
+      [&](done_atom, const session_result& r) {
+        ++num_done;
+        CHECK(r.num_migrations == 0);
+        if (r.reason == finish_reason::error) {
+          CHECK(r.error == "unavailable: its decode rank was lost after 0 migrations (at most 0)");
+          ++unavailable;
+        } else {
+          CHECK(r.error == "");
+          CHECK(r.output_ids.size() == 12);
+          ++completed;
+        }
+      },
+      caf::after(60s) >> [&] { timed_out = true; });
+  REQUIRE_FALSE(timed_out);
+  CHECK(killed);
+  CHECK(unavailable > 0);
+  CHECK(unavailable + completed == static_cast<int64_t>(specs.size()));
+  const auto decode = caf::actor_cast<decode_rank_actor>(
+    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("decode_rank"), int64_t{0}));
+  REQUIRE(decode);
+  const rank_stats ds = idle_stats(decode);
+  CHECK(ds.num_free_blocks == ds.num_blocks);
+  const rank_stats ps = idle_stats(c.prefill_ranks[0]);
+  CHECK(ps.num_free_blocks == ps.num_blocks);
+  check_queue_empty(c);
   c.stop();
 }

@@ -52,9 +52,8 @@ struct race_case : testing::deterministic_fixture {
     topo.page_size = 4;
     topo.max_context = 64;
     topo.max_running_requests = 1;  // a leaked running slot would hold the next request back
-    c =
-      spawn_cluster(sys, weights, tok,
-                    {.topology = topo, .reference = true, .synchronous_streams = true, .stall_timeout = {}});
+    topo.stall_timeout_s = 0;       // no watchdog: the test runs one message at a time
+    c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true, .synchronous_streams = true});
     spec.prompt_ids = {0, 300, 301, 302, 303, 304};
     spec.sampling = {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true};
     run_all();  // introductions

@@ -2,7 +2,8 @@
 // The supervisor over toy children: a killed child is restarted and re-introduced with its new
 // handle; a crash-looping one escalates and stops the others; a child that cannot be restarted
 // stops everything when it dies; a transient child's normal exit ends it; stopping the
-// supervisor stops its children.
+// supervisor stops its children. Children added while it runs are supervised alike; attached
+// actors are listed and killable, and forgotten when they die.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -236,4 +237,64 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child's workers are listed and
   CHECK(*killed == 9);
   CHECK_FALSE(ask<bool>(sup, kill_atom::value, std::string("worker"), int64_t{3}));
   caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child added while it runs is supervised like the others") {
+  auto starts = std::make_shared<std::atomic<int64_t>>(0);
+  auto sup = spawn_supervisor(sys, {toy_spec(sys, "toy", restart_policy::permanent, starts)});
+  auto added_starts = std::make_shared<std::atomic<int64_t>>(100);
+  const caf::actor added = ask<caf::actor>(sup, start_atom::value,
+                                           toy_spec(sys, "added", restart_policy::transient, added_starts));
+  REQUIRE(added);
+  CHECK(generation_of(added) == 100);
+  CHECK(ask<caf::actor>(sup, lookup_atom::value, std::string("added"), int64_t{0}) == added);
+  // one of the same kind and index that lives is refused
+  self->request(sup, 5s, start_atom::value, toy_spec(sys, "added", restart_policy::transient, added_starts))
+    .receive([](const caf::actor&) { FAIL("a second child under the same name"); },
+             [&](caf::error& e) { CHECK(sys.render(e).find("lives") != std::string::npos); });
+  CHECK(ask<bool>(sup, kill_atom::value, std::string("added"), int64_t{0}));  // a crash: restarted
+  const caf::actor fresh = wait_replaced(sup, "added", added);
+  REQUIRE(fresh);
+  CHECK(generation_of(fresh) == 101);
+  self->monitor(fresh);
+  caf::anon_send_exit(fresh, caf::exit_reason::user_shutdown);  // transient: a normal exit ends it
+  CHECK(wait_down(fresh) != "timeout");
+  std::vector<actor_info> listed = ask<std::vector<actor_info>>(sup, actors_atom::value);
+  for (int tries = 0; tries < 1000 && listed.size() != 1; ++tries)  // its down_msg may be on the way
+    listed = ask<std::vector<actor_info>>(sup, actors_atom::value);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].kind == "toy");
+  // an ended one may be added again
+  const caf::actor again = ask<caf::actor>(sup, start_atom::value,
+                                           toy_spec(sys, "added", restart_policy::transient, added_starts));
+  CHECK(generation_of(again) == 102);
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(supervisor_case, "supervisor: attached actors are listed and killed, never restarted") {
+  auto starts = std::make_shared<std::atomic<int64_t>>(0);
+  auto sup = spawn_supervisor(sys, {toy_spec(sys, "toy", restart_policy::permanent, starts)});
+  const caf::actor a = sys.spawn(toy, int64_t{7});
+  const caf::actor b = sys.spawn(toy, int64_t{8});
+  caf::anon_send(sup, attach_atom::value, std::string("bridge"), a);
+  caf::anon_send(sup, attach_atom::value, std::string("bridge"), b);
+  std::vector<actor_info> listed = ask<std::vector<actor_info>>(sup, actors_atom::value);
+  REQUIRE(listed.size() == 3);
+  CHECK(listed[1].kind == "bridge");
+  CHECK(listed[1].index == 0);
+  CHECK(listed[2].index == 1);
+  self->monitor(b);
+  CHECK(ask<bool>(sup, kill_atom::value, std::string("bridge"), int64_t{1}));
+  CHECK(wait_down(b).find("kill") != std::string::npos);
+  CHECK(generation_of(a) == 7);                                     // the other lives on
+  for (int tries = 0; tries < 1000 && listed.size() != 2; ++tries)  // forgotten, not restarted
+    listed = ask<std::vector<actor_info>>(sup, actors_atom::value);
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[1].index == 0);
+  CHECK(*starts == 1);  // the toy was not touched
+  self->monitor(a);
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);  // its owner stops it, not the supervisor
+  CHECK(generation_of(a) == 7);
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  CHECK(wait_down(a) != "timeout");
 }

@@ -88,6 +88,7 @@ max_running_requests = 16
 [scheduler]
 max_queued_requests = 8
 max_context = 2048
+new_token_ratio = 0.5
 [kv_cache]
 blocks = 100
 page_size = 16
@@ -108,6 +109,11 @@ inter_node_bandwidth_gb_s = 0
 [server]
 host = "0.0.0.0"
 port = 9000
+[fault_tolerance]
+max_restarts = 7
+restart_period_s = 1.5
+stall_timeout_s = 0
+max_migrations = 2
 )",
                                                   "test.toml");
   topology_config want;
@@ -131,6 +137,11 @@ port = 9000
   want.inter_node = {3.0, 0.0};  // an integer is a fine number
   want.host = "0.0.0.0";
   want.port = 9000;
+  want.new_token_ratio = 0.5;
+  want.max_restarts = 7;
+  want.restart_period_s = 1.5;
+  want.stall_timeout_s = 0.0;
+  want.max_migrations = 2;
   CHECK(cfg == want);
   CHECK(moe::combine_dtype(cfg) == "fp32");
 }
@@ -237,6 +248,15 @@ TEST_CASE("topology validate: each rule names its key and flag") {
     {[](auto& c) { c.host.clear(); }, "server.host (--host) must not be empty"},
     {[](auto& c) { c.port = 65536; }, "server.port (--port) must be in 0..65535, got 65536"},
     {[](auto& c) { c.port = -1; }, "server.port"},
+    {[](auto& c) { c.new_token_ratio = 0.0; },
+     "scheduler.new_token_ratio (--new-token-ratio) must be a number in (0, 1]"},
+    {[](auto& c) { c.new_token_ratio = 1.5; }, "scheduler.new_token_ratio"},
+    {[](auto& c) { c.max_restarts = -1; }, "fault_tolerance.max_restarts (--max-restarts) must be >= 0"},
+    {[](auto& c) { c.restart_period_s = 0.0; }, "fault_tolerance.restart_period_s (--restart-period)"},
+    {[](auto& c) { c.restart_period_s = std::numeric_limits<double>::quiet_NaN(); },
+     "fault_tolerance.restart_period_s"},
+    {[](auto& c) { c.stall_timeout_s = -1.0; }, "fault_tolerance.stall_timeout_s (--stall-timeout)"},
+    {[](auto& c) { c.max_migrations = -1; }, "fault_tolerance.max_migrations (--max-migrations)"},
   };
   for (const rule& r : rules) {
     CAPTURE(r.names);
@@ -258,6 +278,10 @@ TEST_CASE("topology validate: the edges of each range are valid") {
   cfg.page_size = 2;
   cfg.intra_node = {0.0, 0.0};
   cfg.port = 0;
+  cfg.new_token_ratio = 1e-9;
+  cfg.max_restarts = cfg.max_migrations = 0;
+  cfg.restart_period_s = 0.001;
+  cfg.stall_timeout_s = 0.0;
   CHECK_NOTHROW(moe::validate(cfg));
   cfg.port = 65535;
   cfg.dispatch_dtype = "bf16";
@@ -343,7 +367,17 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
                                        "--host",
                                        "0.0.0.0",
                                        "--port",
-                                       "9000"});
+                                       "9000",
+                                       "--new-token-ratio",
+                                       "0.25",
+                                       "--max-restarts",
+                                       "9",
+                                       "--restart-period",
+                                       "4",
+                                       "--stall-timeout",
+                                       "2.5",
+                                       "--max-migrations",
+                                       "1"});
   topology_config want;
   want.prefill_ranks = 3;
   want.decode_ranks = 5;
@@ -365,6 +399,11 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
   want.inter_node = {3.0, 0.0};
   want.host = "0.0.0.0";
   want.port = 9000;
+  want.new_token_ratio = 0.25;
+  want.max_restarts = 9;
+  want.restart_period_s = 4.0;
+  want.stall_timeout_s = 2.5;
+  want.max_migrations = 1;
   CHECK(cfg == want);
 }
 

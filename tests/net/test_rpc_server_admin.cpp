@@ -3,11 +3,14 @@
 // one, on admin connections of a server started with --fault-injection; 404 without the flag,
 // 403 for a client connection, 422 for a bad kind or a dead index. After killing the decode
 // balancer and the 1P+1D ranks between generates, every generate still gives the single-rank
-// generator's tokens, and stats still answers (it asks the ranks that live now).
+// generator's tokens, and stats still answers (it asks the ranks that live now, and the stats
+// sampler's successor). A killed connection bridge answers its generates 503 and is replaced.
 #include <doctest/doctest.h>
 
 #include <map>
+#include <set>
 #include <string>
+#include <variant>
 
 #include "server_fixture.hpp"
 #include "wire.hpp"
@@ -64,9 +67,10 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   REQUIRE(error_code(ask(admin, auth_bytes(1, "admin-secret"))) == 0);
   const net::rpc_response listed = ask(admin, request_bytes(2, "admin.actors", std::vector<int>{}));
   REQUIRE(error_code(listed) == 0);
-  const std::map<std::string, int64_t> none = {{"decode_balancer", 0}, {"decode_rank", 0},
-                                               {"metrics", 0},         {"prefill_balancer", 0},
-                                               {"prefill_rank", 0},    {"request_queue", 0}};
+  const std::map<std::string, int64_t> none = {{"connection_bridge", 0}, {"decode_balancer", 0},
+                                               {"decode_rank", 0},       {"metrics", 0},
+                                               {"prefill_balancer", 0},  {"prefill_rank", 0},
+                                               {"request_queue", 0},     {"stats_sampler", 0}};
   CHECK(restarts_by_kind(listed) == none);
   CHECK(error_code(ask(admin, kill_bytes(3, "nobody", 0))) == 422);
   CHECK(error_code(ask(admin, kill_bytes(4, "decode_rank", 7))) == 422);
@@ -75,7 +79,7 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   const std::vector<int32_t> want =
     reference_run(prompt, {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true}).output_ids;
   uint32_t msgid = 10;
-  for (const char* kind : {"decode_balancer", "decode_rank", "prefill_rank", "metrics"}) {
+  for (const char* kind : {"decode_balancer", "decode_rank", "prefill_rank", "metrics", "stats_sampler"}) {
     CAPTURE(kind);
     const net::rpc_response killed = ask(admin, kill_bytes(msgid++, kind, 0));
     REQUIRE(error_code(killed) == 0);
@@ -84,11 +88,60 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
     REQUIRE(error_code(r) == 0);
     CHECK(result_map(r).at("output_ids").as<std::vector<int32_t>>() == want);
   }
-  const std::map<std::string, int64_t> once = {{"decode_balancer", 1}, {"decode_rank", 1},
-                                               {"metrics", 1},         {"prefill_balancer", 0},
-                                               {"prefill_rank", 1},    {"request_queue", 0}};
+  const std::map<std::string, int64_t> once = {{"connection_bridge", 0}, {"decode_balancer", 1},
+                                               {"decode_rank", 1},       {"metrics", 1},
+                                               {"prefill_balancer", 0},  {"prefill_rank", 1},
+                                               {"request_queue", 0},     {"stats_sampler", 1}};
   CHECK(restarts_by_kind(ask(admin, request_bytes(msgid++, "admin.actors", std::vector<int>{}))) == once);
-  const net::rpc_response stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
+  net::rpc_response stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
+  for (int tries = 0; tries < 100 && error_code(stats) != 0; ++tries)  // the sampler's restart is on its way
+    stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
   REQUIRE(error_code(stats) == 0);
-  CHECK(result_map(stats).at("requests").as<int64_t>() == 4);
+  CHECK(result_map(stats).at("requests").as<int64_t>() == 5);
+}
+
+TEST_CASE_FIXTURE(server_fixture,
+                  "admin.kill of a connection's bridge answers its generates 503, frees their KV, and the "
+                  "connection goes on") {
+  if (skip_without_tokenizer())
+    return;
+  topo.max_running_requests = 1;  // one decodes, the others wait in the queue: all in flight
+  start({}, keys, 1000, /*fault_injection=*/true);
+  test_client client(server->port());  // its bridge: connection_bridge 0
+  REQUIRE(error_code(ask(client, auth_bytes(1, "client-secret"))) == 0);
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, auth_bytes(1, "admin-secret"))) == 0);
+  const std::vector<int32_t> prompt = {0, 300, 301, 302, 303};
+  for (uint32_t msgid = 10; msgid < 14; ++msgid)
+    client.send(streamed_generate(msgid, prompt, 100));
+  while (!std::holds_alternative<net::rpc_notification>(client.next())) {}  // the first is decoding
+  const net::rpc_response killed = ask(admin, kill_bytes(2, "connection_bridge", 0));
+  REQUIRE(error_code(killed) == 0);
+  std::set<uint32_t> answered;
+  for (int i = 0; i < 4; ++i) {
+    const net::rpc_response r = client.next_response();
+    CAPTURE(r.msgid);
+    CHECK(answered.insert(r.msgid).second);  // one answer each
+    REQUIRE(error_code(r) == 503);
+    const auto err = r.error.as<std::map<std::string, msgpack::object>>();
+    CHECK(err.at("retryable").as<bool>());
+    CHECK(err.at("retry_after_ms").as<uint32_t>() > 0);
+    CHECK(err.at("message").as<std::string>().find("bridge") != std::string::npos);
+  }
+  CHECK(answered == std::set<uint32_t>{10, 11, 12, 13});
+  // the same connection serves on, through a new bridge, with the cluster's KV all free again
+  const net::rpc_response after = ask(client, greedy_generate(20, prompt));
+  REQUIRE(error_code(after) == 0);
+  CHECK(result_map(after).at("output_ids").as<std::vector<int32_t>>() ==
+        reference_run(prompt, {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true}).output_ids);
+  for (const rank_stats& s : idle_rank_stats())
+    CHECK(s.num_free_blocks == s.num_blocks);
+  const net::rpc_response stats = ask(client, request_bytes(21, "stats", std::vector<int>{}));
+  REQUIRE(error_code(stats) == 0);
+  CHECK(result_map(stats).at("queue").as<std::map<std::string, int64_t>>().at("running") == 0);
+  const net::rpc_response listed = ask(admin, request_bytes(3, "admin.actors", std::vector<int>{}));
+  int64_t bridges = 0;
+  for (const auto& a : listed.result.as<std::vector<std::map<std::string, msgpack::object>>>())
+    bridges += a.at("kind").as<std::string>() == "connection_bridge" ? 1 : 0;
+  CHECK(bridges == 2);  // the admin's and the client's new one
 }

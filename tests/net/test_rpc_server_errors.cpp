@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <system_error>
@@ -293,4 +295,70 @@ TEST_CASE_FIXTURE(server_fixture, "ready and stats requests in flight per connec
   CHECK(overloaded >= 1);
   c.send(request_bytes(99, "ready", std::vector<int>{}));  // answered ones free their places
   CHECK(error_code(c.next_response()) == 0);
+}
+
+TEST_CASE_FIXTURE(server_fixture,
+                  "an overload burst of 10x the admission limit: immediate 429s, a bounded queue, and every "
+                  "admitted request completes") {
+  if (skip_without_tokenizer())
+    return;
+  topo.max_queued_requests = 8;
+  topo.max_running_requests = 2;  // admitted at once: 8 waiting + 2 running
+  start();
+  const std::vector<int32_t> prompt = {0, 300, 301, 302, 303};
+  constexpr int32_t max_tokens = 40;  // the admitted ones run long after the burst is answered
+  const std::vector<int32_t> want =
+    reference_run(prompt, {.temperature = 0.0f, .max_tokens = max_tokens, .ignore_eos = true}).output_ids;
+  constexpr int num_connections = 4, per_connection = 25;  // 100 = 10 x (8 + 2)
+  std::vector<std::unique_ptr<test_client>> clients;
+  for (int k = 0; k < num_connections; ++k) {
+    clients.push_back(std::make_unique<test_client>(server->port()));
+    std::string burst;
+    for (uint32_t i = 0; i < per_connection; ++i)
+      burst += streamed_generate(i, prompt, max_tokens);
+    clients.back()->send(burst);  // each connection's 25 in one write
+  }
+  int ok = 0, overloaded = 0, other = 0, refused_after_a_result = 0;
+  int64_t max_queued = 0;
+  for (auto& c : clients) {
+    bool had_result = false;  // answers come in the order they are made
+    for (int i = 0; i < per_connection; ++i) {
+      const net::rpc_response r = c->next_response();
+      const int code = error_code(r);
+      if (code == 429) {
+        ++overloaded;
+        refused_after_a_result += had_result ? 1 : 0;
+        const auto err = r.error.as<std::map<std::string, msgpack::object>>();
+        CHECK(err.at("retryable").as<bool>());
+        CHECK(err.at("retry_after_ms").as<uint32_t>() > 0);
+      } else if (code == 0) {
+        ++ok;
+        had_result = true;
+        CHECK(result_map(r).at("output_ids").as<std::vector<int32_t>>() == want);
+      } else {
+        ++other;
+      }
+      if (ok + overloaded == 50) {  // mid-way: the queue holds no more than its bound
+        const net::rpc_response s = ask(*clients[0], request_bytes(900, "stats", std::vector<int>{}));
+        REQUIRE(error_code(s) == 0);
+        max_queued = result_map(s).at("queue").as<std::map<std::string, int64_t>>().at("queued");
+      }
+    }
+  }
+  CHECK(other == 0);
+  CHECK(ok + overloaded == num_connections * per_connection);
+  MESSAGE("admitted " << ok << ", refused " << overloaded);
+  CHECK(ok >= 10);          // at least what the queue and the running slots hold
+  CHECK(overloaded >= 50);  // the most of the burst is refused, not queued without bound
+  CHECK(max_queued <= 8);
+  CHECK(refused_after_a_result == 0);  // refused at once, before any admitted one finished
+  const net::rpc_response stats = ask(*clients[0], request_bytes(901, "stats", std::vector<int>{}));
+  REQUIRE(error_code(stats) == 0);
+  const auto queue = result_map(stats).at("queue").as<std::map<std::string, int64_t>>();
+  CHECK(queue.at("running") == 0);
+  CHECK(queue.at("queued") == 0);
+  CHECK(queue.at("admitted") == ok);
+  CHECK(queue.at("rejected") == overloaded);
+  for (const rank_stats& s : idle_rank_stats())
+    CHECK(s.num_free_blocks == s.num_blocks);
 }

@@ -151,6 +151,9 @@ std::map<std::string, int> serve_under_kills(server_fixture& fx, const std::vect
                                                      // balancer's end took with it
   if (kills["decode_rank"] + kills["prefill_rank"] > 0)
     CHECK(recovery.at("migrations").as<int64_t>() >= recovery.at("resumed").as<int64_t>());
+  // a resumed or migrated request prefills its prompt (and its tokens so far) again
+  CHECK(recovery.at("reprefilled_tokens").as<int64_t>() > 0);
+  CHECK(recovery.at("preemptions").as<int64_t>() == 0);  // worst-case KV bookings: no rank ran out
   // and the cluster still serves
   const net::rpc_response after = ask(client, streamed_generate(msgid++, prompts[100], max_tokens));
   REQUIRE(error_code(after) == 0);

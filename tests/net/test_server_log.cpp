@@ -24,8 +24,12 @@ TEST_CASE("a stats line: token rates over its interval, requests, every rank's K
         "1 connection");
 }
 
-TEST_CASE("a stats line names the actor restarts and migrations of its interval, when there were any") {
+TEST_CASE(
+  "a stats line names the actor restarts, migrations and preemptions of its interval, when there were any") {
   const stats_line_figures f{.seconds = 1.0, .requests = 2, .connections = 1, .restarts = 3, .migrations = 1};
   CHECK(format_stats_line(f) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
                                 "KV in use: prefill, decode, 1 connection, 3 actor restarts, 1 migration");
+  const stats_line_figures p{.seconds = 1.0, .requests = 2, .connections = 1, .preemptions = 4};
+  CHECK(format_stats_line(p) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
+                                "KV in use: prefill, decode, 1 connection, 4 preemptions");
 }

@@ -76,6 +76,24 @@ void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
                  with_default("microseconds per message (DeepEP, RDMA)", d.inter_node.latency_us));
   app.add_option("--inter-node-bandwidth-gbs", o.inter_node_bandwidth_gb_s,
                  with_default("GB/s, 0 = unlimited (DeepEP, RDMA)", d.inter_node.bandwidth_gb_s));
+  app.add_option(
+    "--new-token-ratio", o.new_token_ratio,
+    with_default("share of max_tokens a request books decode KV for; below 1, a decode rank out of "
+                 "blocks preempts its youngest request",
+                 d.new_token_ratio));
+  app.add_option("--max-restarts", o.max_restarts,
+                 with_default("restarts of one actor within --restart-period before the cluster stops as "
+                              "crash-looping",
+                              d.max_restarts));
+  app.add_option("--restart-period", o.restart_period_s,
+                 with_default("seconds over which --max-restarts counts", d.restart_period_s));
+  app.add_option("--stall-timeout", o.stall_timeout_s,
+                 with_default("seconds a rank may hold running requests without a step before the watchdog "
+                              "kills (and so restarts) it; 0: no watchdog",
+                              d.stall_timeout_s));
+  app.add_option("--max-migrations", o.max_migrations,
+                 with_default("placements again of one request after lost ranks, then error 503",
+                              d.max_migrations));
   if (!listen)
     return;
   app.add_option("--host", o.host, with_default("address to listen on", d.host));
@@ -108,6 +126,11 @@ topology_config resolve_topology(const topology_options& o) {
   override_with(c.intra_node.bandwidth_gb_s, o.intra_node_bandwidth_gb_s);
   override_with(c.inter_node.latency_us, o.inter_node_latency_us);
   override_with(c.inter_node.bandwidth_gb_s, o.inter_node_bandwidth_gb_s);
+  override_with(c.new_token_ratio, o.new_token_ratio);
+  override_with(c.max_restarts, o.max_restarts);
+  override_with(c.restart_period_s, o.restart_period_s);
+  override_with(c.stall_timeout_s, o.stall_timeout_s);
+  override_with(c.max_migrations, o.max_migrations);
   override_with(c.host, o.host);
   override_with(c.port, o.port);
   validate(c);

@@ -24,6 +24,9 @@ struct topology_options {
   std::optional<std::string> link_model;  // "on" | "off"
   std::optional<double> intra_node_latency_us, intra_node_bandwidth_gb_s;
   std::optional<double> inter_node_latency_us, inter_node_bandwidth_gb_s;
+  std::optional<double> new_token_ratio;
+  std::optional<int64_t> max_restarts, max_migrations;
+  std::optional<double> restart_period_s, stall_timeout_s;
   std::optional<std::string> host;
   std::optional<int64_t> port;
 };
