@@ -50,17 +50,45 @@ ep_group make_group(const model_weights& w, const topology_config& topo, int64_t
           .num_micro_batches = topo.two_batch_overlap ? 2 : 1};
 }
 
-// Tells each rank of a group who its peers are and where their inboxes are.
+// An expert-parallel group's current membership, kept by the supervisor's restarts (which run
+// on its thread, one at a time).
+struct group_roster {
+  ep_membership members;
+  int64_t epoch = 0;  // restarts of its ranks so far
+};
+
+// Each new epoch's steps start this far above the last one's (2^40 steps of a rank per epoch).
+constexpr int epoch_step_bits = 40;
+
+// Tells each rank of the group who its peers are and where their inboxes are.
+void tell_members(const group_roster& g) {
+  for (const caf::actor& rank : g.members.peers)
+    caf::anon_send(rank, peers_atom::value, g.members);
+}
+
+// The first membership of a group of `ranks`.
 template <class Rank>
-void introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
-  ep_membership m;
+std::shared_ptr<group_roster> introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
+  auto g = std::make_shared<group_roster>();
   for (size_t r = 0; r < ranks.size(); ++r) {
-    m.peers.push_back(caf::actor_cast<caf::actor>(ranks[r]));
-    m.inboxes.push_back(std::make_shared<ep_inbox>());
-    m.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
+    g->members.peers.push_back(caf::actor_cast<caf::actor>(ranks[r]));
+    g->members.inboxes.push_back(std::make_shared<ep_inbox>());
+    g->members.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
   }
-  for (const Rank& rank : ranks)
-    caf::anon_send(rank, peers_atom::value, m);
+  tell_members(*g);
+  return g;
+}
+
+// Rank `r` of a group of two or more was restarted: a new epoch with the fresh rank and a fresh
+// inbox for it. The survivors abandon the step they are in (it waits for the dead rank) and
+// run its requests again; the dead rank's requests are placed again by their sessions.
+void rejoin(group_roster& g, size_t r, const caf::actor& fresh) {
+  if (g.members.peers.size() < 2)
+    return;  // a group of one needs no introduction
+  g.members.peers[r] = fresh;
+  g.members.inboxes[r] = std::make_shared<ep_inbox>();
+  g.members.first_step = ++g.epoch << epoch_step_bits;
+  tell_members(g);
 }
 
 template <class Handle>
@@ -75,6 +103,7 @@ struct rank_recipe {
   rank_model_config cfg;
   ep_group prefill_group, decode_group;  // `rank` set per restart
   cluster_links links;
+  std::shared_ptr<group_roster> prefill_roster, decode_roster;
 };
 
 // Ids each request queue instance may give (a restarted one starts above its predecessor's).
@@ -151,16 +180,13 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
                        caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
                                       peers_atom::value, caf::actor_cast<metrics_actor>(fresh));
                      }});
-  // A rank in a group of one restarts empty and its requests are placed again by their
-  // sessions; a group of several would have to leave the step its peers wait in (not yet).
-  const auto rank_restart = [](const ep_group& g) {
-    return g.num_ranks == 1 ? restart_policy::permanent : restart_policy::never;
-  };
+  // A rank restarts empty (with its experts) and its requests are placed again by their
+  // sessions; in a group of several it rejoins its peers in a new epoch (rejoin).
   for (size_t r = 0; r < c.prefill_ranks.size(); ++r)
     specs.push_back(
       {.kind = "prefill_rank",
        .index = static_cast<int64_t>(r),
-       .restart = rank_restart(recipe.prefill_group),
+       .restart = restart_policy::permanent,
        .running = untyped(c.prefill_ranks[r]),
        .start =
          [&sys, recipe, r](const child_lookup&) {
@@ -169,7 +195,8 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
            return untyped(spawn_prefill_rank(sys, recipe.weights, recipe.cfg, std::move(g), recipe.links));
          },
        .introduce =
-         [r](const caf::actor& fresh, const child_lookup& current) {
+         [r, roster = recipe.prefill_roster](const caf::actor& fresh, const child_lookup& current) {
+           rejoin(*roster, r, fresh);
            caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
                           peers_atom::value, static_cast<int64_t>(r),
                           caf::actor_cast<prefill_rank_actor>(fresh));
@@ -178,7 +205,7 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
     specs.push_back(
       {.kind = "decode_rank",
        .index = static_cast<int64_t>(r),
-       .restart = rank_restart(recipe.decode_group),
+       .restart = restart_policy::permanent,
        .running = untyped(c.decode_ranks[r]),
        .start =
          [&sys, recipe, r](const child_lookup&) {
@@ -187,7 +214,8 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
            return untyped(spawn_decode_rank(sys, recipe.weights, recipe.cfg, std::move(g), recipe.links));
          },
        .introduce =
-         [r](const caf::actor& fresh, const child_lookup& current) {
+         [r, roster = recipe.decode_roster](const caf::actor& fresh, const child_lookup& current) {
+           rejoin(*roster, r, fresh);
            const auto rank = caf::actor_cast<decode_rank_actor>(fresh);
            const caf::actor balancer = current("decode_balancer", 0);
            caf::anon_send(rank, route_atom::value, balancer);
@@ -241,8 +269,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
     if (c.trace)
       c.trace->name_rank(topo.prefill_ranks + r, "decode_rank " + std::to_string(r));
   }
-  introduce(c.prefill_ranks, 0);
-  introduce(c.decode_ranks, topo.prefill_ranks);
+  std::shared_ptr<group_roster> prefill_roster = introduce(c.prefill_ranks, 0);
+  std::shared_ptr<group_roster> decode_roster = introduce(c.decode_ranks, topo.prefill_ranks);
   const int64_t max_context = served_context(topo, w.config.max_position_embeddings);
   const decode_balancer_config decode_cfg{
     .num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests};
@@ -275,7 +303,9 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                            .cfg = rank_cfg,
                            .prefill_group = prefill_group,
                            .decode_group = decode_group,
-                           .links = links};
+                           .links = links,
+                           .prefill_roster = prefill_roster,
+                           .decode_roster = decode_roster};
   const restart_limits limits{.max_restarts = topo.max_restarts, .period = millis(topo.restart_period_s)};
   c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg, prefill_graph),
                                   limits);

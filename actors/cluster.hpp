@@ -1,10 +1,10 @@
 // actors/cluster.hpp
 // Spawns the serving graph from the topology: request_queue -> prefill_balancer -> prefill_rank x P
 // (one EP group) -> decode_rank x D (another EP group), with the decode_balancer choosing decode
-// ranks, all children of one supervisor (actors/supervisor.hpp). The request queue, the decode
-// balancer, the metrics actor and a rank alone in its EP group are restarted when they die; the
-// prefill balancer and ranks of larger groups are not restartable yet, and their death stops the
-// cluster. A watchdog (actors/watchdog.hpp) kills ranks that stop making progress.
+// ranks, all children of one supervisor (actors/supervisor.hpp). Every part is restarted when it
+// dies; a rank of an EP group of two or more rejoins its group in a new epoch (its peers abandon
+// the step it left and re-run its requests). A watchdog (actors/watchdog.hpp) kills ranks that
+// stop making progress.
 #pragma once
 
 #include <caf/actor_system.hpp>

@@ -31,6 +31,7 @@ struct decode_step_result {
   std::vector<int32_t> tokens;                        // next token of each request, same order
   std::vector<std::vector<token_logprobs>> logprobs;  // same order; empty unless it asked
   std::string error;
+  bool abandoned = false;  // its group changed: the requests run the step again
 };
 
 namespace {
@@ -233,6 +234,7 @@ void sample_step(decode_pointer self, step_pipeline& pipeline, const std::string
   auto& st = self->state;
   auto result = std::make_shared<decode_step_result>();
   result->error = error;
+  result->abandoned = st.core->step_abandoned();
   const int64_t vocab = st.model->weights->config.vocab_size;
   st.core->enqueue_sampling(
     [rows = st.step_rows, &pipeline, result, vocab] {
@@ -261,6 +263,8 @@ void on_step_result(decode_pointer self, decode_step_result& result) {
   auto& st = self->state;
   st.core->finish_step();
   st.step_rows.clear();
+  if (result.abandoned)
+    return;  // each request's last token goes through the next step again
   const model_config& cfg = st.model->weights->config;
   for (size_t i = 0; i < result.request_ids.size(); ++i) {
     const uint64_t id = result.request_ids[i];

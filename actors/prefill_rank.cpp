@@ -45,6 +45,7 @@ struct prefill_step_result {
   };
   std::vector<outcome> finished;  // prompts whose last segment was in the step
   std::string error;
+  bool abandoned = false;  // its group changed: its segments are planned again
 };
 
 namespace {
@@ -55,6 +56,7 @@ struct prefill_rank_state {
   std::unique_ptr<ep_rank_core> core;
   std::list<prefill_task> tasks;                      // FIFO; stable addresses
   std::vector<prefill_task*> step_tasks;              // in the step in flight
+  std::vector<int64_t> step_starts;                   // each one's segment start (num_planned before)
   std::vector<std::vector<prefill_task*>> step_rows;  // per micro-batch: whose logits row, in order
   static inline const char* name = "prefill_rank";
 
@@ -88,6 +90,7 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
   auto& st = self->state;
   rank_model& m = *st.model;
   st.step_tasks.clear();
+  st.step_starts.clear();
   std::vector<prefill_segment> segments;
   std::set<const prefill_task*> never_fit;
   int64_t budget = m.config.max_prefill_tokens;
@@ -110,6 +113,7 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
     segments.push_back(
       {.request_idx = static_cast<int64_t>(st.step_tasks.size()), .start = t.num_planned, .num_tokens = num});
     st.step_tasks.push_back(&t);
+    st.step_starts.push_back(t.num_planned);
     t.num_planned += num;
     budget -= num;
   }
@@ -156,6 +160,7 @@ void sample_step(prefill_pointer self, step_pipeline& pipeline, const std::strin
   auto& st = self->state;
   auto result = std::make_shared<prefill_step_result>();
   result->error = error;
+  result->abandoned = st.core->step_abandoned();
   rank_model* m = st.model.get();
   st.core->enqueue_sampling(
     [rows = st.step_rows, &pipeline, result, m] {
@@ -201,6 +206,12 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
   auto& st = self->state;
   st.core->finish_step();
   std::set<const prefill_task*> gone;
+  if (result.abandoned) {  // its segments go into a step again; nothing of them was kept
+    for (size_t i = 0; i < st.step_tasks.size(); ++i)
+      st.step_tasks[i]->num_planned = st.step_starts[i];
+    result.error.clear();
+    result.finished.clear();
+  }
   if (!result.error.empty()) {
     for (prefill_task* t : st.step_tasks) {
       fail(self, *t, result.error);
@@ -230,6 +241,7 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
     gone.insert(o.task);
   }
   st.step_tasks.clear();
+  st.step_starts.clear();
   st.step_rows.clear();
   erase_tasks(st, gone);
 }

@@ -35,22 +35,17 @@ struct chaos_cli {
   bool reference = false;
   weight_options weights;
   chaos_options run;
-  std::string kinds;  // comma-separated; empty: every kind the topology can restart
+  std::string kinds;  // comma-separated; empty: every kind
 };
 
-// The kinds a kill of which the cluster recovers from (ranks only alone in their EP group).
-std::vector<std::string> restartable_kinds(const topology_config& topo) {
-  std::vector<std::string> out = {"request_queue", "prefill_balancer", "decode_balancer",  "metrics",
-                                  "session",       "stats_sampler",    "connection_bridge"};
-  if (topo.prefill_ranks == 1)
-    out.emplace_back("prefill_rank");
-  if (topo.decode_ranks == 1)
-    out.emplace_back("decode_rank");
-  return out;
+// The kinds a kill of which the cluster recovers from: every kind admin.kill takes.
+std::vector<std::string> restartable_kinds() {
+  return {"request_queue", "prefill_balancer", "decode_balancer", "metrics",          "prefill_rank",
+          "decode_rank",   "session",          "stats_sampler",   "connection_bridge"};
 }
 
-std::vector<std::string> parse_kinds(const std::string& list, const topology_config& topo) {
-  std::vector<std::string> allowed = restartable_kinds(topo);
+std::vector<std::string> parse_kinds(const std::string& list) {
+  std::vector<std::string> allowed = restartable_kinds();
   if (list.empty())
     return allowed;
   std::vector<std::string> out;
@@ -65,9 +60,9 @@ std::vector<std::string> parse_kinds(const std::string& list, const topology_con
       }
       std::string message = "--kinds: ";
       message += k;
-      message += " is not one this topology recovers from (";
+      message += " is not a kind of actor (";
       message += names;
-      message += "; ranks of EP groups of 2+ are not restartable yet)";
+      message += ")";
       throw input_error(message);
     }
     out.push_back(k);
@@ -94,7 +89,7 @@ void print_pass(const char* name, const pass_report& p) {
 
 int run(chaos_cli& o) {
   const topology_config topo = resolve_topology(o.topology);
-  o.run.kinds = parse_kinds(o.kinds, topo);
+  o.run.kinds = parse_kinds(o.kinds);
   auto [weights, tok] = load_for_serving(o.model_dir, topo, o.weights, o.reference, "chaos");
   running_cluster running(weights, tok, {.topology = topo, .reference = o.reference});
   caf::actor_system& sys = running.system();
@@ -168,9 +163,9 @@ void add_chaos(CLI::App& app) {
   cmd->add_option("--kills", o->run.num_kills, "kills during the second pass at most (default 20)")
     ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--kinds", o->kinds,
-                  "comma-separated kinds to kill (default: every kind this topology recovers from: "
-                  "request_queue, prefill_balancer, decode_balancer, metrics, session, and the ranks of "
-                  "groups of one)");
+                  "comma-separated kinds to kill (default: every kind: request_queue, prefill_balancer, "
+                  "decode_balancer, metrics, prefill_rank, decode_rank, session, stats_sampler, "
+                  "connection_bridge)");
   cmd->add_option("--interval", o->run.interval_s, "mean seconds between kills (default 0.3)")
     ->check(CLI::Range(0.001, 3600.0));
   cmd->add_option("--seed", o->run.seed, "prompts and kills (default 1)");

@@ -180,7 +180,8 @@ std::optional<double> wait_recovered(wire_client& admin, uint32_t& msgid, const 
   return std::nullopt;
 }
 
-// Kills until `opts.num_kills` are done or the load is over.
+// Kills until `opts.num_kills` are done or the load is over: the kinds in turn (a kind with no
+// live actor, as no session between requests, is tried again next time), a random one of each.
 void kill_loop(uint16_t port, const std::string& key, const chaos_options& o,
                const std::atomic<bool>& load_done, std::map<std::string, kind_report>& kinds) {
   wire_client admin("127.0.0.1", port);
@@ -191,7 +192,7 @@ void kill_loop(uint16_t port, const std::string& key, const chaos_options& o,
   int64_t done = 0;
   while (done < o.num_kills && !load_done) {
     std::this_thread::sleep_for(std::chrono::duration<double>(o.interval_s * jitter(rng)));
-    const std::string& kind = o.kinds[rng() % o.kinds.size()];
+    const std::string& kind = o.kinds[static_cast<size_t>(done) % o.kinds.size()];  // each in turn
     std::vector<listed_actor> candidates;
     for (const listed_actor& a : list_actors(admin, msgid))
       if (a.kind == kind)

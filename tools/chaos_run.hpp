@@ -1,7 +1,8 @@
 // tools/chaos_run.hpp
 // `moeserve chaos`'s run against a server started with --fault-injection: a bounded greedy load
 // through the wire, once without faults (the reference outputs) and once while a second
-// connection kills random actors of the given kinds at random moments; what came back is
+// connection kills actors of the given kinds in turn (a random one of each) at random moments;
+// what came back is
 // checked request by request (lost, duplicated or missing seq, greedy mismatches) and the KV
 // left in use counted once all is idle.
 #pragma once

@@ -15,7 +15,7 @@ bool ep_inbox::put_into(std::map<ep_key, slot<Payload>>& slots, std::shared_ptr<
   bool not_begun = false;
   {
     std::lock_guard lock(mutex_);
-    if (cancelled_)
+    if (cancelled_ || p->key.step < floor_)
       return false;
     not_begun = p->key.step >= next_step_;
     slot<Payload>& s = slots[p->key];
@@ -67,18 +67,42 @@ bool ep_inbox::complete(const stage_input& in) const {
 void ep_inbox::wait(const stage_input& in) {
   std::unique_lock lock(mutex_);
   clock::time_point arrives;
-  arrived_.wait(lock, [&] { return cancelled_.load() || count_of(in, &arrives) >= in.count; });
+  const auto given_up = [&] { return cancelled_.load() || abandoned(in.key.step); };
+  arrived_.wait(lock, [&] { return given_up() || count_of(in, &arrives) >= in.count; });
   // The payloads are here; the link model says when the last of them is. Sleep until shortly
   // before, then spin (yielding the core): a sleeping thread wakes a median 90-150 us late on
   // this VM, against decode stages of 0.1-2 ms.
-  arrived_.wait_until(lock, arrives - spin_before_arrival, [&] { return cancelled_.load(); });
-  if (cancelled_)
-    throw std::runtime_error("the rank stopped while a stage waited for its peers");
+  arrived_.wait_until(lock, arrives - spin_before_arrival, given_up);
+  const auto check = [&] {
+    if (cancelled_.load(std::memory_order_relaxed))
+      throw std::runtime_error("the rank stopped while a stage waited for its peers");
+    if (abandoned(in.key.step))
+      throw std::runtime_error("the step was abandoned: a peer of the group was restarted");
+  };
+  check();
   lock.unlock();
-  while (clock::now() < arrives && !cancelled_.load(std::memory_order_relaxed))
+  while (clock::now() < arrives && !cancelled_.load(std::memory_order_relaxed) && !abandoned(in.key.step))
     std::this_thread::yield();
-  if (cancelled_.load(std::memory_order_relaxed))
-    throw std::runtime_error("the rank stopped while a stage waited for its peers");
+  check();
+}
+
+void ep_inbox::start_epoch(int64_t first_step) {
+  {
+    std::lock_guard lock(mutex_);
+    if (first_step <= floor_)
+      return;
+    floor_ = first_step;
+    next_step_ = std::max(next_step_, first_step);
+    const auto drop_below = [first_step](auto& slots) {
+      slots.erase(slots.begin(),
+                  slots.lower_bound(ep_key{.step = first_step,
+                                           .layer_idx = std::numeric_limits<int64_t>::min(),
+                                           .micro_batch = std::numeric_limits<int64_t>::min()}));
+    };
+    drop_below(dispatches_);
+    drop_below(combines_);
+  }
+  arrived_.notify_all();
 }
 
 template <class Payload>

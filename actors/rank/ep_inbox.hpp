@@ -4,6 +4,7 @@
 // stamped with the time the link model says it arrives; the rank's stream waits here for a
 // stage's inputs before it runs the stage. No actor sits between a payload and the stream that
 // consumes it, so a message costs one thread wake-up, not three (clock thread, actor, stream).
+// A peer's restart starts a new epoch of steps: the steps of the old one are abandoned here.
 // CAF-free and thread-safe.
 #pragma once
 
@@ -61,6 +62,13 @@ class ep_inbox {
   void cancel();
   [[nodiscard]] bool cancelled() const;
 
+  /// The group changed (a peer was restarted) and numbers its steps from `first_step`: the
+  /// steps below are abandoned. Their waiters wake and throw, their payloads (here or late)
+  /// are dropped; steps from `first_step` on are kept.
+  void start_epoch(int64_t first_step);
+  /// `step` was abandoned by start_epoch.
+  [[nodiscard]] bool abandoned(int64_t step) const { return step < floor_.load(std::memory_order_relaxed); }
+
  private:
   template <class Payload>
   struct slot {
@@ -84,6 +92,7 @@ class ep_inbox {
   std::map<ep_key, slot<ep_combine>> combines_;
   int64_t next_step_ = 0;               // steps below it have begun
   std::atomic<bool> cancelled_{false};  // set under mutex_; read also by the spin outside it
+  std::atomic<int64_t> floor_{0};       // steps below it are abandoned; set under mutex_
 };
 
 }  // namespace moe

@@ -2,6 +2,7 @@
 #include "actors/rank/ep_rank_core.hpp"
 
 #include <caf/send.hpp>
+#include <algorithm>
 #include <stdexcept>
 
 namespace moe {
@@ -22,8 +23,18 @@ void ep_rank_core::set_membership(ep_membership m) {
       m.inboxes.size() != m.peers.size())
     throw std::logic_error("ep_rank_core: a group of " + std::to_string(m.peers.size()) +
                            " ranks for a rank of " + std::to_string(group_.num_ranks));
+  m.inboxes[group_.rank]->start_epoch(m.first_step);  // the steps of an earlier group give up
+  if (pipeline_) {
+    pending_members_ = std::move(m);
+    return;
+  }
+  take_membership(std::move(m));
+}
+
+void ep_rank_core::take_membership(ep_membership m) {
   members_ = std::move(m);
   inbox_ = members_.inboxes[group_.rank];
+  next_step_ = std::max(next_step_, members_.first_step);
 }
 
 void ep_rank_core::stop() {
@@ -49,7 +60,13 @@ void ep_rank_core::start_step() {
   pipeline_->start();
 }
 
-void ep_rank_core::finish_step() { pipeline_.reset(); }
+void ep_rank_core::finish_step() {
+  pipeline_.reset();
+  if (pending_members_) {
+    take_membership(std::move(*pending_members_));
+    pending_members_.reset();
+  }
+}
 
 void ep_rank_core::on_peer_step(int64_t step) {
   if (step >= next_step_)

@@ -14,6 +14,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,11 +35,14 @@ struct cluster_links {
 };
 
 /// A rank's group: its peers in rank order (itself included), their inboxes and global rank ids
-/// (the link model's and the trace's numbering).
+/// (the link model's and the trace's numbering). A peer's restart makes a new membership (the new
+/// peer, a fresh inbox for it) whose steps are numbered from `first_step`: every rank abandons
+/// the steps it had begun below that and runs their requests again.
 struct ep_membership {
   std::vector<caf::actor> peers;
   std::vector<std::shared_ptr<ep_inbox>> inboxes;  // per group rank
   std::vector<int64_t> global_ranks;               // per group rank
+  int64_t first_step = 0;
 };
 
 class ep_rank_core final : public pipeline_io {
@@ -52,15 +56,23 @@ class ep_rank_core final : public pipeline_io {
   ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group, caf::actor self, cluster_links links,
                std::string role, plan_fn plan, done_fn done);
 
-  /// Joins the group (before any step).
+  /// Joins the group (before any step), or a changed group: a step in flight is abandoned (its
+  /// stages are skipped or give up waiting) and the new membership holds from the next step.
   void set_membership(ep_membership m);
   [[nodiscard]] bool step_in_flight() const noexcept { return pipeline_ != nullptr; }
+  /// The step in flight (done) was abandoned for a new membership before its LOGITS stage: its
+  /// requests run it again, unchanged (its KV writes are overwritten; nothing advanced). A step
+  /// that got as far as LOGITS had every payload of its group, and counts.
+  [[nodiscard]] bool step_abandoned() const noexcept {
+    return pipeline_ != nullptr && inbox_->abandoned(pipeline_->step()) && !pipeline_->logits_ran();
+  }
   [[nodiscard]] int64_t num_steps() const noexcept { return next_step_; }
   [[nodiscard]] const ep_group& group() const noexcept { return group_; }
 
   /// Starts the next step when none is in flight and `has_work` or a peer already began it.
   void maybe_start(bool has_work);
-  /// Ends the step begun last; call from done_fn's aftermath when the owner is ready for the next.
+  /// Ends the step begun last (and takes on a membership that came meanwhile); call from
+  /// done_fn's aftermath when the owner is ready for the next.
   void finish_step();
   /// Runs the owner's sampling of the step's logits on the stream, after the step's stages,
   /// traced as a SAMPLE span; `on_done` as cpu_stream::enqueue's.
@@ -96,8 +108,11 @@ class ep_rank_core final : public pipeline_io {
   std::string role_;
   plan_fn plan_;
   done_fn done_;
+  void take_membership(ep_membership m);
+
   ep_membership members_;
-  std::shared_ptr<ep_inbox> inbox_;  // members_.inboxes[group_.rank] (its own in a group of one)
+  std::optional<ep_membership> pending_members_;  // came while a step was in flight
+  std::shared_ptr<ep_inbox> inbox_;               // members_.inboxes[group_.rank] (its own in a group of one)
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
   int64_t next_step_ = 0;  // the step to begin next (== steps begun)

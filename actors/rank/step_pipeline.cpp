@@ -85,6 +85,7 @@ void step_pipeline::start() {
     std::vector<forward_step*> steps;
     for (micro_batch& x : mbs_)
       steps.push_back(x.fwd.get());
+    logits_ran_ = true;  // from here the sequences' KV advances
     std::vector<std::vector<float>> out = forward_step::joint_logits(steps);
     for (size_t i = 0; i < mbs_.size(); ++i)
       mbs_[i].logits = std::move(out[i]);
@@ -97,6 +98,8 @@ void step_pipeline::to_stream(int64_t mb, stage_kind stage, int64_t layer_idx,
     std::string error;
     if (io_.inbox().cancelled()) {
       error = "the rank stopped";
+    } else if (io_.inbox().abandoned(step_)) {  // the group changed: nothing of it is kept
+      error = "the step was abandoned: a peer of the group was restarted";
     } else {
       try {
         work();

@@ -85,6 +85,8 @@ class step_pipeline {
   /// After done(): the first error a stage met, empty if none. A stage that fails still sends
   /// (empty dispatches, zero answers), so no peer waits for it, and the step runs to its end.
   [[nodiscard]] const std::string& error() const noexcept { return error_; }
+  /// After done(): the LOGITS stage ran (and advanced the sequences' KV), whatever came before.
+  [[nodiscard]] bool logits_ran() const noexcept { return logits_ran_; }
   /// After done(): each micro-batch's logits [rows, vocab] (forward_step::logits order).
   [[nodiscard]] const std::vector<float>& logits(int64_t micro_batch) const {
     return mbs_[micro_batch].logits;
@@ -119,7 +121,8 @@ class step_pipeline {
   step_model model_;
   pipeline_io& io_;
   std::vector<micro_batch> mbs_;
-  std::string error_;  // written on the stream, read after done()
+  std::string error_;        // written on the stream, read after done()
+  bool logits_ran_ = false;  // likewise
   bool finished_ = false;
 };
 

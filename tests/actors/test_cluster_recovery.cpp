@@ -5,8 +5,8 @@
 // single-rank generator's tokens, a gapless stream, and every KV block and booking back. Over
 // 1P+1D (groups of one) the ranks themselves are killed: their requests are placed again by
 // their sessions (prompt + tokens so far re-prefilled) and still give the generator's tokens, up
-// to max_migrations. A rank of a larger group cannot be restarted yet: its death stops the cluster
-// with the reason. Decode ranks that overcommit their KV (new_token_ratio < 1) preempt and
+// to max_migrations. Over 2P+2D a killed rank rejoins its group in a new epoch: its peers abandon
+// the step they were in and run it again. Decode ranks that overcommit their KV (new_token_ratio < 1) preempt and
 // recompute requests, again with the generator's tokens.
 #include <doctest/doctest.h>
 
@@ -227,33 +227,49 @@ TEST_CASE_FIXTURE(recovery_case,
   c.stop();
 }
 
-TEST_CASE_FIXTURE(
-  recovery_case,
-  "recovery: a rank of an expert-parallel group of two cannot restart yet: its death stops the "
-  "cluster, with the reason") {
+TEST_CASE_FIXTURE(recovery_case,
+                  "recovery: killing ranks of expert-parallel groups of two under load: the survivors "
+                  "abandon the step, the dead rank rejoins, and every request gives the generator's tokens") {
   auto tok = real_tokenizer();
   if (!tok)
     return;
-  auto weights =
-    std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = recovery_topology(), .reference = true});
-  self->monitor(c.root);
-  self->monitor(c.queue);
-  self->request(c.supervisor, 10s, kill_atom::value, std::string("prefill_rank"), int64_t{1})
-    .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
-  int downs = 0;
-  std::string root_reason;
-  bool timed_out = false;
-  while (downs < 2 && !timed_out)
-    self->receive(
-      [&](caf::down_msg& dm) {
-        ++downs;
-        if (dm.source == c.root.address())
-          root_reason = sys.render(dm.reason);
-      },
-      caf::after(10s) >> [&] { timed_out = true; });
-  CHECK(downs == 2);  // the supervisor and the queue it stopped
-  CHECK(root_reason.find("kill") != std::string::npos);
+  auto weights = tiny_weights();
+  const topology_config topo = recovery_topology();
+  const std::vector<request_spec> specs = greedy_requests(48, 41);
+  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  std::map<uint64_t, size_t> index_of;
+  // a kill after every 5th final answer: each rank of both groups, in turn
+  std::map<uint64_t, collected> got = run_with_kills(
+    c, specs, {"decode_rank", "prefill_rank", "decode_rank", "prefill_rank"}, {0, 1, 1, 0}, 5, 4, index_of);
+  reference(weights, tok, topo);
+  check_outputs(specs, index_of, got);
+  int64_t migrated = 0;
+  for (const auto& [id, g] : got)
+    migrated += g.result.num_migrations > 0 ? 1 : 0;
+  MESSAGE("requests placed again: " << migrated << " of " << specs.size());
+  CHECK(migrated > 0);
+  for (const char* kind : {"prefill_rank", "decode_rank"})
+    for (int64_t r = 0; r < 2; ++r) {
+      const auto rank = ask<caf::actor>(c.supervisor, lookup_atom::value, std::string(kind), r);
+      REQUIRE(rank);
+      const rank_stats s = idle_stats(rank);
+      CHECK(s.num_running == 0);
+      CHECK(s.num_free_blocks == s.num_blocks);
+    }
+  check_queue_empty(c);
+  std::map<std::string, int64_t> restarts = restarts_by_kind(c);
+  CHECK(restarts["decode_rank"] == 2);
+  CHECK(restarts["prefill_rank"] == 2);
+  // the groups still step together: one more request after the load
+  self->request(c.queue, 10s, submit_atom::value, specs[0])
+    .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
+  session_result last;
+  self->receive_while([&] {
+    return last.reason == finish_reason::none;
+  })([&](token_atom, const stream_chunk&) {}, [&](done_atom, const session_result& r) { last = r; },
+     caf::after(30s) >> [&] { last.reason = finish_reason::error; });
+  CHECK(last.output_ids == ref_gen->run(specs[0].prompt_ids, specs[0].sampling).output_ids);
+  c.stop();
 }
 
 TEST_CASE_FIXTURE(recovery_case, "recovery: killing the ranks of 1P+1D under load re-places their requests") {
