@@ -28,5 +28,7 @@ using migrate_atom = caf::atom_constant<caf::atom("migrate")>;    // place a req
 using resume_atom = caf::atom_constant<caf::atom("resume")>;      // go on with a request (holder lost)
 using attach_atom = caf::atom_constant<caf::atom("attach")>;      // this session holds your request
 using preempt_atom = caf::atom_constant<caf::atom("preempt")>;    // out of KV: recompute it later
+using handoff_atom = caf::atom_constant<caf::atom("handoff")>;    // a request's KV reached its decode rank
+using fault_atom = caf::atom_constant<caf::atom("fault")>;        // fault injection: crash at a point
 
 }  // namespace moe

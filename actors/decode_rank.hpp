@@ -19,7 +19,8 @@ namespace moe {
 struct decode_step_result;  // what a step's sampling produced (internal)
 
 using decode_rank_actor = ep_member_actor::extend<
-  // Accepts a request whose latent KV cache was produced by a prefill rank.
+  // Accepts a request whose latent KV cache was produced by a prefill rank, and tells its
+  // session (handoff_atom, request id).
   caf::reacts_to<submit_atom, kv_handoff>,
   // Ends a request with finish_reason::abort and frees its KV blocks (at the step boundary).
   caf::reacts_to<cancel_atom, uint64_t>,

@@ -24,7 +24,7 @@ struct session_state {
   uint64_t placements = 0;     // this session's placements so far, less one
   uint64_t preemptions = 0;    // of those, after its decode rank ran out of KV
   uint64_t placement = 0;      // the id the current placement's ranks know it by
-  bool prefilled = false;      // the current placement's first token is here
+  bool handed_off = false;     // the current placement's KV is on its decode rank
   bool placing = false;        // waiting for the placer's (route_atom, ...)
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), first_token;
   static inline const char* name = "session";
@@ -101,7 +101,7 @@ void place_again(session_pointer self, const caf::actor_addr& lost_rank) {
   ++st.placements;
   st.placement = placement_id(st.cfg.request_id,
                               st.first_attempt + st.placements % max_placements_per_session);
-  st.prefilled = false;
+  st.handed_off = false;
   st.placing = true;
   request_spec rest = continued(st.cfg.spec, st.result.output_ids);
   st.result.num_reprefilled_tokens += static_cast<int64_t>(rest.prompt_ids.size());
@@ -181,7 +181,7 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       lost_placer(self);
     else if (st.cfg.decode_rank && dm.source == st.cfg.decode_rank.address())
       migrate(self, "decode rank", dm.source);
-    else if (st.cfg.prefill_rank && dm.source == st.cfg.prefill_rank.address() && !st.prefilled)
+    else if (st.cfg.prefill_rank && dm.source == st.cfg.prefill_rank.address() && !st.handed_off)
       migrate(self, "prefill rank", dm.source);
   });
   return {
@@ -194,7 +194,6 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       auto& st = self->state;
       if (chunk.request_id != st.placement || st.placing)
         return;  // from a placement given up
-      st.prefilled = true;
       if (st.result.output_ids.empty() && !chunk.token_ids.empty())
         st.first_token = std::chrono::steady_clock::now();
       std::string delta;
@@ -220,6 +219,11 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       send_chunk(self, chunk, std::move(delta));
       if (chunk.reason != finish_reason::none)
         answer(self, final_reason(chunk.reason, *st.text), std::move(chunk.error));
+    },
+    [=](handoff_atom, uint64_t id) {
+      auto& st = self->state;
+      if (id == st.placement && !st.placing)
+        st.handed_off = true;
     },
     [=](cancel_atom) {
       auto& st = self->state;

@@ -23,6 +23,9 @@ using session_actor = caf::typed_actor<
   caf::reacts_to<start_atom, std::chrono::steady_clock::time_point>,
   // Output tokens from a rank; the chunk with a finish reason is the last.
   caf::reacts_to<token_atom, token_chunk>,
+  // The decode rank has placement `id`'s KV hand-off: from now on the prefill rank's loss does
+  // not matter to it (before, it does: the session has the first token, the KV may be lost).
+  caf::reacts_to<handoff_atom, uint64_t>,
   // The client cancelled: answer finish_reason::abort now, tell the ranks to free its KV.
   caf::reacts_to<cancel_atom>,
   // Placed again after a lost rank: its new prefill and decode ranks.
@@ -46,7 +49,7 @@ struct session_config {
   caf::actor metrics;               // gets (done_atom, request_record) at the end (may be null)
   // Gets (migrate_atom, request_id, placement id, what is left of the request, session, the
   // lost rank) when
-  // its prefill rank dies before the first token or its decode rank dies: prompt + tokens so
+  // its prefill rank dies before the hand-off reached the decode rank or its decode rank dies: prompt + tokens so
   // far, max_tokens less those. Null: a lost rank ends the request with an error. When the
   // placer dies the session exits (serve_errc::unavailable) without answering, for its client
   // to resume the request.

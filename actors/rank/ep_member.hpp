@@ -5,8 +5,10 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "actors/errors.hpp"
 #include "actors/rank/ep_rank_core.hpp"
 
 namespace moe {
@@ -18,10 +20,16 @@ using ep_member_actor = caf::typed_actor<
   // (payloads themselves go from stream to inbox, not through actors).
   caf::reacts_to<dispatch_atom, int64_t>,
   // The rank's stream finished a step's LOGITS stage: step, micro-batch, stage_kind, error (internal).
-  caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>>;
+  caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>,
+  // Fault injection for tests: crash the next time at this point (actors/rank/fault_point.hpp),
+  // once; true, or serve_errc::invalid for a point this rank does not have.
+  caf::replies_to<fault_atom, std::string>::with<bool>,
+  // The stream reached the armed point of a step's exchange: crash (internal).
+  caf::reacts_to<fault_atom>>;
 
 /// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
-/// ep_rank_core), followed by the rank's own handlers.
+/// ep_rank_core) and `self->state.arm_fault(point)` (throws std::invalid_argument for a point
+/// the rank does not have), followed by the rank's own handlers.
 template <class Behavior, class Self, class... Handlers>
 [[nodiscard]] Behavior ep_member_behavior(Self self, Handlers... own) {
   return {
@@ -30,6 +38,19 @@ template <class Behavior, class Self, class... Handlers>
     [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
       self->state.core->on_stage_done(step, mb, stage, error);
     },
+    [=](fault_atom, const std::string& name) -> caf::result<bool> {
+      const std::optional<fault_point> point = parse_fault_point(name);
+      if (!point)
+        return caf::make_error(serve_errc::invalid, "no fault point is called \"" + name +
+                                                      "\" (dispatch, combine, handoff, first_decode)");
+      try {
+        self->state.arm_fault(*point);
+      } catch (const std::invalid_argument& e) {
+        return caf::make_error(serve_errc::invalid, e.what());
+      }
+      return true;
+    },
+    [=](fault_atom) { throw injected_fault(self->state.core->armed_fault()); },
     own...,
   };
 }

@@ -4,6 +4,7 @@
 #include <caf/send.hpp>
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 namespace moe {
 
@@ -12,6 +13,10 @@ ep_rank_core::ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group
     : model_(model), stream_(stream), group_(std::move(group)), self_(std::move(self)),
       links_(std::move(links)), role_(std::move(role)), plan_(std::move(plan)), done_(std::move(done)),
       rope_(make_rope_tables(model.weights->config)) {
+  if (group_.placements)
+    for (size_t l = 0; l < group_.placements->size(); ++l)
+      if (!(*group_.placements)[l].slot_expert.empty())
+        fault_layer_ = static_cast<int64_t>(l);
   if (group_.num_ranks == 1) {  // a group of one needs no introduction
     inbox_ = std::make_shared<ep_inbox>();
     members_ = {.peers = {self_}, .inboxes = {inbox_}, .global_ranks = {0}};
@@ -40,6 +45,15 @@ void ep_rank_core::take_membership(ep_membership m) {
 void ep_rank_core::stop() {
   if (inbox_)
     inbox_->cancel();
+}
+
+void ep_rank_core::arm_fault(fault_point p) {
+  if (p != fault_point::dispatch && p != fault_point::combine)
+    throw std::invalid_argument(std::string(to_string(p)) + " is not a point of a step's exchange");
+  if (group_.num_ranks == 1 || fault_layer_ < 0)
+    throw std::invalid_argument("a " + role_ + " rank alone in its group (or without MoE layers) sends no " +
+                                std::string(to_string(p)));
+  armed_ = p;
 }
 
 void ep_rank_core::maybe_start(bool has_work) {
@@ -127,6 +141,15 @@ template <class Payload>
 void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload> p, size_t num_bytes,
                                 const char* what) {
   const ep_key key = p->key;
+  if (crashed_)
+    return;  // the rank is dead to its peers
+  const fault_point point = std::is_same_v<Payload, ep_dispatch> ? fault_point::dispatch
+                                                                 : fault_point::combine;
+  if (armed_ == point && key.layer_idx == fault_layer_) {
+    crashed_ = true;
+    caf::anon_send(self_, fault_atom::value);  // before the step's LOGITS news: the rank dies first
+    return;
+  }
   const auto now = link_model::clock::now();
   auto at = now;
   if (links_.links && links_.links->carries(key.step)) {

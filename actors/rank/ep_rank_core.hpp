@@ -12,6 +12,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "actors/atoms.hpp"
 #include "actors/policy/link_model.hpp"
 #include "actors/rank/ep_inbox.hpp"
+#include "actors/rank/fault_point.hpp"
 #include "actors/rank/rank_model.hpp"
 #include "actors/rank/step_pipeline.hpp"
 #include "actors/rank/stream.hpp"
@@ -80,6 +82,12 @@ class ep_rank_core final : public pipeline_io {
   /// The rank is stopping: stages waiting for peers give up, the rest of the program is skipped.
   /// Call before the stream drains.
   void stop();
+  /// Fault injection (actors/rank/fault_point.hpp), dispatch or combine: at the last MoE layer of
+  /// a later step the stream sends no payload of that kind and none after, and tells the rank
+  /// (fault_atom), which then crashes. Throws std::invalid_argument for another point, or in a
+  /// group of one (it sends nothing).
+  void arm_fault(fault_point p);
+  [[nodiscard]] fault_point armed_fault() const noexcept { return armed_; }
 
   // message handlers
   /// A peer began step `step` (its dispatch is in this rank's inbox).
@@ -116,6 +124,10 @@ class ep_rank_core final : public pipeline_io {
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
   int64_t next_step_ = 0;  // the step to begin next (== steps begun)
+  // fault injection: set on the actor's thread, read on the stream
+  std::atomic<fault_point> armed_{fault_point::none};
+  std::atomic<bool> crashed_{false};  // reached: the stream sends nothing more
+  int64_t fault_layer_ = -1;          // the last MoE layer
 };
 
 }  // namespace moe
