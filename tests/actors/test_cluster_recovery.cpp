@@ -281,3 +281,62 @@ TEST_CASE_FIXTURE(recovery_case,
   check_queue_empty(c);
   c.stop();
 }
+
+TEST_CASE_FIXTURE(recovery_case,
+                  "recovery: a decode rank killed again as soon as it is back escalates within the "
+                  "restart limits and stops the cluster, naming it") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  topology_config topo = recovery_topology();
+  topo.max_restarts = 3;
+  topo.restart_period_s = 60.0;
+  cluster c = spawn_cluster(sys, tiny_weights(), tok, {.topology = topo, .reference = true});
+  for (const request_spec& spec : greedy_requests(8, 5))  // under load
+    self->request(c.queue, 10s, submit_atom::value, spec)
+      .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
+  self->monitor(c.supervisor);
+  self->monitor(c.queue);
+  std::string reason;
+  caf::actor rank = caf::actor_cast<caf::actor>(c.decode_ranks[0]);
+  int64_t kills = 0;
+  while (reason.empty() && kills < 10) {
+    self->request(c.supervisor, 10s, kill_atom::value, std::string("decode_rank"), int64_t{0})
+      .receive([&](bool) { ++kills; }, [&](caf::error&) {});
+    // until it is back (a new handle) or the supervisor is gone
+    for (int tries = 0; tries < 10'000 && reason.empty(); ++tries) {
+      caf::actor now;
+      self->request(c.supervisor, 10s, lookup_atom::value, std::string("decode_rank"), int64_t{0})
+        .receive([&](caf::actor& a) { now = std::move(a); }, [&](caf::error&) {});
+      self->receive(
+        [&](caf::down_msg& dm) {
+          if (dm.source == c.supervisor.address())
+            reason = sys.render(dm.reason);
+        },
+        [](token_atom, const stream_chunk&) {}, [](done_atom, const session_result&) {},
+        caf::after(0s) >> [] {});
+      if (now && now != rank) {
+        rank = now;
+        break;
+      }
+    }
+  }
+  while (reason.empty())
+    self->receive(
+      [&](caf::down_msg& dm) {
+        if (dm.source == c.supervisor.address())
+          reason = sys.render(dm.reason);
+      },
+      [](token_atom, const stream_chunk&) {}, [](done_atom, const session_result&) {},
+      caf::after(10s) >> [&] { reason = "timeout"; });
+  CHECK(kills == 4);  // three restarts, then the fourth death escalates
+  CHECK(reason.find("crash_loop") != std::string::npos);
+  CHECK(reason.find("decode_rank 0") != std::string::npos);
+  // the rest of the cluster stops with it
+  bool queue_down = false;
+  self->receive_while([&] {
+    return !queue_down;
+  })([&](caf::down_msg& dm) { queue_down = queue_down || dm.source == c.queue.address(); },
+     [](token_atom, const stream_chunk&) {}, [](done_atom, const session_result&) {},
+     caf::after(10s) >> [&] { FAIL("the request queue outlived the escalation"); });
+}
