@@ -93,6 +93,21 @@ struct recovery_case : actor_fixture {
     CHECK(qs.num_queued == 0);
   }
 
+  // Every rank living now (restarted ones too, 2P+2D) runs nothing and holds no block or booking.
+  void check_ranks_idle(const cluster& c) {
+    for (const char* kind : {"prefill_rank", "decode_rank"})
+      for (int64_t r = 0; r < 2; ++r) {
+        const auto rank = ask<caf::actor>(c.supervisor, lookup_atom::value, std::string(kind), r);
+        REQUIRE(rank);
+        const rank_stats s = idle_stats(rank);
+        CHECK(s.num_running == 0);
+        CHECK(s.num_free_blocks == s.num_blocks);
+        if (std::string(kind) == "decode_rank")
+          CHECK(ask<rank_bookings>(caf::actor_cast<decode_rank_actor>(rank), bookings_atom::value)
+                  .request_ids.empty());
+      }
+  }
+
   // The supervisor's restarts of each kind of actor.
   std::map<std::string, int64_t> restarts_by_kind(const cluster& c) {
     std::map<std::string, int64_t> restarts;

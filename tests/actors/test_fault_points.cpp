@@ -78,17 +78,7 @@ TEST_CASE_FIXTURE(recovery_case,
   std::map<std::string, int64_t> restarts = restarts_by_kind(c);
   CHECK(restarts[fc.kind] == 1);
   CHECK(restarts[fc.kind == "prefill_rank" ? "decode_rank" : "prefill_rank"] == 0);
-  for (const char* kind : {"prefill_rank", "decode_rank"})
-    for (int64_t r = 0; r < 2; ++r) {
-      const auto rank = ask<caf::actor>(c.supervisor, lookup_atom::value, std::string(kind), r);
-      REQUIRE(rank);
-      const rank_stats s = idle_stats(rank);
-      CHECK(s.num_running == 0);
-      CHECK(s.num_free_blocks == s.num_blocks);
-      if (std::string(kind) == "decode_rank")
-        CHECK(ask<rank_bookings>(caf::actor_cast<decode_rank_actor>(rank), bookings_atom::value)
-                .request_ids.empty());
-    }
+  check_ranks_idle(c);
   check_queue_empty(c);
   c.stop();
 }
@@ -131,17 +121,7 @@ TEST_CASE_FIXTURE(recovery_case,
   CHECK(ended.num_requests == 16);
   CHECK(ended.num_aborted > 0);
   CHECK(ended.num_errors == 0);
-  for (const char* kind : {"prefill_rank", "decode_rank"})
-    for (int64_t r = 0; r < 2; ++r) {
-      const auto rank = ask<caf::actor>(c.supervisor, lookup_atom::value, std::string(kind), r);
-      REQUIRE(rank);
-      const rank_stats s = idle_stats(rank);
-      CHECK(s.num_running == 0);
-      CHECK(s.num_free_blocks == s.num_blocks);
-      if (std::string(kind) == "decode_rank")
-        CHECK(ask<rank_bookings>(caf::actor_cast<decode_rank_actor>(rank), bookings_atom::value)
-                .request_ids.empty());
-    }
+  check_ranks_idle(c);
   const auto balancer = caf::actor_cast<decode_balancer_actor>(
     ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("decode_balancer"), int64_t{0}));
   CHECK(ask<std::vector<int64_t>>(balancer, stats_atom::value) == std::vector<int64_t>{0, 0});
