@@ -62,15 +62,7 @@ struct decode_rank_state {
   std::vector<std::vector<running_request*>> step_rows;  // per micro-batch, in logits order
   uint64_t num_admitted = 0;
   int64_t num_preemptions = 0;
-  fault_point fault = fault_point::none;  // armed by a test: handoff or first_decode
   static inline const char* name = "decode_rank";
-
-  void arm_fault(fault_point p) {
-    if (p == fault_point::handoff || p == fault_point::first_decode)
-      fault = p;
-    else
-      core->arm_fault(p);
-  }
 
   ~decode_rank_state() {  // stop waiting for peers, drain the stream before the model goes
     if (core)
@@ -156,8 +148,7 @@ void admit_joining(decode_pointer self) {
     const uint64_t id = r.job.request_id;
     ++st.num_admitted;
     st.running.emplace(id, std::move(r));
-    if (st.fault == fault_point::first_decode)
-      throw injected_fault(st.fault);
+    st.core->crash_at(fault_point::first_decode);
   }
   st.joining = std::move(still_waiting);
 }
@@ -369,8 +360,7 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
     [=](submit_atom, kv_handoff& job) {
       if (self->state.ended_early.erase(job.request_id) > 0)
         return;  // its session is gone: nothing to run
-      if (self->state.fault == fault_point::handoff)
-        throw injected_fault(fault_point::handoff);
+      self->state.core->crash_at(fault_point::handoff);
       if (job.session)  // the prefill rank's loss no longer matters to the request
         caf::anon_send(job.session, handoff_atom::value, job.request_id);
       if (job.session)

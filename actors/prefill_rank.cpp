@@ -58,17 +58,7 @@ struct prefill_rank_state {
   std::vector<prefill_task*> step_tasks;              // in the step in flight
   std::vector<int64_t> step_starts;                   // each one's segment start (num_planned before)
   std::vector<std::vector<prefill_task*>> step_rows;  // per micro-batch: whose logits row, in order
-  fault_point fault = fault_point::none;              // armed by a test: handoff
   static inline const char* name = "prefill_rank";
-
-  void arm_fault(fault_point p) {
-    if (p == fault_point::first_decode)
-      throw std::invalid_argument("first_decode is a decode rank's point");
-    if (p == fault_point::handoff)
-      fault = p;
-    else
-      core->arm_fault(p);
-  }
 
   ~prefill_rank_state() {  // stop waiting for peers, drain the stream before the model goes
     if (core)
@@ -242,8 +232,8 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
     prefill_job& job = o.task->job;
     caf::anon_send(job.session, token_atom::value,
                    token_chunk{job.request_id, {o.first_token}, o.reason, {}, std::move(o.logprobs)});
-    if (o.reason == finish_reason::none && st.fault == fault_point::handoff)
-      throw injected_fault(st.fault);  // the session has the first token; the KV goes with the rank
+    if (o.reason == finish_reason::none)  // the session has the first token; the KV would go with the rank
+      st.core->crash_at(fault_point::handoff);
     if (o.reason == finish_reason::none)
       caf::anon_send(job.decode_rank, submit_atom::value,
                      kv_handoff{job.request_id, std::move(job.spec), std::move(o.pages), o.first_token,

@@ -28,8 +28,7 @@ using ep_member_actor = caf::typed_actor<
   caf::reacts_to<fault_atom>>;
 
 /// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
-/// ep_rank_core) and `self->state.arm_fault(point)` (throws std::invalid_argument for a point
-/// the rank does not have), followed by the rank's own handlers.
+/// ep_rank_core), followed by the rank's own handlers.
 template <class Behavior, class Self, class... Handlers>
 [[nodiscard]] Behavior ep_member_behavior(Self self, Handlers... own) {
   return {
@@ -44,7 +43,7 @@ template <class Behavior, class Self, class... Handlers>
         return caf::make_error(serve_errc::invalid, "no fault point is called \"" + name +
                                                       "\" (dispatch, combine, handoff, first_decode)");
       try {
-        self->state.arm_fault(*point);
+        self->state.core->arm_fault(*point);
       } catch (const std::invalid_argument& e) {
         return caf::make_error(serve_errc::invalid, e.what());
       }

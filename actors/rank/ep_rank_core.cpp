@@ -48,9 +48,10 @@ void ep_rank_core::stop() {
 }
 
 void ep_rank_core::arm_fault(fault_point p) {
-  if (p != fault_point::dispatch && p != fault_point::combine)
-    throw std::invalid_argument(std::string(to_string(p)) + " is not a point of a step's exchange");
-  if (group_.num_ranks == 1 || fault_layer_ < 0)
+  if (p == fault_point::first_decode && role_ != "decode")
+    throw std::invalid_argument("first_decode is a decode rank's point");
+  const bool exchange = p == fault_point::dispatch || p == fault_point::combine;
+  if (exchange && (group_.num_ranks == 1 || fault_layer_ < 0))
     throw std::invalid_argument("a " + role_ + " rank alone in its group (or without MoE layers) sends no " +
                                 std::string(to_string(p)));
   armed_ = p;

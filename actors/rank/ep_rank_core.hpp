@@ -82,12 +82,18 @@ class ep_rank_core final : public pipeline_io {
   /// The rank is stopping: stages waiting for peers give up, the rest of the program is skipped.
   /// Call before the stream drains.
   void stop();
-  /// Fault injection (actors/rank/fault_point.hpp), dispatch or combine: at the last MoE layer of
-  /// a later step the stream sends no payload of that kind and none after, and tells the rank
-  /// (fault_atom), which then crashes. Throws std::invalid_argument for another point, or in a
-  /// group of one (it sends nothing).
+  /// Fault injection (actors/rank/fault_point.hpp). For dispatch or combine, at the last MoE
+  /// layer of a later step the stream sends no payload of that kind and none after, and tells
+  /// the rank (fault_atom), which then crashes; the rank's own points it checks with crash_at.
+  /// Throws std::invalid_argument for first_decode on a prefill rank, and for dispatch or
+  /// combine in a group of one (it sends nothing).
   void arm_fault(fault_point p);
   [[nodiscard]] fault_point armed_fault() const noexcept { return armed_; }
+  /// Throws injected_fault when armed at `p` (on the actor's thread).
+  void crash_at(fault_point p) const {
+    if (armed_ == p)
+      throw injected_fault(p);
+  }
 
   // message handlers
   /// A peer began step `step` (its dispatch is in this rank's inbox).

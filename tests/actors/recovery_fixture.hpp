@@ -108,6 +108,18 @@ struct recovery_case : actor_fixture {
       }
   }
 
+  // Submits `spec` alone and waits for its result (an error result after 30 s).
+  session_result run_one(const cluster& c, const request_spec& spec) {
+    self->request(c.queue, 10s, submit_atom::value, spec)
+      .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
+    session_result last;
+    self->receive_while([&] {
+      return last.reason == finish_reason::none;
+    })([&](token_atom, const stream_chunk&) {}, [&](done_atom, const session_result& r) { last = r; },
+       caf::after(30s) >> [&] { last.reason = finish_reason::error; });
+    return last;
+  }
+
   // The supervisor's restarts of each kind of actor.
   std::map<std::string, int64_t> restarts_by_kind(const cluster& c) {
     std::map<std::string, int64_t> restarts;
