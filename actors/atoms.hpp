@@ -20,15 +20,17 @@ using peers_atom = caf::atom_constant<caf::atom("peers")>;      // a rank's expe
 using pick_atom = caf::atom_constant<caf::atom("pick")>;        // a balancer, choose a rank
 using reserve_atom = caf::atom_constant<caf::atom("reserve")>;  // pre-allocate a request's KV
 using route_atom = caf::atom_constant<caf::atom("route")>;      // where to send something from now on
-using bookings_atom = caf::atom_constant<caf::atom("bookings")>;  // the decode balancer's bookings here
-using actors_atom = caf::atom_constant<caf::atom("actors")>;      // a supervisor's live children
-using kill_atom = caf::atom_constant<caf::atom("kill")>;          // fault injection: crash this child
-using lookup_atom = caf::atom_constant<caf::atom("lookup")>;      // a child's current handle
-using migrate_atom = caf::atom_constant<caf::atom("migrate")>;    // place a request again (rank lost)
-using resume_atom = caf::atom_constant<caf::atom("resume")>;      // go on with a request (holder lost)
-using attach_atom = caf::atom_constant<caf::atom("attach")>;      // this session holds your request
-using preempt_atom = caf::atom_constant<caf::atom("preempt")>;    // out of KV: recompute it later
-using handoff_atom = caf::atom_constant<caf::atom("handoff")>;    // a request's KV reached its decode rank
-using fault_atom = caf::atom_constant<caf::atom("fault")>;        // fault injection: crash at a point
+using bookings_atom = caf::atom_constant<caf::atom("bookings")>;    // the decode balancer's bookings here
+using actors_atom = caf::atom_constant<caf::atom("actors")>;        // a supervisor's live children
+using kill_atom = caf::atom_constant<caf::atom("kill")>;            // fault injection: crash this child
+using lookup_atom = caf::atom_constant<caf::atom("lookup")>;        // a child's current handle
+using migrate_atom = caf::atom_constant<caf::atom("migrate")>;      // place a request again (rank lost)
+using resume_atom = caf::atom_constant<caf::atom("resume")>;        // go on with a request (holder lost)
+using attach_atom = caf::atom_constant<caf::atom("attach")>;        // this session holds your request
+using preempt_atom = caf::atom_constant<caf::atom("preempt")>;      // out of KV: recompute it later
+using handoff_atom = caf::atom_constant<caf::atom("handoff")>;      // a request's KV reached its decode rank
+using fault_atom = caf::atom_constant<caf::atom("fault")>;          // fault injection: crash at a point
+using configure_atom = caf::atom_constant<caf::atom("configure")>;  // change (or restore) a configuration
+using config_atom = caf::atom_constant<caf::atom("config")>;        // the configuration, please
 
 }  // namespace moe

@@ -126,7 +126,8 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
                        cfg.rebuild = true;
                        return untyped(spawn_request_queue(sys, cfg, current("prefill_balancer", 0)));
                      },
-                   .introduce = {}});  // the prefill balancer learns it when asked its requests
+                   .introduce = {},  // the prefill balancer learns it when asked its requests
+                   .configurable = true});
   const size_t num_prefill = c.prefill_ranks.size(), num_decode = c.decode_ranks.size();
   // A restarted prefill balancer starts empty: the sessions of its predecessor end with it, and
   // their clients resume what they held (the queue tells them: actors/request_queue.hpp).
@@ -153,7 +154,8 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
          caf::anon_send(caf::actor_cast<request_queue_actor>(current("request_queue", 0)), route_atom::value,
                         fresh);
        },
-     .worker_kind = "session"});
+     .worker_kind = "session",
+     .configurable = true});
   decode_cfg.rebuild = true;  // a restarted one collects the ranks' bookings first
   specs.push_back({.kind = "decode_balancer",
                    .restart = restart_policy::permanent,
@@ -170,7 +172,8 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
                      [](const caf::actor& fresh, const child_lookup& current) {
                        caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
                                       peers_atom::value, caf::actor_cast<decode_balancer_actor>(fresh));
-                     }});
+                     },
+                   .configurable = true});
   specs.push_back({.kind = "metrics",
                    .restart = restart_policy::permanent,
                    .running = untyped(c.metrics),

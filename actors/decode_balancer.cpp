@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <random>
 
 #include "actors/errors.hpp"
 #include "actors/policy/rank_picker.hpp"
@@ -30,6 +31,9 @@ struct waiting_pick {
 
 struct decode_balancer_state {
   decode_balancer_config cfg;
+  live_settings<decode_balancer_settings> settings;
+  int64_t next_turn = 0;  // round_robin: the rank to try first
+  std::mt19937_64 rng;    // power_of_two's draws, seeded by the settings' seed
   std::vector<decode_rank_actor> ranks;
   std::vector<decode_load> loads;
   std::map<uint64_t, booking> booked;
@@ -42,9 +46,11 @@ using balancer_pointer = decode_balancer_actor::stateful_pointer<decode_balancer
 
 std::optional<int64_t> try_book(decode_balancer_state& st, uint64_t id, int64_t num_prompt_tokens,
                                 int64_t num_blocks) {
-  const std::optional<int64_t> rank = pick_decode_rank(st.loads, num_blocks);
+  const std::optional<int64_t> rank = pick_decode_rank(st.loads, num_blocks, st.settings.now, st.next_turn,
+                                                       st.rng);
   if (!rank)
     return std::nullopt;
+  st.next_turn = *rank + 1;
   st.loads[*rank].num_used_blocks += num_blocks;
   ++st.loads[*rank].num_running;
   st.booked[id] = {*rank, num_blocks};
@@ -81,8 +87,12 @@ void serve_waiting(balancer_pointer self) {
 
 decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
                                                      std::vector<decode_rank_actor> ranks,
-                                                     decode_balancer_config cfg) {
+                                                     const decode_balancer_config& cfg) {
   self->state.cfg = cfg;
+  self->state.settings.target = "decode_balancer";
+  self->state.settings.now = cfg.settings;
+  self->state.settings.now.num_ranks = static_cast<int64_t>(ranks.size());
+  self->state.rng.seed(static_cast<uint64_t>(cfg.settings.seed));
   self->state.loads.assign(ranks.size(), decode_load{.num_used_blocks = 0,
                                                      .num_blocks = cfg.num_blocks,
                                                      .num_running = 0,
@@ -146,6 +156,23 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
         running.push_back(l.num_running);
       return running;
     },
+    [=](configure_atom, const config_fields& change) -> caf::result<versioned_config> {
+      auto& st = self->state;
+      const int64_t seed = st.settings.now.seed;
+      caf::expected<versioned_config> v = st.settings.configure(change);
+      if (v && st.settings.now.seed != seed)
+        st.rng.seed(static_cast<uint64_t>(st.settings.now.seed));
+      if (v)
+        serve_waiting(self);  // an undrained rank may have room
+      return v;
+    },
+    [=](configure_atom, const versioned_config& earlier) {
+      auto& st = self->state;
+      st.settings.restore(earlier);
+      st.rng.seed(static_cast<uint64_t>(st.settings.now.seed));
+      serve_waiting(self);
+    },
+    [=](config_atom) { return self->state.settings.current(); },
   };
 }
 

@@ -5,6 +5,8 @@
 // topology's new_token_ratio) until the request ends: with the worst case no rank's pool runs out
 // mid-generation, with less a rank out of blocks preempts. When no rank has room the pick waits. Each decode rank
 // keeps the bookings made on it and reports their end, so a restarted balancer rebuilds them.
+// Its policy (deepseek, power_of_two, round_robin) and drained ranks change live
+// (actors/live_settings.hpp, target "decode_balancer").
 #pragma once
 
 #include <caf/replies_to.hpp>
@@ -12,6 +14,7 @@
 
 #include "actors/atoms.hpp"
 #include "actors/decode_rank.hpp"
+#include "actors/live_settings.hpp"
 
 namespace moe {
 
@@ -26,13 +29,14 @@ using decode_balancer_actor = caf::typed_actor<
   // their requests again).
   caf::reacts_to<peers_atom, int64_t, decode_rank_actor>,
   // Requests booked per rank.
-  caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
+  caf::replies_to<stats_atom>::with<std::vector<int64_t>>, configure_change, configure_restore, config_query>;
 
 struct decode_balancer_config {
   int64_t num_blocks = 0;  // per rank
   int64_t block_size = 64;
-  int64_t max_running = 0;  // per rank; 0: unlimited
-  bool rebuild = false;     // a restart: first collect the ranks' bookings (picks wait meanwhile)
+  int64_t max_running = 0;            // per rank; 0: unlimited
+  bool rebuild = false;               // a restart: first collect the ranks' bookings (picks wait meanwhile)
+  decode_balancer_settings settings;  // num_ranks: set from the ranks given
 };
 
 [[nodiscard]] decode_balancer_actor spawn_decode_balancer(caf::actor_system& sys,

@@ -405,8 +405,11 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
     [=](stats_atom) {
       const auto& st = self->state;
       return rank_stats{static_cast<int64_t>(st.running.size() + st.joining.size()),
-                        st.model->cache.num_blocks(), st.model->cache.num_free_blocks(), st.core->num_steps(),
-                        st.num_preemptions};
+                        st.model->cache.num_blocks(),
+                        st.model->cache.num_free_blocks(),
+                        st.core->num_steps(),
+                        st.num_preemptions,
+                        static_cast<int64_t>(st.num_admitted)};
     });
 }
 

@@ -17,6 +17,13 @@ std::string to_string(serve_errc x) {
   return "unknown";
 }
 
+std::string error_text(const caf::error& e) {
+  const caf::message& ctx = e.context();
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+    return ctx.get_as<std::string>(0);
+  return {};
+}
+
 void add_serve_error_category(caf::actor_system_config& cfg) {
   cfg.add_error_category(caf::atom("moe"), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
     std::string text = "moe: " + to_string(static_cast<serve_errc>(code));

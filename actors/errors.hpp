@@ -5,6 +5,7 @@
 
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
+#include <caf/make_message.hpp>
 #include <caf/message.hpp>
 #include <cstdint>
 #include <string>
@@ -21,6 +22,9 @@ enum class serve_errc : uint8_t {
 };
 
 [[nodiscard]] std::string to_string(serve_errc x);
+
+/// The text a serve error was made with (make_error(code, "text")); empty when it has none.
+[[nodiscard]] std::string error_text(const caf::error& e);
 
 /// Lets the actor system render "moe" errors (sys.render) as "moe: overloaded" and the like.
 void add_serve_error_category(caf::actor_system_config& cfg);

@@ -133,6 +133,7 @@ struct rank_stats {
   int64_t num_free_blocks = 0;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;  // requests preempted for lack of KV blocks (decode ranks)
+  int64_t num_requests = 0;     // taken so far: prompts to prefill, requests admitted to decode
 };
 
 /// The decode balancer's bookings a decode rank holds (reserved, joining or running), as a
@@ -150,7 +151,7 @@ typename Inspector::result_type inspect(Inspector& f, rank_bookings& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
   return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps,
-           x.num_preemptions);
+           x.num_preemptions, x.num_requests);
 }
 
 template <class Inspector>

@@ -19,6 +19,8 @@ namespace {
 
 struct prefill_balancer_state {
   prefill_balancer_graph graph;
+  live_settings<prefill_balancer_settings> settings;
+  int64_t next_turn = 0;  // round_robin: the rank to try first
   std::vector<prefill_load> loads;
   std::map<uint64_t, std::pair<int64_t, int64_t>> in_flight;  // id -> (rank, prompt tokens)
   std::map<uint64_t, caf::actor> sessions;                    // live sessions (monitored)
@@ -42,6 +44,13 @@ struct prefill_balancer_state {
 
 using balancer_pointer = prefill_balancer_actor::stateful_pointer<prefill_balancer_state>;
 
+// The prefill rank for a prompt of n tokens, under the settings now.
+int64_t pick_rank(prefill_balancer_state& st, int64_t n) {
+  const int64_t rank = pick_prefill_rank(st.loads, n, st.settings.now, st.next_turn);
+  st.next_turn = rank + 1;
+  return rank;
+}
+
 // A prompt of n tokens (placement `pid`) loads prefill rank `rank` until the rank reports it done.
 void load_rank(prefill_balancer_state& st, uint64_t pid, int64_t rank, int64_t n) {
   st.loads[rank].attention_cost += static_cast<double>(n) * static_cast<double>(n);
@@ -58,7 +67,7 @@ void start_request(balancer_pointer self, uint64_t pid, prefill_balancer_state::
   const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
   request_spec rest = continued(pick.spec, pick.resumed.output_ids);
   const int64_t n = static_cast<int64_t>(rest.prompt_ids.size());
-  const int64_t rank = pick_prefill_rank(st.loads, n);
+  const int64_t rank = pick_rank(st, n);
   const bool nothing_left = rest.sampling.max_tokens <= 0;
   // built step by step: a nested braced temporary here tripped AddressSanitizer under GCC 12
   session_config cfg;
@@ -91,7 +100,7 @@ void place_again(balancer_pointer self, uint64_t pid, request_spec spec, const c
   auto& st = self->state;
   const caf::actor decode = caf::actor_cast<caf::actor>(st.graph.decode_ranks[decode_idx]);
   const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
-  const int64_t rank = pick_prefill_rank(st.loads, n);
+  const int64_t rank = pick_rank(st, n);
   load_rank(st, pid, rank, n);
   const caf::actor prefill = caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
   caf::anon_send(session, route_atom::value, prefill, decode);
@@ -203,6 +212,9 @@ void retry_deferred(balancer_pointer self) {
 }  // namespace
 
 prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, prefill_balancer_graph graph) {
+  self->state.settings.target = "prefill_balancer";
+  self->state.settings.now = graph.settings;
+  self->state.settings.now.num_ranks = static_cast<int64_t>(graph.prefill_ranks.size());
   self->state.loads.resize(graph.prefill_ranks.size());
   self->state.prefill_down.assign(graph.prefill_ranks.size(), false);
   self->state.decode_down.assign(graph.decode_ranks.size(), false);
@@ -317,6 +329,11 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
                          .resumed = {}};
       ask_pick(self, pid);
     },
+    [=](configure_atom, const config_fields& change) -> caf::result<versioned_config> {
+      return self->state.settings.configure(change);
+    },
+    [=](configure_atom, const versioned_config& earlier) { self->state.settings.restore(earlier); },
+    [=](config_atom) { return self->state.settings.current(); },
     [=](done_atom, uint64_t id) {
       auto& st = self->state;
       auto it = st.in_flight.find(id);

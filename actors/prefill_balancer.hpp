@@ -3,6 +3,8 @@
 // decode rank from the decode balancer, spawns its session, and sends the prompt to the prefill
 // rank that keeps core-attention cost (sum of len^2) and input tokens most even
 // (actors/policy/rank_picker.hpp). A prompt loads its rank until the rank reports it prefilled.
+// Its policy (deepseek with its two weights, least_tokens, round_robin) and drained ranks change
+// live (actors/live_settings.hpp, target "prefill_balancer").
 #pragma once
 
 #include <caf/replies_to.hpp>
@@ -12,6 +14,7 @@
 #include "actors/atoms.hpp"
 #include "actors/decode_balancer.hpp"
 #include "actors/decode_rank.hpp"
+#include "actors/live_settings.hpp"
 #include "actors/metrics.hpp"
 #include "actors/messages.hpp"
 #include "actors/prefill_rank.hpp"
@@ -50,7 +53,7 @@ using prefill_balancer_actor = caf::typed_actor<
   // The client cancelled request `id` (via the queue): its session ends it.
   caf::reacts_to<cancel_atom, uint64_t>,
   // Prompts in flight per prefill rank.
-  caf::replies_to<stats_atom>::with<std::vector<int64_t>>>;
+  caf::replies_to<stats_atom>::with<std::vector<int64_t>>, configure_change, configure_restore, config_query>;
 
 struct prefill_balancer_graph {
   std::vector<prefill_rank_actor> prefill_ranks;
@@ -58,10 +61,11 @@ struct prefill_balancer_graph {
   decode_balancer_actor decode_balancer;
   caf::actor queue;  // told (done_atom, id) when each request ends
   std::shared_ptr<const tokenizer> tok;
-  caf::actor metrics;            // sessions report finished requests here (may be null)
-  int64_t max_context = 0;       // KV a request may need: min(prompt + max_tokens, this)
-  int64_t max_migrations = 3;    // per request (session_config::max_migrations)
-  double new_token_ratio = 1.0;  // share of the tokens left a pick books KV for (topology_config's)
+  caf::actor metrics;                  // sessions report finished requests here (may be null)
+  int64_t max_context = 0;             // KV a request may need: min(prompt + max_tokens, this)
+  int64_t max_migrations = 3;          // per request (session_config::max_migrations)
+  double new_token_ratio = 1.0;        // share of the tokens left a pick books KV for (topology_config's)
+  prefill_balancer_settings settings;  // as started; num_ranks: set from the prefill ranks
 };
 
 [[nodiscard]] prefill_balancer_actor spawn_prefill_balancer(caf::actor_system& sys,

@@ -55,6 +55,7 @@ struct prefill_rank_state {
   std::unique_ptr<cpu_stream> stream;
   std::unique_ptr<ep_rank_core> core;
   std::list<prefill_task> tasks;                      // FIFO; stable addresses
+  int64_t num_taken = 0;                              // prompts taken so far
   std::vector<prefill_task*> step_tasks;              // in the step in flight
   std::vector<int64_t> step_starts;                   // each one's segment start (num_planned before)
   std::vector<std::vector<prefill_task*>> step_rows;  // per micro-batch: whose logits row, in order
@@ -318,6 +319,7 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
       if (job.session)
         self->monitor(job.session);  // one already dead is reported at once
       st.tasks.push_back({.job = std::move(job), .kv = {}, .num_planned = 0});
+      ++st.num_taken;
       st.core->maybe_start(true);
     },
     [=](cancel_atom, uint64_t id) { drop_task(self, id); },
@@ -327,8 +329,12 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
     },
     [=](stats_atom) {
       const auto& st = self->state;
-      return rank_stats{static_cast<int64_t>(st.tasks.size()), st.model->cache.num_blocks(),
-                        st.model->cache.num_free_blocks(), st.core->num_steps()};
+      return rank_stats{static_cast<int64_t>(st.tasks.size()),
+                        st.model->cache.num_blocks(),
+                        st.model->cache.num_free_blocks(),
+                        st.core->num_steps(),
+                        0,
+                        st.num_taken};
     });
 }
 

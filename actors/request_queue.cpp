@@ -20,6 +20,7 @@ namespace {
 
 struct request_queue_state {
   request_queue_config cfg;
+  live_settings<request_queue_settings> settings;  // the limits now
   caf::actor downstream;
   uint64_t next_id = 1;
   struct waiting_request {
@@ -59,7 +60,7 @@ void downstream_lost(queue_pointer self) {
 // Hands waiting requests downstream while running slots are free.
 void start_waiting(queue_pointer self) {
   auto& st = self->state;
-  while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < st.cfg.max_running) {
+  while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < st.settings.now.max_running) {
     request_queue_state::waiting_request w = std::move(st.waiting.front());
     st.waiting.pop_front();
     hand_down(st, std::move(w));
@@ -90,6 +91,8 @@ void resume(queue_pointer self, uint64_t id, request_spec& spec, resume_state& s
 request_queue_actor::behavior_type request_queue(queue_pointer self, request_queue_config cfg,
                                                  caf::actor downstream) {
   self->state.cfg = cfg;
+  self->state.settings.target = "request_queue";
+  self->state.settings.now = {.max_queued = cfg.max_queued, .max_running = cfg.max_running};
   self->state.next_id = cfg.first_id;
   self->state.downstream = std::move(downstream);
   if (cfg.rebuild && self->state.downstream)  // awaited: nothing else is handled before it
@@ -109,7 +112,7 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
   return {
     [=](submit_atom, request_spec& spec) -> caf::result<uint64_t> {
       auto& st = self->state;
-      if (static_cast<int64_t>(st.waiting.size()) >= st.cfg.max_queued) {
+      if (static_cast<int64_t>(st.waiting.size()) >= st.settings.now.max_queued) {
         ++st.stats.num_rejected;
         return caf::make_error(serve_errc::overloaded);
       }
@@ -151,6 +154,17 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
         caf::anon_send(st.downstream, cancel_atom::value, id);
       }
     },
+    [=](configure_atom, const config_fields& change) -> caf::result<versioned_config> {
+      caf::expected<versioned_config> v = self->state.settings.configure(change);
+      if (v)
+        start_waiting(self);  // a higher max_running starts what waits
+      return v;
+    },
+    [=](configure_atom, const versioned_config& earlier) {
+      self->state.settings.restore(earlier);
+      start_waiting(self);
+    },
+    [=](config_atom) { return self->state.settings.current(); },
     [=](stats_atom) {
       auto stats = self->state.stats;
       stats.num_queued = static_cast<int64_t>(self->state.waiting.size());

@@ -2,13 +2,16 @@
 // Admission: gives each request an id, holds at most `max_queued` waiting requests (answering
 // "overloaded" at once when full), and hands at most `max_running` downstream at a time. A
 // restarted queue rebuilds its running set from downstream and takes back from the clients
-// (who keep every request they sent) what it held when it died.
+// (who keep every request they sent) what it held when it died. Both limits change live
+// (actors/live_settings.hpp, target "request_queue"): lowering one refuses new work or holds
+// it back, never drops what was admitted.
 #pragma once
 
 #include <caf/typed_actor.hpp>
 #include <caf/replies_to.hpp>
 
 #include "actors/atoms.hpp"
+#include "actors/live_settings.hpp"
 #include "actors/messages.hpp"
 
 namespace moe {
@@ -31,7 +34,7 @@ using request_queue_actor = caf::typed_actor<
   // finish_reason::abort) to its client; a running one's cancel goes downstream.
   caf::reacts_to<cancel_atom, uint64_t>,
   // Current counters.
-  caf::replies_to<stats_atom>::with<queue_stats>>;
+  caf::replies_to<stats_atom>::with<queue_stats>, configure_change, configure_restore, config_query>;
 
 struct request_queue_config {
   int64_t max_queued = 256;

@@ -26,6 +26,7 @@ struct child {
   std::vector<caf::typed_response_promise<caf::actor>> successor_waiters;
   bool ended = false;  // exited and will not be restarted
   std::optional<std::chrono::steady_clock::time_point> last_restart;
+  std::optional<versioned_config> config;  // the last live change it accepted
 };
 
 // Those waiting for a successor learn that none will come.
@@ -83,6 +84,8 @@ void start_child(supervisor_pointer self, child& c) {
     c.handle = c.spec.start(lookup_in(self));
   }
   self->monitor(c.handle);
+  if (c.config)  // before anyone learns the handle: its first message
+    caf::anon_send(c.handle, configure_atom::value, *c.config);
   for (auto& p : c.successor_waiters)
     p.deliver(c.handle);
   c.successor_waiters.clear();
@@ -193,6 +196,85 @@ caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_poin
   return rp;
 }
 
+// What a configurable child answers.
+using configurable = caf::typed_actor<configure_change, config_query>;
+
+constexpr auto config_timeout = std::chrono::seconds(5);
+
+caf::result<versioned_config> configure_child(supervisor_pointer self, const std::string& kind, int64_t index,
+                                              const config_fields& change) {
+  child* c = find_child(self->state, kind, index);
+  const std::string who = kind + " " + std::to_string(index);
+  if (c == nullptr || !c->spec.configurable)
+    return caf::make_error(serve_errc::invalid, "target: " + who + " takes no configuration");
+  if (!c->handle)
+    return caf::make_error(serve_errc::unavailable, who + " is being restarted");
+  auto rp = self->make_response_promise<versioned_config>();
+  const caf::actor_addr asked = c->handle.address();
+  self->request(caf::actor_cast<configurable>(c->handle), config_timeout, configure_atom::value, change)
+    .then(
+      [=](const versioned_config& v) mutable {
+        // kept for a successor, unless the instance that accepted it is gone already: its
+        // successor started with what was kept before, and the operator is told to retry
+        child* now = find_child(self->state, kind, index);
+        if (now == nullptr || !now->handle || now->handle.address() != asked) {
+          rp.deliver(caf::make_error(serve_errc::unavailable, who + " was restarted meanwhile: retry"));
+          return;
+        }
+        if (!now->config || now->config->epoch < v.epoch)
+          now->config = v;
+        rp.deliver(v);
+      },
+      [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
+// Every configurable child's configuration (asked of it; a restarting one: what was kept).
+caf::typed_response_promise<std::vector<versioned_config>> list_configs(supervisor_pointer self) {
+  auto rp = self->make_response_promise<std::vector<versioned_config>>();
+  std::vector<child*> targets;
+  for (child& c : self->state.children)
+    if (c.spec.configurable)
+      targets.push_back(&c);
+  auto out = std::make_shared<std::vector<std::optional<versioned_config>>>(targets.size());
+  auto pending = std::make_shared<size_t>(targets.size());
+  auto finish = [rp, out]() mutable {
+    std::vector<versioned_config> all;
+    for (auto& v : *out)
+      if (v)
+        all.push_back(std::move(*v));
+    rp.deliver(std::move(all));
+  };
+  if (targets.empty()) {
+    finish();
+    return rp;
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    child& c = *targets[i];
+    auto one_done = [pending, finish]() mutable {
+      if (--*pending == 0)
+        finish();
+    };
+    if (!c.handle) {
+      (*out)[i] = c.config;
+      one_done();
+      continue;
+    }
+    std::optional<versioned_config> kept = c.config;
+    self->request(caf::actor_cast<configurable>(c.handle), config_timeout, config_atom::value)
+      .then(
+        [out, i, one_done](const versioned_config& v) mutable {
+          (*out)[i] = v;
+          one_done();
+        },
+        [out, i, one_done, kept](caf::error&) mutable {
+          (*out)[i] = kept;
+          one_done();
+        });
+  }
+  return rp;
+}
+
 supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<child_spec> specs,
                                            restart_limits limits) {
   for (child_spec& s : specs)
@@ -245,6 +327,10 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
       using rank_stats_actor = caf::typed_actor<caf::replies_to<stats_atom>::with<rank_stats>>;
       return self->delegate(caf::actor_cast<rank_stats_actor>(c->handle), stats_atom::value);
     },
+    [=](configure_atom, const std::string& kind, int64_t index, const config_fields& change) {
+      return configure_child(self, kind, index, change);
+    },
+    [=](config_atom) -> caf::result<std::vector<versioned_config>> { return list_configs(self); },
     [=](start_atom, child_spec& spec) -> caf::result<caf::actor> {
       auto& st = self->state;
       if (st.stopping)

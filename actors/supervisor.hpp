@@ -7,6 +7,9 @@
 // serve_errc::crash_loop. Stopping the supervisor (an exit message) stops its children.
 // Children can also be added while it runs (the server's stats sampler), and actors that others
 // own (connection bridges) can be attached: listed and killable, never restarted.
+// Configurable children (actors/live_settings.hpp) are changed through it: it keeps the last
+// configuration each accepted and hands it to the child's restarted successor, so that a live
+// change survives a crash.
 #pragma once
 
 #include <caf/replies_to.hpp>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "actors/atoms.hpp"
+#include "actors/live_settings.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/restart_intensity.hpp"
 
@@ -46,6 +50,8 @@ struct child_spec {
   /// sessions): it answers (actors_atom) -> std::vector<uint64_t> with their indices and
   /// (kill_atom, uint64_t index) -> bool, and the supervisor lists and kills them through it.
   std::string worker_kind;
+  /// Set when the child takes live configuration (actors/live_settings.hpp).
+  bool configurable = false;
 };
 
 /// A live child, as admin.actors lists it.
@@ -71,6 +77,13 @@ using supervisor_actor = caf::typed_actor<
   // A rank's stats, asked of whichever instance of it lives now (delegated: it answers);
   // serve_errc::unavailable while it is being restarted.
   caf::replies_to<stats_atom, std::string, int64_t>::with<rank_stats>,
+  // A live change to configurable child (kind, index): the child's answer (its new epoch and
+  // fields), kept for its successors; serve_errc::invalid for a refused change or a child that
+  // takes none, serve_errc::unavailable while it is being restarted.
+  caf::replies_to<configure_atom, std::string, int64_t, config_fields>::with<versioned_config>,
+  // Every configurable child's configuration, in start order (a child being restarted: the
+  // last one it accepted, if any).
+  caf::replies_to<config_atom>::with<std::vector<versioned_config>>,
   // Adds a child and starts it (replacing one of its kind and index that ended); its handle.
   caf::replies_to<start_atom, child_spec>::with<caf::actor>,
   // An actor someone else owns and handles the death of (a connection's bridge): listed as
@@ -84,4 +97,5 @@ using supervisor_actor = caf::typed_actor<
 }  // namespace moe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::actor_info>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::versioned_config>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::child_spec)

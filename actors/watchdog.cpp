@@ -56,8 +56,12 @@ void judge(watchdog_pointer self, size_t i, std::optional<progress_sample> sampl
 
 void check_all(watchdog_pointer self) {
   auto& st = self->state;
+  // An answer may take up to the stall timeout (a loaded machine, a sanitizer): only no answer
+  // for that long counts as not answering.
   for (size_t i = 0; i < st.children.size(); ++i)
-    self->request(st.supervisor, st.cfg.period, stats_atom::value, st.children[i].kind, st.children[i].index)
+    self
+      ->request(st.supervisor, st.cfg.stall_timeout, stats_atom::value, st.children[i].kind,
+                st.children[i].index)
       .then(
         [=](const rank_stats& s) {
           judge(self, i, progress_sample{s.num_running, s.num_steps});

@@ -108,9 +108,11 @@ struct recovery_case : actor_fixture {
       }
   }
 
-  // Submits `spec` alone and waits for its result (an error result after 30 s).
-  session_result run_one(const cluster& c, const request_spec& spec) {
-    self->request(c.queue, 10s, submit_atom::value, spec)
+  // Submits `spec` alone (to the first queue, or to `queue`) and waits for its result (an
+  // error result after 30 s).
+  session_result run_one(const cluster& c, const request_spec& spec) { return run_one(c.queue, spec); }
+  session_result run_one(const request_queue_actor& queue, const request_spec& spec) {
+    self->request(queue, 10s, submit_atom::value, spec)
       .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
     session_result last;
     self->receive_while([&] {

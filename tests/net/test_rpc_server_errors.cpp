@@ -189,6 +189,8 @@ TEST_CASE_FIXTURE(server_fixture, "stats and ready go through the cluster") {
   for (const auto& rank : m.at("ranks").as<std::vector<std::map<std::string, msgpack::object>>>()) {
     CHECK(rank.at("occupancy_peak").as<double>() >= rank.at("occupancy_avg").as<double>());
     CHECK(rank.at("free_blocks").as<int64_t>() <= rank.at("blocks").as<int64_t>());
+    // both prompts were prefilled; ready's one token came from prefill, so only one was decoded
+    CHECK(rank.at("requests").as<int64_t>() == (rank.at("role").as<std::string>() == "prefill" ? 2 : 1));
   }
   CHECK(m.at("window").as<std::map<std::string, msgpack::object>>().at("output_tokens").as<int64_t>() == 2);
   CHECK(m.at("queue").as<std::map<std::string, int64_t>>().at("admitted") == 2);  // ready's too
