@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "net/admin_config.hpp"
 #include "net/connection_bridge.hpp"
 #include "net/rpc_methods.hpp"
 #include "net/server_probes.hpp"
@@ -209,7 +210,7 @@ void rpc_connection::handle(rpc_message& message) {
 void rpc_connection::handle_request(rpc_request& request) {
   const uint32_t msgid = request.msgid;
   const std::optional<rpc_method> method = find_method(request.method);
-  if (!method || (is_admin_method(*method) && !shared_->fault_injection))
+  if (!method || (is_fault_injection_method(*method) && !shared_->fault_injection))
     return write(encode_error(msgid, unknown_method(request.method)));
   if (!may_call(role_, *method))
     return write(encode_error(msgid, is_admin_method(*method) && role_ != auth_role::none
@@ -243,6 +244,18 @@ void rpc_connection::handle_request(rpc_request& request) {
         return spawn_admin_kill(shared_->sys, shared_->target, msgid, k.kind, k.index,
                                 reply_to(shared_from_this(), /*probe=*/false));
       }
+      case rpc_method::admin_configure:
+      case rpc_method::admin_drain:
+      case rpc_method::admin_undrain: {
+        auto req = *method == rpc_method::admin_configure
+                     ? parse_admin_configure(request.params)
+                     : parse_admin_drain(request.params, *method == rpc_method::admin_drain);
+        if (auto* err = std::get_if<rpc_error>(&req))
+          return write(encode_error(msgid, *err));
+        return spawn_admin_configure(shared_->sys, shared_->target, msgid,
+                                     std::get<admin_configure_request>(std::move(req)),
+                                     reply_to(shared_from_this(), /*probe=*/false));
+      }
       case rpc_method::detokenize: {
         request_limits limits = shared_->limits.requests;
         // any id the model can produce: its vocabulary may be larger than the tokenizer's (V3:
@@ -259,6 +272,9 @@ void rpc_connection::handle_request(rpc_request& request) {
       return write(encode_error(msgid, *err));
     switch (*method) {
       case rpc_method::models: return write(encode_models(msgid, target));
+      case rpc_method::admin_config:
+        return spawn_admin_config(shared_->sys, shared_->target, msgid,
+                                  reply_to(shared_from_this(), /*probe=*/false));
       case rpc_method::admin_actors:
         return spawn_admin_actors(shared_->sys, shared_->target, msgid,
                                   reply_to(shared_from_this(), /*probe=*/false));

@@ -15,7 +15,7 @@
 namespace moe::net {
 namespace {
 
-constexpr std::array<std::pair<rpc_method, std::string_view>, 11> methods = {{
+constexpr std::array<std::pair<rpc_method, std::string_view>, 15> methods = {{
   {rpc_method::generate, "generate"},
   {rpc_method::cancel, "cancel"},
   {rpc_method::tokenize, "tokenize"},
@@ -27,6 +27,10 @@ constexpr std::array<std::pair<rpc_method, std::string_view>, 11> methods = {{
   {rpc_method::auth, "auth"},
   {rpc_method::admin_actors, "admin.actors"},
   {rpc_method::admin_kill, "admin.kill"},
+  {rpc_method::admin_config, "admin.config"},
+  {rpc_method::admin_configure, "admin.configure"},
+  {rpc_method::admin_drain, "admin.drain"},
+  {rpc_method::admin_undrain, "admin.undrain"},
 }};
 
 constexpr std::array<std::string_view, 9> killable_kinds = {

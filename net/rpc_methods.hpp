@@ -9,6 +9,8 @@
 //   auth        [token]                 net/auth.hpp
 //   admin.actors  []                    admin connections, a server with --fault-injection
 //   admin.kill    [ {kind, index} ]     the same
+//   admin.config, admin.configure, admin.drain, admin.undrain   admin connections
+//                                       (net/admin_config.hpp)
 #pragma once
 
 #include <cstdint>
@@ -35,13 +37,23 @@ enum class rpc_method : uint8_t {
   ready,
   stats,
   auth,
-  admin_actors,  // fault injection: the supervised actors
-  admin_kill,    // fault injection: crash one
+  admin_actors,     // fault injection: the supervised actors
+  admin_kill,       // fault injection: crash one
+  admin_config,     // live configuration: every target's
+  admin_configure,  // change one target's
+  admin_drain,      // a rank takes no new work
+  admin_undrain,    // it takes work again
 };
+
+/// Whether the server answers it only when started with --fault-injection (404 otherwise).
+[[nodiscard]] constexpr bool is_fault_injection_method(rpc_method m) noexcept {
+  return m == rpc_method::admin_actors || m == rpc_method::admin_kill;
+}
 
 /// Whether only an admin connection may call it (403 otherwise).
 [[nodiscard]] constexpr bool is_admin_method(rpc_method m) noexcept {
-  return m == rpc_method::admin_actors || m == rpc_method::admin_kill;
+  return is_fault_injection_method(m) || m == rpc_method::admin_config || m == rpc_method::admin_configure ||
+         m == rpc_method::admin_drain || m == rpc_method::admin_undrain;
 }
 
 [[nodiscard]] std::optional<rpc_method> find_method(std::string_view name) noexcept;

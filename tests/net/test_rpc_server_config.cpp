@@ -1,0 +1,110 @@
+// tests/net/test_rpc_server_config.cpp
+// Live configuration over the wire, 1P+2D: admin.config lists every target with its epoch,
+// admin.configure changes one (422 naming the field when refused, nothing changed),
+// admin.drain / admin.undrain move new work off a decode rank; all of them 403 for a client
+// connection, without --fault-injection.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+#include "server_fixture.hpp"
+#include "wire.hpp"
+
+using namespace moe;
+using namespace moe::testing;
+
+namespace {
+
+const net::auth_keys keys{.api_key = "client-secret", .admin_key = "admin-secret"};
+
+using fields = std::map<std::string, msgpack::object>;
+
+std::string message_of(const net::rpc_response& r) {
+  return r.error.as<fields>().at("message").as<std::string>();
+}
+
+/// [0, msgid, method, [{k: v...}]] with string or integer values.
+template <class... KVs>
+std::string map_request(uint32_t msgid, const std::string& method, const KVs&... kvs) {
+  return packed([&](packer& pk) {
+    pk.pack_array(4).pack(0).pack(msgid).pack(method).pack_array(1).pack_map(sizeof...(KVs));
+    (pk.pack(kvs.first).pack(kvs.second), ...);
+  });
+}
+
+template <class V>
+std::pair<std::string, V> kv(std::string k, V v) {
+  return {std::move(k), std::move(v)};
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(server_fixture, "admin.configure, admin.config and admin.drain over the wire") {
+  if (skip_without_tokenizer())
+    return;
+  topo.decode_ranks = 2;
+  start({}, keys);
+  test_client client(server->port());
+  REQUIRE(error_code(ask(client, request_bytes(1, "auth", std::vector<std::string>{"client-secret"}))) == 0);
+  CHECK(error_code(ask(client, request_bytes(2, "admin.config", std::vector<int>{}))) == 403);
+  CHECK(error_code(ask(client, map_request(3, "admin.drain", kv("role", "decode"), kv("rank", 1)))) == 403);
+
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, request_bytes(1, "auth", std::vector<std::string>{"admin-secret"}))) == 0);
+  net::rpc_response r = ask(admin, request_bytes(2, "admin.config", std::vector<int>{}));
+  REQUIRE(error_code(r) == 0);
+  auto all = r.result.as<std::map<std::string, fields>>();
+  REQUIRE(all.size() == 3);
+  CHECK(all.at("decode_balancer").at("epoch").as<int64_t>() == 0);
+  CHECK(all.at("decode_balancer").at("policy").as<std::string>() == "deepseek");
+  CHECK(all.at("request_queue").at("max_queued").as<int64_t>() == topo.max_queued_requests);
+  CHECK(all.at("prefill_balancer").at("token_weight").as<double>() == 1.0);
+
+  r = ask(admin,
+          map_request(3, "admin.configure", kv("target", "decode_balancer"), kv("policy", "round_robin")));
+  REQUIRE(error_code(r) == 0);
+  CHECK(result_map(r).at("target").as<std::string>() == "decode_balancer");
+  CHECK(result_map(r).at("epoch").as<int64_t>() == 1);
+  // refused whole: policy would be fine, kv_weight is not
+  r = ask(admin, map_request(4, "admin.configure", kv("target", "decode_balancer"),
+                             kv("policy", "power_of_two"), kv("kv_weight", -3)));
+  CHECK(error_code(r) == 422);
+  CHECK(message_of(r) == "kv_weight: expected a number from 0 to 1000000, got -3");
+  r = ask(admin, map_request(5, "admin.configure", kv("target", "metrics"), kv("policy", "x")));
+  CHECK(error_code(r) == 422);
+  CHECK(message_of(r) ==
+        "target: expected one of prefill_balancer, decode_balancer, request_queue, got \"metrics\"");
+  r = ask(admin, map_request(6, "admin.drain", kv("role", "decode"), kv("rank", 2)));
+  CHECK(error_code(r) == 422);
+  CHECK(message_of(r) == "drain: expected an integer from 0 to 1, got 2");
+  r = ask(admin, map_request(7, "admin.drain", kv("role", "prefill"), kv("rank", 0)));  // its only one
+  CHECK(error_code(r) == 422);
+  CHECK(message_of(r) == "drained: every rank would be drained; at least one must take new work");
+
+  r = ask(admin, map_request(8, "admin.drain", kv("role", "decode"), kv("rank", 0)));
+  REQUIRE(error_code(r) == 0);
+  CHECK(result_map(r).at("epoch").as<int64_t>() == 2);
+  r = ask(admin, request_bytes(9, "admin.config", std::vector<int>{}));
+  all = r.result.as<std::map<std::string, fields>>();
+  CHECK(all.at("decode_balancer").at("policy").as<std::string>() == "round_robin");
+  CHECK(all.at("decode_balancer").at("drained").as<std::vector<int64_t>>() == std::vector<int64_t>{0});
+  // drained rank 0 takes none of three generates; rank 1 all
+  const std::vector<int32_t> prompt = {0, 300, 301};
+  for (uint32_t id = 10; id < 13; ++id) {
+    client.send(packed([&](packer& pk) {
+      pk.pack_array(4).pack(0).pack(id).pack("generate").pack_array(1).pack_map(3);
+      pk.pack("input_ids").pack(prompt).pack("max_tokens").pack(3).pack("ignore_eos").pack(true);
+    }));
+    CHECK(error_code(client.next_response()) == 0);
+  }
+  r = ask(client, request_bytes(13, "stats", std::vector<int>{}));
+  REQUIRE(error_code(r) == 0);
+  const auto ranks = result_map(r).at("ranks").as<std::vector<fields>>();
+  REQUIRE(ranks.size() == 3);
+  CHECK(ranks[1].at("requests").as<int64_t>() == 0);
+  CHECK(ranks[2].at("requests").as<int64_t>() == 3);
+  r = ask(admin, map_request(14, "admin.undrain", kv("role", "decode"), kv("rank", 0)));
+  REQUIRE(error_code(r) == 0);
+  CHECK(result_map(r).at("epoch").as<int64_t>() == 3);
+}
