@@ -20,16 +20,21 @@ std::optional<int64_t> next_in_turn(size_t n, int64_t next, Ok ok) {
   return std::nullopt;
 }
 
-// The decode score of rank r after adding the request (lower is better).
-double decode_score(const std::vector<decode_load>& loads, int64_t num_blocks_needed, double kv_weight,
-                    double request_weight, int64_t r) {
+// What a rank's running requests are a share of: the largest limit or count (+1) of any rank.
+int64_t request_scale(const std::vector<decode_load>& loads) {
   int64_t max_running = 1;
   for (const decode_load& l : loads)
     max_running = std::max({max_running, l.max_running, l.num_running + 1});
+  return max_running;
+}
+
+// The decode score of rank r after adding the request (lower is better).
+double decode_score(const std::vector<decode_load>& loads, int64_t num_blocks_needed,
+                    const decode_balancer_settings& s, int64_t max_running, int64_t r) {
   const decode_load& l = loads[static_cast<size_t>(r)];
   const double kv_share = static_cast<double>(l.num_used_blocks + num_blocks_needed) / l.num_blocks;
   const double request_share = static_cast<double>(l.num_running + 1) / max_running;
-  return kv_weight * kv_share + request_weight * request_share;
+  return s.kv_weight * kv_share + s.request_weight * request_share;
 }
 
 }  // namespace
@@ -83,8 +88,9 @@ std::optional<int64_t> pick_decode_rank(const std::vector<decode_load>& loads, i
 
 int64_t better_of_two(const std::vector<decode_load>& loads, int64_t num_blocks_needed,
                       const decode_balancer_settings& s, int64_t a, int64_t b) {
-  const double sa = decode_score(loads, num_blocks_needed, s.kv_weight, s.request_weight, a);
-  const double sb = decode_score(loads, num_blocks_needed, s.kv_weight, s.request_weight, b);
+  const int64_t scale = request_scale(loads);
+  const double sa = decode_score(loads, num_blocks_needed, s, scale, a);
+  const double sb = decode_score(loads, num_blocks_needed, s, scale, b);
   if (sa != sb)
     return sa < sb ? a : b;
   return std::min(a, b);
@@ -112,11 +118,11 @@ std::optional<int64_t> pick_decode_rank(const std::vector<decode_load>& loads, i
   }
   std::optional<int64_t> best;
   double best_score = std::numeric_limits<double>::infinity();
+  const int64_t scale = request_scale(loads);
   for (size_t r = 0; r < loads.size(); ++r) {
     if (!fits(static_cast<int64_t>(r)))
       continue;
-    const double score = decode_score(loads, num_blocks_needed, s.kv_weight, s.request_weight,
-                                      static_cast<int64_t>(r));
+    const double score = decode_score(loads, num_blocks_needed, s, scale, static_cast<int64_t>(r));
     if (score < best_score) {
       best_score = score;
       best = static_cast<int64_t>(r);
