@@ -163,17 +163,16 @@ struct recovery_case : actor_fixture {
     }
   }
 
-  // Submits every spec at once and collects streams and results; after every `every`-th final
-  // answer kills the next of `kinds` (index `indices[i]`), `max_kills` in all.
-  std::map<uint64_t, collected> run_with_kills(const cluster& c, const std::vector<request_spec>& specs,
-                                               const std::vector<std::string>& kinds,
-                                               const std::vector<int64_t>& indices, size_t every,
-                                               size_t max_kills, std::map<uint64_t, size_t>& index_of) {
+  // Submits every spec at once and collects streams and results; `on_answer(n)` runs after the
+  // n-th final answer.
+  template <class OnAnswer>
+  std::map<uint64_t, collected> run_load(const cluster& c, const std::vector<request_spec>& specs,
+                                         std::map<uint64_t, size_t>& index_of, OnAnswer on_answer) {
     for (size_t i = 0; i < specs.size(); ++i)
       self->request(c.queue, 10s, submit_atom::value, specs[i])
         .receive([&](uint64_t id) { index_of[id] = i; }, [&](caf::error& e) { FAIL(sys.render(e)); });
     std::map<uint64_t, collected> got;
-    size_t num_done = 0, num_kills = 0;
+    size_t num_done = 0;
     bool timed_out = false;
     while (num_done < specs.size() && !timed_out)
       self->receive(
@@ -186,14 +185,27 @@ struct recovery_case : actor_fixture {
           collected& g = got[r.request_id];
           g.result = r;
           ++g.num_results;
-          if (++num_done % every == 0 && num_kills < max_kills) {
-            const size_t k = num_kills++ % kinds.size();
-            self->request(c.supervisor, 10s, kill_atom::value, kinds[k], indices[k])
-              .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
-          }
+          on_answer(++num_done);
         },
         caf::after(60s) >> [&] { timed_out = true; });
     REQUIRE_FALSE(timed_out);
+    return got;
+  }
+
+  // run_load that, after every `every`-th final answer, kills the next of `kinds` (index
+  // `indices[i]`), `max_kills` in all.
+  std::map<uint64_t, collected> run_with_kills(const cluster& c, const std::vector<request_spec>& specs,
+                                               const std::vector<std::string>& kinds,
+                                               const std::vector<int64_t>& indices, size_t every,
+                                               size_t max_kills, std::map<uint64_t, size_t>& index_of) {
+    size_t num_kills = 0;
+    std::map<uint64_t, collected> got = run_load(c, specs, index_of, [&](size_t num_done) {
+      if (num_done % every != 0 || num_kills == max_kills)
+        return;
+      const size_t k = num_kills++ % kinds.size();
+      self->request(c.supervisor, 10s, kill_atom::value, kinds[k], indices[k])
+        .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+    });
     CHECK(num_kills == max_kills);
     return got;
   }

@@ -67,29 +67,12 @@ TEST_CASE_FIXTURE(live_config_case,
   // A: drained mid-load (after the 4th answer): every request still ends with its tokens
   const std::vector<request_spec> a = greedy_requests(24, 5);
   std::map<uint64_t, size_t> index_of;
-  for (size_t i = 0; i < a.size(); ++i)
-    self->request(c.queue, 10s, submit_atom::value, a[i])
-      .receive([&](uint64_t id) { index_of[id] = i; }, [&](caf::error& e) { FAIL(sys.render(e)); });
-  std::map<uint64_t, collected> got;
-  size_t num_done = 0;
-  bool timed_out = false;
-  while (num_done < a.size() && !timed_out)
-    self->receive(
-      [&](token_atom, const stream_chunk& chunk) {
-        collected& g = got[chunk.request_id];
-        g.seq_ok = g.seq_ok && chunk.seq == g.next_seq++;
-        g.streamed.insert(g.streamed.end(), chunk.token_ids.begin(), chunk.token_ids.end());
-      },
-      [&](done_atom, const session_result& r) {
-        got[r.request_id].result = r;
-        ++got[r.request_id].num_results;
-        if (++num_done == 4) {
-          CHECK(configured(c, "decode_balancer", {{"drain", int64_t{1}}}).epoch == 1);
-          CHECK(configured(c, "prefill_balancer", {{"drain", int64_t{0}}}).epoch == 1);
-        }
-      },
-      caf::after(60s) >> [&] { timed_out = true; });
-  REQUIRE_FALSE(timed_out);
+  std::map<uint64_t, collected> got = run_load(c, a, index_of, [&](size_t num_done) {
+    if (num_done != 4)
+      return;
+    CHECK(configured(c, "decode_balancer", {{"drain", int64_t{1}}}).epoch == 1);
+    CHECK(configured(c, "prefill_balancer", {{"drain", int64_t{0}}}).epoch == 1);
+  });
   check_outputs(a, index_of, got);
   const int64_t decode1 = taken(c, "decode_rank", 1), prefill0 = taken(c, "prefill_rank", 0);
   const int64_t decode0 = taken(c, "decode_rank", 0), prefill1 = taken(c, "prefill_rank", 1);
