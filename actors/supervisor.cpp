@@ -76,6 +76,24 @@ child_lookup lookup_in(supervisor_pointer self) {
   };
 }
 
+using configurable = caf::typed_actor<configure_change, config_query>;
+
+constexpr auto config_timeout = std::chrono::seconds(5);
+
+// A configurable child that accepted no change yet: its starting configuration is kept, so that
+// the listing names it even while it is being restarted.
+void keep_starting_config(supervisor_pointer self, const child& c) {
+  const std::string kind = c.spec.kind;
+  const int64_t index = c.spec.index;
+  self->request(caf::actor_cast<configurable>(c.handle), config_timeout, config_atom::value)
+    .then(
+      [=](const versioned_config& v) {
+        if (child* now = find_child(self->state, kind, index); now != nullptr && !now->config)
+          now->config = v;
+      },
+      [](const caf::error&) {});  // it died first: its successor is asked when it starts
+}
+
 void start_child(supervisor_pointer self, child& c) {
   if (c.spec.running) {
     c.handle = std::move(c.spec.running);
@@ -86,6 +104,8 @@ void start_child(supervisor_pointer self, child& c) {
   self->monitor(c.handle);
   if (c.config)  // before anyone learns the handle: its first message
     caf::anon_send(c.handle, configure_atom::value, *c.config);
+  else if (c.spec.configurable)
+    keep_starting_config(self, c);
   for (auto& p : c.successor_waiters)
     p.deliver(c.handle);
   c.successor_waiters.clear();
@@ -197,10 +217,6 @@ caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_poin
 }
 
 // What a configurable child answers.
-using configurable = caf::typed_actor<configure_change, config_query>;
-
-constexpr auto config_timeout = std::chrono::seconds(5);
-
 caf::result<versioned_config> configure_child(supervisor_pointer self, const std::string& kind, int64_t index,
                                               const config_fields& change) {
   child* c = find_child(self->state, kind, index);

@@ -3,9 +3,19 @@
 # build-caf-tsan/install, for the tsan preset. Debian's libcaf is not instrumented, so TSan cannot
 # see the synchronisation inside it (mailbox enqueue, scheduler queues) and reports every message
 # handed between threads as a race; an instrumented CAF sees it. Idempotent; about 5 min on 2 cores.
+# It is built once per machine, not once per checkout: build-caf-tsan links to
+# $MOE_CACHE_DIR/caf-tsan-0.17.6 (default ~/.cache/moeserve), as ccache keeps compiled objects.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$root/build-caf-tsan"
+if [ ! -e "$out" ]; then
+  cache="${MOE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/moeserve}/caf-tsan-0.17.6"
+  if mkdir -p "$cache" 2>/dev/null; then
+    ln -s "$cache" "$out"
+  else
+    mkdir -p "$out"
+  fi
+fi
 [ -f "$out/install/lib/libcaf_core.so" ] && [ -f "$out/install/lib/libcaf_io.so" ] && exit 0
 mkdir -p "$out/src"
 cd "$out/src"

@@ -10,12 +10,21 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 # ccache keys on paths relative to the checkout, so a fresh clone elsewhere reuses the cache
 export CCACHE_BASEDIR="$root"
+# how long each part took, for keeping the whole under CI's budget
+started=$SECONDS
+took() {
+  echo "test: $1 took $((SECONDS - started)) s"
+  started=$SECONDS
+}
 MOE_BUILD_JOBS="${MOE_BUILD_JOBS:-2}" bash tools/setup.sh
+took "set-up and build"
 if [ $# -eq 0 ]; then
   bash tools/format.sh --check
   bash tools/lint.sh actors net
+  took "format and lint"
 fi
 ctest --test-dir build --output-on-failure -j2 --timeout 600 "$@"
+took "ctest"
 fuzz_seconds="${MOE_FUZZ_SECONDS:-60}"
 if [ $# -eq 0 ] && [ "$fuzz_seconds" != 0 ]; then
   echo "test: fuzzing the MessagePack-RPC frame decoder and validator for ${fuzz_seconds} s"
@@ -25,8 +34,10 @@ if [ $# -eq 0 ] && [ "$fuzz_seconds" != 0 ]; then
     exit 1
   fi
   tail -n 4 build/fuzz.log
+  took "fuzzing"
 fi
 sanitizers="${MOE_SANITIZERS:-all}"
 if [ $# -eq 0 ] && [ "$sanitizers" != none ]; then
   bash tools/sanitize.sh "$sanitizers"
+  took "sanitizers"
 fi

@@ -7,11 +7,25 @@
 #include <chrono>
 
 #include "actors/atoms.hpp"
+#include "actors/cluster.hpp"
 #include "actors/errors.hpp"
 #include "actors/system_config.hpp"
 #include "actors/messages.hpp"
 
 namespace moe::testing {
+
+/// A cluster stopped when it goes out of scope: a REQUIRE that fails between its start and its
+/// stop ends the test case with its message, instead of leaving the actor system's destructor
+/// waiting for actors nobody stops.
+struct scoped_cluster : cluster {
+  scoped_cluster(cluster c) : cluster(std::move(c)) {}  // NOLINT(google-explicit-constructor)
+  scoped_cluster(const scoped_cluster&) = delete;
+  scoped_cluster& operator=(const scoped_cluster&) = delete;
+  ~scoped_cluster() {
+    if (root)
+      stop();
+  }
+};
 
 struct actor_fixture {
   caf::actor_system_config cfg;

@@ -162,7 +162,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "the cluster's outputs equal the singl
     model_runner runner(*weights, *ref, cache, {.ep = ep_precision_of(topo)});
     generator gen(runner, tok, cc.chunk);
 
-    cluster c = spawn_cluster(sys, weights, tok, cfg);
+    testing::scoped_cluster c = spawn_cluster(sys, weights, tok, cfg);
     std::map<uint64_t, size_t> index_of;
     std::map<uint64_t, collected> got = run_all(*this, c, specs, cc.num_requests, index_of);
     for (const auto& [id, i] : index_of) {
@@ -244,7 +244,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
     model_runner runner(*weights, *fast, cache, {.ep = ep_precision_of(topo)});
     generator gen(runner, tok, cc.chunk);
 
-    cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = false});
+    testing::scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = false});
     std::map<uint64_t, size_t> index_of;
     std::map<uint64_t, collected> got = run_all(*this, c, specs, cc.num_requests, index_of);
     for (const auto& [id, i] : index_of) {
@@ -283,7 +283,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
   topo.combine = "reduced";
   std::vector<std::vector<int32_t>> first;
   for (int run = 0; run < 2; ++run) {
-    cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+    testing::scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
     std::map<uint64_t, size_t> index_of;
     const std::map<uint64_t, collected> got = run_all(*this, c, specs, 12, index_of);
     std::vector<std::vector<int32_t>> outputs(12);
@@ -314,7 +314,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
   topo.max_running_requests = 1;  // 2 running cluster-wide: the rest wait in the queue
   topo.chunked_prefill_size = 16;
   topo.max_prefill_tokens = 16;
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  testing::scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   const sampling_params long_greedy{.temperature = 0.0f, .max_tokens = 60, .ignore_eos = true};
   std::vector<uint64_t> ids;
   for (int i = 0; i < 4; ++i)
@@ -379,8 +379,8 @@ std::optional<std::vector<trace_span>> traced_link_run(testing::actor_fixture& f
   topology_config topo = small_topology(2, 2);
   topo.link_model = true;
   topo.intra_node = topo.inter_node = link_spec{.latency_us = 300.0, .bandwidth_gb_s = 0.5};
-  cluster c = spawn_cluster(f.sys, weights, tok,
-                            {.topology = topo, .trace = true, .link_even_steps_only = even_steps_only});
+  testing::scoped_cluster c = spawn_cluster(
+    f.sys, weights, tok, {.topology = topo, .trace = true, .link_even_steps_only = even_steps_only});
   std::map<uint64_t, size_t> index_of;
   const std::map<uint64_t, collected> got = run_all(f, c, specs, 6, index_of);
   c.stop();

@@ -26,7 +26,7 @@ TEST_CASE_FIXTURE(recovery_case,
     std::make_shared<const model_weights>(testing::tiny_model_builder(9).build(testing::tiny_config(1000)));
   const topology_config topo = recovery_topology();
   const std::vector<request_spec> specs = greedy_requests(48, 17);
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
 
   std::map<uint64_t, size_t> index_of;
   // a kill after every 6th final answer, alternating the two kinds: 4 of each
@@ -69,7 +69,7 @@ TEST_CASE_FIXTURE(recovery_case,
   auto weights = tiny_weights();
   const topology_config topo = recovery_topology();
   const std::vector<request_spec> specs = greedy_requests(48, 41);
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   std::map<uint64_t, size_t> index_of;
   // a kill after every 5th final answer: each rank of both groups, in turn
   std::map<uint64_t, collected> got = run_with_kills(
@@ -102,7 +102,7 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: killing the ranks of 1P+1D under loa
   // request may end unavailable (a request waiting out a restart can meet all 4, rarely).
   topo.max_migrations = 4;
   const std::vector<request_spec> specs = greedy_requests(40, 23);
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   std::map<uint64_t, size_t> index_of;
   // a kill after every 6th final answer: decode rank, prefill rank, decode balancer, in turn
   std::map<uint64_t, collected> got =
@@ -153,7 +153,7 @@ TEST_CASE_FIXTURE(recovery_case, "recovery: seeded requests placed again draw wh
     specs[i].sampling.frequency_penalty = 0.5f;
     specs[i].sampling.max_tokens = 8;
   }
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   std::map<uint64_t, size_t> index_of;
   std::map<uint64_t, collected> got = run_with_kills(c, specs, {"decode_rank", "prefill_rank"}, {0, 0}, 5, 4,
                                                      index_of);
@@ -182,7 +182,7 @@ TEST_CASE_FIXTURE(recovery_case,
   std::vector<request_spec> specs = greedy_requests(40, 31);
   for (request_spec& s : specs)  // long enough outputs to outgrow what was booked
     s.sampling.max_tokens = 16;
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   std::map<uint64_t, size_t> index_of;
   std::map<uint64_t, collected> got = run_with_kills(c, specs, {}, {}, 1, 0, index_of);
   reference(weights, tok, topo);
@@ -223,7 +223,7 @@ TEST_CASE_FIXTURE(recovery_case,
   std::vector<request_spec> specs = greedy_requests(8, 37);
   for (request_spec& s : specs)
     s.sampling.max_tokens = 12;
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   for (const request_spec& s : specs)
     self->request(c.queue, 10s, submit_atom::value, s)
       .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
@@ -274,7 +274,7 @@ TEST_CASE_FIXTURE(recovery_case,
   topology_config topo = recovery_topology();
   topo.max_restarts = 3;
   topo.restart_period_s = 60.0;
-  cluster c = spawn_cluster(sys, tiny_weights(), tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, tiny_weights(), tok, {.topology = topo, .reference = true});
   for (const request_spec& spec : greedy_requests(8, 5))  // under load
     self->request(c.queue, 10s, submit_atom::value, spec)
       .receive([](uint64_t) {}, [&](caf::error& e) { FAIL(sys.render(e)); });

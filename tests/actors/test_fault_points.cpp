@@ -63,7 +63,7 @@ TEST_CASE_FIXTURE(recovery_case,
   auto weights = tiny_weights();
   const topology_config topo = recovery_topology();
   const std::vector<request_spec> specs = greedy_requests(16, 73);
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   CHECK(ask<bool>(rank_of(c, fc.kind, fc.index), fault_atom::value, fc.point));
 
   std::map<uint64_t, size_t> index_of;
@@ -90,7 +90,7 @@ TEST_CASE_FIXTURE(recovery_case,
     return;
   auto weights = tiny_weights();
   const topology_config topo = recovery_topology();
-  cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
   const caf::actor crashing = rank_of(c, "decode_rank", 0);
   CHECK(ask<bool>(crashing, fault_atom::value, std::string("first_decode")));
   self->monitor(crashing);
@@ -133,7 +133,7 @@ TEST_CASE_FIXTURE(recovery_case, "fault points: a point a rank does not have is 
   if (!tok)
     return;
   auto weights = tiny_weights();
-  cluster two = spawn_cluster(sys, weights, tok, {.topology = recovery_topology(), .reference = true});
+  scoped_cluster two = spawn_cluster(sys, weights, tok, {.topology = recovery_topology(), .reference = true});
   auto refused = [&](const caf::actor& rank, const std::string& point) {
     std::string text;
     self->request(rank, 10s, fault_atom::value, point)
@@ -146,7 +146,7 @@ TEST_CASE_FIXTURE(recovery_case, "fault points: a point a rank does not have is 
   CHECK(unknown.find("no fault point is called") != std::string::npos);
   CHECK(unknown.find("mid_layer") != std::string::npos);
   two.stop();
-  cluster one = spawn_cluster(sys, weights, tok, {.topology = one_rank_groups(), .reference = true});
+  scoped_cluster one = spawn_cluster(sys, weights, tok, {.topology = one_rank_groups(), .reference = true});
   CHECK(refused(rank_of(one, "decode_rank", 0), "combine").find("alone in its group") != std::string::npos);
   CHECK(refused(rank_of(one, "decode_rank", 0), "handoff") == "armed");
   one.stop();
