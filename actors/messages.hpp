@@ -136,6 +136,16 @@ struct rank_stats {
   int64_t num_requests = 0;     // taken so far: prompts to prefill, requests admitted to decode
 };
 
+/// Tokens a rank's gate routed to each logical expert of each MoE layer (before a replica is
+/// chosen) over its window of steps (actors/policy/expert_load_window.hpp).
+struct expert_load {
+  int64_t num_layers = 0;  // MoE layers, in layer order
+  int64_t num_experts = 0;
+  int64_t window_steps = 0;     // the window asked for
+  int64_t steps_covered = 0;    // the steps counted now (to within one bucket of window_steps)
+  std::vector<int64_t> counts;  // [num_layers * num_experts]
+};
+
 /// The decode balancer's bookings a decode rank holds (reserved, joining or running), as a
 /// restarted balancer rebuilds them: request ids and each one's booked KV blocks.
 struct rank_bookings {
@@ -152,6 +162,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
   return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps,
            x.num_preemptions, x.num_requests);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, expert_load& x) {
+  return f(caf::meta::type_name("expert_load"), x.num_layers, x.num_experts, x.window_steps, x.steps_covered,
+           x.counts);
 }
 
 template <class Inspector>

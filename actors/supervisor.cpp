@@ -343,6 +343,14 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
       using rank_stats_actor = caf::typed_actor<caf::replies_to<stats_atom>::with<rank_stats>>;
       return self->delegate(caf::actor_cast<rank_stats_actor>(c->handle), stats_atom::value);
     },
+    [=](expert_load_atom, const std::string& kind, int64_t index) -> caf::result<expert_load> {
+      child* c = find_child(self->state, kind, index);
+      if (c == nullptr || !c->handle)
+        return caf::make_error(serve_errc::unavailable,
+                               kind + " " + std::to_string(index) + " is restarting");
+      using load_actor = caf::typed_actor<caf::replies_to<expert_load_atom>::with<expert_load>>;
+      return self->delegate(caf::actor_cast<load_actor>(c->handle), expert_load_atom::value);
+    },
     [=](configure_atom, const std::string& kind, int64_t index, const config_fields& change) {
       return configure_child(self, kind, index, change);
     },

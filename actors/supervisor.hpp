@@ -77,6 +77,8 @@ using supervisor_actor = caf::typed_actor<
   // A rank's stats, asked of whichever instance of it lives now (delegated: it answers);
   // serve_errc::unavailable while it is being restarted.
   caf::replies_to<stats_atom, std::string, int64_t>::with<rank_stats>,
+  // The routed-token counts of the rank living now as child (kind, index) (ranks only).
+  caf::replies_to<expert_load_atom, std::string, int64_t>::with<expert_load>,
   // A live change to configurable child (kind, index): the child's answer (its new epoch and
   // fields), kept for its successors; serve_errc::invalid for a refused change or a child that
   // takes none, serve_errc::unavailable while it is being restarted.

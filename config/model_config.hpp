@@ -79,6 +79,12 @@ struct model_config {
   [[nodiscard]] bool is_moe_layer(int64_t layer_idx) const noexcept {
     return n_routed_experts > 0 && layer_idx >= first_k_dense_replace && layer_idx % moe_layer_freq == 0;
   }
+  [[nodiscard]] int64_t num_moe_layers() const noexcept {
+    int64_t n = 0;
+    for (int64_t l = 0; l < num_hidden_layers; ++l)
+      n += is_moe_layer(l) ? 1 : 0;
+    return n;
+  }
   [[nodiscard]] int64_t qk_head_dim() const noexcept { return qk_nope_head_dim + qk_rope_head_dim; }
   /// Latent KV values cached per token per layer: kv_lora_rank + qk_rope_head_dim.
   [[nodiscard]] int64_t kv_cache_dim() const noexcept { return kv_lora_rank + qk_rope_head_dim; }

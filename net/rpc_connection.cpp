@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "net/admin_config.hpp"
+#include "net/admin_expert_load.hpp"
 #include "net/connection_bridge.hpp"
 #include "net/rpc_methods.hpp"
 #include "net/server_probes.hpp"
@@ -275,6 +276,9 @@ void rpc_connection::handle_request(rpc_request& request) {
       case rpc_method::admin_config:
         return spawn_admin_config(shared_->sys, shared_->target, msgid,
                                   reply_to(shared_from_this(), /*probe=*/false));
+      case rpc_method::admin_expert_load:
+        return spawn_admin_expert_load(shared_->sys, shared_->target, msgid,
+                                       reply_to(shared_from_this(), /*probe=*/false));
       case rpc_method::admin_actors:
         return spawn_admin_actors(shared_->sys, shared_->target, msgid,
                                   reply_to(shared_from_this(), /*probe=*/false));

@@ -15,7 +15,7 @@
 namespace moe::net {
 namespace {
 
-constexpr std::array<std::pair<rpc_method, std::string_view>, 15> methods = {{
+constexpr std::array<std::pair<rpc_method, std::string_view>, 16> methods = {{
   {rpc_method::generate, "generate"},
   {rpc_method::cancel, "cancel"},
   {rpc_method::tokenize, "tokenize"},
@@ -31,6 +31,7 @@ constexpr std::array<std::pair<rpc_method, std::string_view>, 15> methods = {{
   {rpc_method::admin_configure, "admin.configure"},
   {rpc_method::admin_drain, "admin.drain"},
   {rpc_method::admin_undrain, "admin.undrain"},
+  {rpc_method::admin_expert_load, "admin.expert_load"},
 }};
 
 constexpr std::array<std::string_view, 9> killable_kinds = {

@@ -11,6 +11,7 @@
 //   admin.kill    [ {kind, index} ]     the same
 //   admin.config, admin.configure, admin.drain, admin.undrain   admin connections
 //                                       (net/admin_config.hpp)
+//   admin.expert_load  []               admin connections (net/admin_expert_load.hpp)
 #pragma once
 
 #include <cstdint>
@@ -37,12 +38,13 @@ enum class rpc_method : uint8_t {
   ready,
   stats,
   auth,
-  admin_actors,     // fault injection: the supervised actors
-  admin_kill,       // fault injection: crash one
-  admin_config,     // live configuration: every target's
-  admin_configure,  // change one target's
-  admin_drain,      // a rank takes no new work
-  admin_undrain,    // it takes work again
+  admin_actors,       // fault injection: the supervised actors
+  admin_kill,         // fault injection: crash one
+  admin_config,       // live configuration: every target's
+  admin_configure,    // change one target's
+  admin_drain,        // a rank takes no new work
+  admin_undrain,      // it takes work again
+  admin_expert_load,  // routed tokens per layer and expert (net/admin_expert_load.hpp)
 };
 
 /// Whether the server answers it only when started with --fault-injection (404 otherwise).
@@ -53,7 +55,7 @@ enum class rpc_method : uint8_t {
 /// Whether only an admin connection may call it (403 otherwise).
 [[nodiscard]] constexpr bool is_admin_method(rpc_method m) noexcept {
   return is_fault_injection_method(m) || m == rpc_method::admin_config || m == rpc_method::admin_configure ||
-         m == rpc_method::admin_drain || m == rpc_method::admin_undrain;
+         m == rpc_method::admin_drain || m == rpc_method::admin_undrain || m == rpc_method::admin_expert_load;
 }
 
 [[nodiscard]] std::optional<rpc_method> find_method(std::string_view name) noexcept;

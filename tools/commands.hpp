@@ -22,5 +22,6 @@ void add_serve(CLI::App& app);            // tools/serve.cpp
 void add_client(CLI::App& app);           // tools/client.cpp
 void add_bench(CLI::App& app);            // tools/bench.cpp: load generator against `serve`
 void add_chaos(CLI::App& app);            // tools/chaos.cpp: a load under random actor kills
+void add_eplb_plan(CLI::App& app);        // tools/eplb_plan.cpp: an expert placement from loads
 
 }  // namespace moe::tools

@@ -25,7 +25,11 @@ using ep_member_actor = caf::typed_actor<
   // once; true, or serve_errc::invalid for a point this rank does not have.
   caf::replies_to<fault_atom, std::string>::with<bool>,
   // The stream reached the armed point of a step's exchange: crash (internal).
-  caf::reacts_to<fault_atom>>;
+  caf::reacts_to<fault_atom>,
+  // The tokens this rank's gate routed to each expert over its window of steps.
+  caf::replies_to<expert_load_atom>::with<expert_load>,
+  // Count over this many steps from now on (> 0; what was counted is dropped): true, or invalid.
+  caf::replies_to<expert_load_atom, int64_t>::with<bool>>;
 
 /// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
 /// ep_rank_core), followed by the rank's own handlers.
@@ -50,6 +54,14 @@ template <class Behavior, class Self, class... Handlers>
       return true;
     },
     [=](fault_atom) { throw injected_fault(self->state.core->armed_fault()); },
+    [=](expert_load_atom) { return self->state.core->routed_load(); },
+    [=](expert_load_atom, int64_t window_steps) -> caf::result<bool> {
+      if (window_steps <= 0)
+        return caf::make_error(serve_errc::invalid,
+                               "window_steps: expected a count > 0, got " + std::to_string(window_steps));
+      self->state.core->set_load_window(window_steps);
+      return true;
+    },
     own...,
   };
 }

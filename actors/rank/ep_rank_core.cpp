@@ -12,7 +12,9 @@ ep_rank_core::ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group
                            cluster_links links, std::string role, plan_fn plan, done_fn done)
     : model_(model), stream_(stream), group_(std::move(group)), self_(std::move(self)),
       links_(std::move(links)), role_(std::move(role)), plan_(std::move(plan)), done_(std::move(done)),
-      rope_(make_rope_tables(model.weights->config)) {
+      rope_(make_rope_tables(model.weights->config)),
+      load_window_(model.weights->config.num_moe_layers(),
+                   std::max<int64_t>(1, model.weights->config.n_routed_experts), group_.expert_window_steps) {
   if (group_.placements)
     for (size_t l = 0; l < group_.placements->size(); ++l)
       if (!(*group_.placements)[l].slot_expert.empty())
@@ -94,7 +96,18 @@ void ep_rank_core::on_stage_done(int64_t step, int64_t /*micro_batch*/, int32_t 
     throw std::logic_error(role_ + " rank: a stage completion for step " + std::to_string(step) +
                            " outside it");
   pipeline_->on_logits_done();
+  if (pipeline_->logits_ran() && !pipeline_->expert_tokens().empty())  // an abandoned step runs again
+    load_window_.add_step(pipeline_->expert_tokens());
   done_(*pipeline_, error.empty() ? pipeline_->error() : error);
+}
+
+expert_load ep_rank_core::routed_load() const {
+  matrix<int64_t> total = load_window_.total();
+  return {.num_layers = total.rows,
+          .num_experts = total.cols,
+          .window_steps = load_window_.window_steps(),
+          .steps_covered = load_window_.steps_covered(),
+          .counts = std::move(total.data)};
 }
 
 std::function<void()> ep_rank_core::traced(std::string name, std::function<void()> work) const {

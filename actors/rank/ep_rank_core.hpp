@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "actors/atoms.hpp"
+#include "actors/messages.hpp"
+#include "actors/policy/expert_load_window.hpp"
 #include "actors/policy/link_model.hpp"
 #include "actors/rank/ep_inbox.hpp"
 #include "actors/rank/fault_point.hpp"
@@ -69,6 +71,11 @@ class ep_rank_core final : public pipeline_io {
     return pipeline_ != nullptr && inbox_->abandoned(pipeline_->step()) && !pipeline_->logits_ran();
   }
   [[nodiscard]] int64_t num_steps() const noexcept { return next_step_; }
+  /// The tokens this rank's gate routed to each expert over its window of finished steps.
+  [[nodiscard]] expert_load routed_load() const;
+  /// Counts over the last `window_steps` steps from now on (what was counted is dropped);
+  /// throws std::invalid_argument unless > 0.
+  void set_load_window(int64_t window_steps) { load_window_.reset(window_steps); }
   [[nodiscard]] const ep_group& group() const noexcept { return group_; }
 
   /// Starts the next step when none is in flight and `has_work` or a peer already began it.
@@ -130,6 +137,7 @@ class ep_rank_core final : public pipeline_io {
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
   int64_t next_step_ = 0;  // the step to begin next (== steps begun)
+  expert_load_window load_window_;
   // fault injection: set on the actor's thread, read on the stream
   std::atomic<fault_point> armed_{fault_point::none};
   std::atomic<bool> crashed_{false};  // reached: the stream sends nothing more

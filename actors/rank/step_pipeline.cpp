@@ -47,6 +47,10 @@ step_pipeline::step_pipeline(int64_t step, const ep_group& group, const step_mod
     mbs_[m].fwd = std::make_unique<forward_step>(*model_.weights, *model_.device, *model_.cache, *model_.rope,
                                                  mbs_[m].entries);
   }
+  int64_t num_moe = 0;
+  for (int64_t l = 0; l < model_.weights->config.num_hidden_layers; ++l)
+    moe_row_.push_back(is_moe(l) ? num_moe++ : -1);
+  expert_tokens_.assign(static_cast<size_t>(num_moe * model_.weights->config.n_routed_experts), 0);
 }
 
 bool step_pipeline::is_moe(int64_t layer_idx) const noexcept {
@@ -143,6 +147,12 @@ void step_pipeline::enqueue_attn_1_moe(int64_t mb, int64_t l) {
       outgoing = make_dispatches((*group_.placements)[l], key_of(mb, l), group_.rank, fwd->moe_input(),
                                  fwd->topk_ids(), fwd->topk_weights(), fwd->num_tokens(), cfg.hidden_size,
                                  cfg.num_experts_per_tok, group_.ep, m.plan);
+      const auto E = static_cast<size_t>(cfg.n_routed_experts);
+      int64_t* row = expert_tokens_.data() + static_cast<size_t>(moe_row_[l]) * E;
+      for (const int32_t e :
+           fwd->topk_ids().first(static_cast<size_t>(fwd->num_tokens() * cfg.num_experts_per_tok)))
+        if (e >= 0 && static_cast<size_t>(e) < E)
+          ++row[e];
     } catch (...) {  // take part with no tokens, so no peer waits
       failed = std::current_exception();
       m.plan = {};

@@ -57,6 +57,8 @@ struct ep_group {
   /// MLP: answer peers one by one, before this rank's own tokens, from this many rows per expert
   /// slot (answer_groups; 0: always).
   int64_t answer_split_min_rows = moe::answer_split_min_rows;
+  /// Routed-token counts per expert are kept over this many steps (ep_rank_core::routed_load).
+  int64_t expert_window_steps = 1000;
 };
 
 /// What the pipeline computes with (the rank's, touched only from its stream).
@@ -91,6 +93,9 @@ class step_pipeline {
   [[nodiscard]] const std::vector<float>& logits(int64_t micro_batch) const {
     return mbs_[micro_batch].logits;
   }
+  /// After done(): the tokens this rank's gate routed to each logical expert, per MoE layer in
+  /// layer order, [num_moe_layers * n_routed_experts] (every micro-batch; a failed layer none).
+  [[nodiscard]] const std::vector<int64_t>& expert_tokens() const noexcept { return expert_tokens_; }
 
  private:
   struct micro_batch {
@@ -121,8 +126,10 @@ class step_pipeline {
   step_model model_;
   pipeline_io& io_;
   std::vector<micro_batch> mbs_;
-  std::string error_;        // written on the stream, read after done()
-  bool logits_ran_ = false;  // likewise
+  std::vector<int64_t> moe_row_;        // per layer: its row in expert_tokens_ (-1: dense)
+  std::vector<int64_t> expert_tokens_;  // written on the stream, read after done()
+  std::string error_;                   // likewise
+  bool logits_ran_ = false;             // likewise
   bool finished_ = false;
 };
 

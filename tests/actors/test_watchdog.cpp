@@ -52,9 +52,11 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
                               {toy_rank(sys, "stuck", 2, false, stuck), toy_rank(sys, "busy", 2, true, busy),
                                toy_rank(sys, "idle", 0, false, idle)});
   auto dog = spawn_watchdog(
-    sys, sup, {.watched = {{"stuck", 0}, {"busy", 0}, {"idle", 0}}, .period = 20ms, .stall_timeout = 200ms});
+    sys, sup, {.watched = {{"stuck", 0}, {"busy", 0}, {"idle", 0}}, .period = 50ms, .stall_timeout = 1s});
+  // (a stall timeout of 200 ms was too short under ASan on 2 loaded cores: a toy rank's answer
+  // took longer, and the idle and busy ones were killed as not answering)
   std::map<std::string, int64_t> restarts;
-  for (int tries = 0; tries < 500 && restarts["stuck"] < 2; ++tries) {  // 10 s at most
+  for (int tries = 0; tries < 1000 && restarts["stuck"] < 2; ++tries) {  // 20 s at most
     self->request(sup, 5s, actors_atom::value)
       .receive(
         [&](const std::vector<actor_info>& actors) {

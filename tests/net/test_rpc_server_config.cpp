@@ -108,3 +108,54 @@ TEST_CASE_FIXTURE(server_fixture, "admin.configure, admin.config and admin.drain
   REQUIRE(error_code(r) == 0);
   CHECK(result_map(r).at("epoch").as<int64_t>() == 3);
 }
+
+TEST_CASE_FIXTURE(server_fixture,
+                  "admin.expert_load counts the tokens each gate routed, per layer and expert") {
+  if (skip_without_tokenizer())
+    return;
+  topo.decode_ranks = 2;
+  start({}, keys);
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, request_bytes(1, "auth", std::vector<std::string>{"admin-secret"}))) == 0);
+  // three prompts of 3, 5 and 7 tokens, 4 tokens out of each
+  uint32_t id = 2;
+  for (const int64_t len : {3, 5, 7}) {
+    std::vector<int32_t> prompt = {0};
+    for (int32_t t = 1; t < len; ++t)
+      prompt.push_back(300 + t);
+    admin.send(packed([&](packer& pk) {
+      pk.pack_array(4).pack(0).pack(id++).pack("generate").pack_array(1).pack_map(3);
+      pk.pack("input_ids").pack(prompt).pack("max_tokens").pack(4).pack("ignore_eos").pack(true);
+    }));
+    REQUIRE(error_code(admin.next_response()) == 0);
+  }
+  net::rpc_response r = ask(admin, request_bytes(id, "admin.expert_load", std::vector<int>{}));
+  REQUIRE(error_code(r) == 0);
+  const auto m = result_map(r);
+  CHECK(m.at("window_steps").as<int64_t>() == 1000);
+  using load_matrix = std::vector<std::vector<int64_t>>;
+  const auto row_sums = [](const load_matrix& load) {
+    std::vector<int64_t> sums;
+    for (const auto& row : load) {
+      CHECK(row.size() == 16);  // the tiny model's routed experts
+      int64_t s = 0;
+      for (const int64_t c : row)
+        s += c;
+      sums.push_back(s);
+    }
+    return sums;
+  };
+  // the tiny model: layer 0 dense, MoE layers 1 and 2, 4 experts per token. Prefill routes
+  // every prompt token on layer 1 and, on the last layer, only each prompt's last (its logits);
+  // decode routes each of the 3 tokens it makes after the first on both.
+  const auto prefill = m.at("prefill").as<fields>();
+  const auto decode = m.at("decode").as<fields>();
+  CHECK(prefill.at("ranks").as<int64_t>() == 1);
+  CHECK(decode.at("ranks").as<int64_t>() == 2);
+  CHECK(row_sums(prefill.at("load").as<load_matrix>()) == std::vector<int64_t>{4 * 15, 4 * 3});
+  CHECK(row_sums(decode.at("load").as<load_matrix>()) == std::vector<int64_t>{4 * 9, 4 * 9});
+  CHECK(row_sums(m.at("load").as<load_matrix>()) == std::vector<int64_t>{4 * 24, 4 * 12});
+  test_client client(server->port());
+  REQUIRE(error_code(ask(client, request_bytes(1, "auth", std::vector<std::string>{"client-secret"}))) == 0);
+  CHECK(error_code(ask(client, request_bytes(2, "admin.expert_load", std::vector<int>{}))) == 403);
+}

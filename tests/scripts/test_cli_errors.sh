@@ -87,5 +87,16 @@ expect "bench --json into a missing directory, before connecting" 2 "--json: can
 expect "detokenize of an unclosed list" 2 "the '[' is never closed" \
   "$moeserve" detokenize --model "$tmp/m" "[1, 2"
 
-echo "$((22 - failures)) passed, $failures failed"
+echo '[[1, 2, 3], [4, 5]]' >"$tmp/ragged.json"
+echo '[[1, 2, 3, 4], [4, 5, 6, 7]]' >"$tmp/load.json"
+expect "eplb-plan of a missing load file" 2 "--load: cannot open" \
+  "$moeserve" eplb-plan --load "$tmp/nope.json" --replicas 4
+expect "eplb-plan of a ragged load" 2 "row 1 has 2 experts, row 0 has 3" \
+  "$moeserve" eplb-plan --load "$tmp/ragged.json" --replicas 4
+expect "eplb-plan of replicas that do not split over the ranks" 2 "--replicas 6 is not a multiple of --ranks 4" \
+  "$moeserve" eplb-plan --load "$tmp/load.json" --replicas 6 --ranks 4
+echo '[[1, 2' >"$tmp/cut.json"
+expect "eplb-plan of a cut JSON file" 2 "not JSON" "$moeserve" eplb-plan --load "$tmp/cut.json" --replicas 4
+
+echo "$((26 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
