@@ -23,5 +23,6 @@ void add_client(CLI::App& app);           // tools/client.cpp
 void add_bench(CLI::App& app);            // tools/bench.cpp: load generator against `serve`
 void add_chaos(CLI::App& app);            // tools/chaos.cpp: a load under random actor kills
 void add_eplb_plan(CLI::App& app);        // tools/eplb_plan.cpp: an expert placement from loads
+void add_ctl(CLI::App& app);              // tools/ctl.cpp: live changes over an admin connection
 
 }  // namespace moe::tools

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   moe::tools::add_bench(app);
   moe::tools::add_chaos(app);
   moe::tools::add_eplb_plan(app);
+  moe::tools::add_ctl(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
