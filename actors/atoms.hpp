@@ -32,6 +32,7 @@ using handoff_atom = caf::atom_constant<caf::atom("handoff")>;      // a request
 using fault_atom = caf::atom_constant<caf::atom("fault")>;          // fault injection: crash at a point
 using configure_atom = caf::atom_constant<caf::atom("configure")>;  // change (or restore) a configuration
 using config_atom = caf::atom_constant<caf::atom("config")>;        // the configuration, please
+using balance_atom = caf::atom_constant<caf::atom("balance")>;      // a balancer's balancedness
 using expert_load_atom = caf::atom_constant<caf::atom("expertload")>;  // routed tokens per expert
 
 }  // namespace moe

@@ -4,6 +4,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <algorithm>
 #include <caf/typed_event_based_actor.hpp>
 #include <deque>
 #include <map>
@@ -36,6 +37,7 @@ struct decode_balancer_state {
   std::mt19937_64 rng;    // power_of_two's draws, seeded by the settings' seed
   std::vector<decode_rank_actor> ranks;
   std::vector<decode_load> loads;
+  pick_window picks{1};  // per rank once the ranks are known
   std::map<uint64_t, booking> booked;
   std::deque<waiting_pick> waiting;  // FIFO: no request overtakes an earlier one
   int64_t num_rebuilding = 0;        // ranks yet to report their bookings after a restart
@@ -51,6 +53,7 @@ std::optional<int64_t> try_book(decode_balancer_state& st, uint64_t id, int64_t 
   if (!rank)
     return std::nullopt;
   st.next_turn = *rank + 1;
+  st.picks.add(*rank, 1.0);
   st.loads[*rank].num_used_blocks += num_blocks;
   ++st.loads[*rank].num_running;
   st.booked[id] = {*rank, num_blocks};
@@ -93,6 +96,7 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
   self->state.settings.now = cfg.settings;
   self->state.settings.now.num_ranks = static_cast<int64_t>(ranks.size());
   self->state.rng.seed(static_cast<uint64_t>(cfg.settings.seed));
+  self->state.picks = pick_window(std::max<int64_t>(1, static_cast<int64_t>(ranks.size())));
   self->state.loads.assign(ranks.size(), decode_load{.num_used_blocks = 0,
                                                      .num_blocks = cfg.num_blocks,
                                                      .num_running = 0,
@@ -173,6 +177,7 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
       serve_waiting(self);
     },
     [=](config_atom) { return self->state.settings.current(); },
+    [=](balance_atom) { return self->state.picks.report(); },
   };
 }
 

@@ -29,7 +29,9 @@ using decode_balancer_actor = caf::typed_actor<
   // their requests again).
   caf::reacts_to<peers_atom, int64_t, decode_rank_actor>,
   // Requests booked per rank.
-  caf::replies_to<stats_atom>::with<std::vector<int64_t>>, configure_change, configure_restore, config_query>;
+  caf::replies_to<stats_atom>::with<std::vector<int64_t>>,
+  // The requests it sent each rank over its last 256 picks, and their mean / max.
+  caf::replies_to<balance_atom>::with<balance_report>, configure_change, configure_restore, config_query>;
 
 struct decode_balancer_config {
   int64_t num_blocks = 0;  // per rank

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "actors/policy/pick_window.hpp"
 #include "kernels/model/kv_handoff.hpp"
 
 #include "kernels/sampling/logprobs.hpp"
@@ -162,6 +163,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
   return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps,
            x.num_preemptions, x.num_requests);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, balance_report& x) {
+  return f(caf::meta::type_name("balance_report"), x.num_picks, x.per_rank, x.mean, x.max, x.balancedness);
 }
 
 template <class Inspector>

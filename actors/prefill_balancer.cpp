@@ -22,6 +22,7 @@ struct prefill_balancer_state {
   live_settings<prefill_balancer_settings> settings;
   int64_t next_turn = 0;  // round_robin: the rank to try first
   std::vector<prefill_load> loads;
+  pick_window picks{1};                                       // per rank once the ranks are known
   std::map<uint64_t, std::pair<int64_t, int64_t>> in_flight;  // id -> (rank, prompt tokens)
   std::map<uint64_t, caf::actor> sessions;                    // live sessions (monitored)
   std::map<caf::actor_addr, uint64_t> session_ids;
@@ -48,6 +49,7 @@ using balancer_pointer = prefill_balancer_actor::stateful_pointer<prefill_balanc
 int64_t pick_rank(prefill_balancer_state& st, int64_t n) {
   const int64_t rank = pick_prefill_rank(st.loads, n, st.settings.now, st.next_turn);
   st.next_turn = rank + 1;
+  st.picks.add(rank, static_cast<double>(n));
   return rank;
 }
 
@@ -216,6 +218,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
   self->state.settings.now = graph.settings;
   self->state.settings.now.num_ranks = static_cast<int64_t>(graph.prefill_ranks.size());
   self->state.loads.resize(graph.prefill_ranks.size());
+  self->state.picks = pick_window(std::max<int64_t>(1, static_cast<int64_t>(graph.prefill_ranks.size())));
   self->state.prefill_down.assign(graph.prefill_ranks.size(), false);
   self->state.decode_down.assign(graph.decode_ranks.size(), false);
   self->state.graph = std::move(graph);
@@ -334,6 +337,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
     },
     [=](configure_atom, const versioned_config& earlier) { self->state.settings.restore(earlier); },
     [=](config_atom) { return self->state.settings.current(); },
+    [=](balance_atom) { return self->state.picks.report(); },
     [=](done_atom, uint64_t id) {
       auto& st = self->state;
       auto it = st.in_flight.find(id);

@@ -53,7 +53,9 @@ using prefill_balancer_actor = caf::typed_actor<
   // The client cancelled request `id` (via the queue): its session ends it.
   caf::reacts_to<cancel_atom, uint64_t>,
   // Prompts in flight per prefill rank.
-  caf::replies_to<stats_atom>::with<std::vector<int64_t>>, configure_change, configure_restore, config_query>;
+  caf::replies_to<stats_atom>::with<std::vector<int64_t>>,
+  // The input tokens it sent each rank over its last 256 picks, and their mean / max.
+  caf::replies_to<balance_atom>::with<balance_report>, configure_change, configure_restore, config_query>;
 
 struct prefill_balancer_graph {
   std::vector<prefill_rank_actor> prefill_ranks;

@@ -27,6 +27,7 @@ struct gathered {
   std::vector<actor_info> actors;
   std::vector<rank_stats> ranks;
   sampled_stats sampled;
+  balance_report prefill_balance, decode_balance;  // zeros while a balancer is being restarted
   size_t num_pending = 0;
   bool failed = false;
 };
@@ -36,6 +37,13 @@ void pack_window(msgpack::packer<msgpack::sbuffer>& pk, const window_counters& w
   pk.pack("requests").pack(w.requests).pack("input_tokens").pack(w.input_tokens);
   pk.pack("output_tokens").pack(w.output_tokens);
   pk.pack("output_tok_per_s").pack_double(w.seconds > 0 ? w.output_tokens / w.seconds : 0.0);
+}
+
+// {picks, balancedness, mean, max, per_rank}: one balancer's last picks
+void pack_balance(msgpack::packer<msgpack::sbuffer>& pk, const balance_report& b) {
+  pk.pack_map(5).pack("picks").pack(b.num_picks).pack("balancedness").pack_double(b.balancedness);
+  pk.pack("mean").pack_double(b.mean).pack("max").pack_double(b.max);
+  pk.pack("per_rank").pack(b.per_rank);
 }
 
 void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t num_prefill) {
@@ -87,7 +95,7 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, cons
   msgpack::packer<msgpack::sbuffer> pk(out);
   const double uptime = seconds_since(c.start);
   const int64_t num_rated = c.num_rated_requests.load();
-  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(14);
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(15);
   pk.pack("uptime_s").pack_double(uptime);
   pk.pack("requests").pack(c.num_requests.load());
   pk.pack("failed").pack(c.num_failed.load());
@@ -106,6 +114,10 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, cons
   pk.pack("admitted").pack(g.queue.num_admitted).pack("rejected").pack(g.queue.num_rejected);
   pk.pack("ranks");
   pack_ranks(pk, g, target.handles.prefill_ranks.size());
+  pk.pack("balance").pack_map(2).pack("prefill");
+  pack_balance(pk, g.prefill_balance);
+  pk.pack("decode");
+  pack_balance(pk, g.decode_balance);
   pk.pack("recovery");
   pack_recovery(pk, c, g.actors);
   return out;
@@ -152,7 +164,7 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
     g->ranks.resize(c.prefill_ranks.size() + c.decode_ranks.size());
-    g->num_pending = 3 + g->ranks.size();
+    g->num_pending = 5 + g->ranks.size();
     auto one_done = [=] {
       if (--g->num_pending > 0)
         return;
@@ -201,6 +213,25 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
               on_error);
         },
         on_error);
+    for (const bool prefill : {true, false}) {  // a balancer being restarted reports zeros
+      using balance_actor = caf::typed_actor<caf::replies_to<balance_atom>::with<balance_report>>;
+      self
+        ->request(c.supervisor, probe_timeout, lookup_atom::value,
+                  std::string(prefill ? "prefill_balancer" : "decode_balancer"), int64_t{0})
+        .then(
+          [=](const caf::actor& balancer) {
+            if (!balancer)
+              return one_done();
+            self->request(caf::actor_cast<balance_actor>(balancer), probe_timeout, balance_atom::value)
+              .then(
+                [=](const balance_report& b) {
+                  (prefill ? g->prefill_balance : g->decode_balance) = b;
+                  one_done();
+                },
+                [=](caf::error&) { one_done(); });
+          },
+          [=](caf::error&) { one_done(); });
+    }
     for (size_t i = 0; i < g->ranks.size(); ++i) {
       auto on_rank = [=](const rank_stats& r) {
         g->ranks[i] = r;

@@ -104,6 +104,14 @@ TEST_CASE_FIXTURE(server_fixture, "admin.configure, admin.config and admin.drain
   REQUIRE(ranks.size() == 3);
   CHECK(ranks[1].at("requests").as<int64_t>() == 0);
   CHECK(ranks[2].at("requests").as<int64_t>() == 3);
+  // and the balancers' balancedness says so: decode 0 / 3 requests, mean / max = 1.5 / 3
+  const auto balance = result_map(r).at("balance").as<std::map<std::string, fields>>();
+  CHECK(balance.at("decode").at("per_rank").as<std::vector<double>>() == std::vector<double>{0, 3});
+  CHECK(balance.at("decode").at("balancedness").as<double>() == 0.5);
+  CHECK(balance.at("decode").at("picks").as<int64_t>() == 3);
+  CHECK(balance.at("prefill").at("per_rank").as<std::vector<double>>() ==
+        std::vector<double>{9});  // 3 x 3 tokens
+  CHECK(balance.at("prefill").at("balancedness").as<double>() == 1.0);
   r = ask(admin, map_request(14, "admin.undrain", kv("role", "decode"), kv("rank", 0)));
   REQUIRE(error_code(r) == 0);
   CHECK(result_map(r).at("epoch").as<int64_t>() == 3);
