@@ -176,6 +176,15 @@ typename Inspector::result_type inspect(Inspector& f, expert_load& x) {
            x.counts);
 }
 
+/// A live actor, as admin.actors lists it: a supervised child (restarts counted by its
+/// supervisor) or a worker (a session: restarts = the sessions its request lost before it).
+struct actor_info {
+  std::string kind;
+  int64_t index = 0;
+  int64_t restarts = 0;
+  double since_restart_s = -1.0;  // seconds since its last restart; -1: never restarted
+};
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, queue_stats& x) {
   return f(caf::meta::type_name("queue_stats"), x.num_queued, x.num_running, x.num_admitted, x.num_rejected);
@@ -191,3 +200,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::token_chunk)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::stream_chunk)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::session_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::resume_state)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::actor_info>)

@@ -25,6 +25,7 @@ struct prefill_balancer_state {
   pick_window picks{1};                                       // per rank once the ranks are known
   std::map<uint64_t, std::pair<int64_t, int64_t>> in_flight;  // id -> (rank, prompt tokens)
   std::map<uint64_t, caf::actor> sessions;                    // live sessions (monitored)
+  std::map<uint64_t, uint64_t> session_generation;            // id -> sessions it lost before
   std::map<caf::actor_addr, uint64_t> session_ids;
   // Waiting for the decode balancer. A pick is asked again of a restarted balancer (which
   // answers a request it has booked already with that rank); `attempt` tells the answers apart.
@@ -83,6 +84,7 @@ void start_request(balancer_pointer self, uint64_t pid, prefill_balancer_state::
   cfg.metrics = st.graph.metrics;
   cfg.placer = caf::actor_cast<caf::actor>(self);
   cfg.max_migrations = st.graph.max_migrations;
+  st.session_generation[id] = pick.resumed.generation;
   cfg.resumed = std::move(pick.resumed);
   const caf::actor session = caf::actor_cast<caf::actor>(spawn_session(self->system(), std::move(cfg)));
   self->monitor(session);
@@ -236,6 +238,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       if (s == st.sessions.end() || s->second.address() != dm.source)
         return;  // a later session holds the request now
       st.sessions.erase(s);
+      st.session_generation.erase(id);
       // It told the queue when it ended, unless that queue is gone (restarted): tell this one.
       // A crashed session told no one; its client resumes the request, keeping its slot.
       if (!dm.reason || dm.reason == caf::exit_reason::normal)
@@ -251,6 +254,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
         if (s->second.address() != resumed.lost_session)
           return;              // its session lives: it goes on there
         st.sessions.erase(s);  // dead, its down not here yet
+        st.session_generation.erase(id);
       }
       if (holds_pick(st, id))
         return;
@@ -283,10 +287,12 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       return true;
     },
     [=](actors_atom) {
-      std::vector<uint64_t> ids;
+      std::vector<actor_info> out;
       for (const auto& [id, session] : self->state.sessions)
-        ids.push_back(id);
-      return ids;
+        out.push_back({.kind = "session",
+                       .index = static_cast<int64_t>(id),
+                       .restarts = static_cast<int64_t>(self->state.session_generation[id])});
+      return out;
     },
     [=](peers_atom, caf::actor& queue) { self->state.graph.queue = std::move(queue); },
     [=](peers_atom, decode_balancer_actor& balancer) {

@@ -31,8 +31,8 @@ using prefill_balancer_actor = caf::typed_actor<
   caf::replies_to<bookings_atom>::with<std::vector<uint64_t>>,
   // Fault injection: request `id`'s session exits at once, as in a crash; true if it lives.
   caf::replies_to<kill_atom, uint64_t>::with<bool>,
-  // The request ids of the live sessions.
-  caf::replies_to<actors_atom>::with<std::vector<uint64_t>>,
+  // The live sessions: index = request id, restarts = the sessions its request lost before.
+  caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
   // The request queue, told (done_atom, id) as requests end (set once, before any submit).
   caf::reacts_to<peers_atom, caf::actor>,
   // A restarted decode balancer: picks in flight are asked again there.

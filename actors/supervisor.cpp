@@ -174,7 +174,7 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
 }
 
 // What a child that runs workers answers.
-using worker_owner = caf::typed_actor<caf::replies_to<actors_atom>::with<std::vector<uint64_t>>,
+using worker_owner = caf::typed_actor<caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
                                       caf::replies_to<kill_atom, uint64_t>::with<bool>>;
 
 // The live children, then each one's workers (asked of it; one that does not answer adds none).
@@ -206,9 +206,11 @@ caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_poin
     };
     self->request(caf::actor_cast<worker_owner>(owner), std::chrono::seconds(5), actors_atom::value)
       .then(
-        [out, one_done, kind = kind](const std::vector<uint64_t>& ids) mutable {
-          for (const uint64_t id : ids)
-            out->push_back({kind, static_cast<int64_t>(id), 0, -1.0});
+        [out, one_done, kind = kind](const std::vector<actor_info>& workers) mutable {
+          for (actor_info w : workers) {
+            w.kind = kind;
+            out->push_back(std::move(w));
+          }
           one_done();
         },
         [one_done](caf::error&) mutable { one_done(); });
@@ -243,6 +245,17 @@ caf::result<versioned_config> configure_child(supervisor_pointer self, const std
       },
       [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
   return rp;
+}
+
+// Question `q` to the instance of child (kind, index) living now, delegated: it answers, as a
+// `Reply`; serve_errc::unavailable while it is being restarted.
+template <class Reply, class Atom>
+caf::result<Reply> ask_living(supervisor_pointer self, const std::string& kind, int64_t index, Atom q) {
+  child* c = find_child(self->state, kind, index);
+  if (c == nullptr || !c->handle)
+    return caf::make_error(serve_errc::unavailable, kind + " " + std::to_string(index) + " is restarting");
+  using answering = caf::typed_actor<typename caf::replies_to<Atom>::template with<Reply>>;
+  return self->delegate(caf::actor_cast<answering>(c->handle), q);
 }
 
 // Every configurable child's configuration (asked of it; a restarting one: what was kept).
@@ -335,21 +348,10 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
       return c->successor_waiters.back();
     },
     [=](stats_atom, const std::string& kind, int64_t index) -> caf::result<rank_stats> {
-      child* c = find_child(self->state, kind, index);
-      if (c == nullptr || !c->handle)
-        return caf::make_error(serve_errc::unavailable,
-                               kind + " " + std::to_string(index) + " is restarting");
-      // the kinds asked here (ranks) answer stats with rank_stats
-      using rank_stats_actor = caf::typed_actor<caf::replies_to<stats_atom>::with<rank_stats>>;
-      return self->delegate(caf::actor_cast<rank_stats_actor>(c->handle), stats_atom::value);
+      return ask_living<rank_stats>(self, kind, index, stats_atom::value);  // ranks answer rank_stats
     },
     [=](expert_load_atom, const std::string& kind, int64_t index) -> caf::result<expert_load> {
-      child* c = find_child(self->state, kind, index);
-      if (c == nullptr || !c->handle)
-        return caf::make_error(serve_errc::unavailable,
-                               kind + " " + std::to_string(index) + " is restarting");
-      using load_actor = caf::typed_actor<caf::replies_to<expert_load_atom>::with<expert_load>>;
-      return self->delegate(caf::actor_cast<load_actor>(c->handle), expert_load_atom::value);
+      return ask_living<expert_load>(self, kind, index, expert_load_atom::value);
     },
     [=](configure_atom, const std::string& kind, int64_t index, const config_fields& change) {
       return configure_child(self, kind, index, change);

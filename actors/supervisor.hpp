@@ -47,19 +47,11 @@ struct child_spec {
   /// After a restart: tells the actors that route to it the new handle (may be empty).
   std::function<void(const caf::actor& fresh, const child_lookup& current)> introduce;
   /// Set when the child runs short-lived workers of this kind (the prefill balancer's
-  /// sessions): it answers (actors_atom) -> std::vector<uint64_t> with their indices and
+  /// sessions): it answers (actors_atom) -> std::vector<actor_info> with each one's index and
   /// (kill_atom, uint64_t index) -> bool, and the supervisor lists and kills them through it.
   std::string worker_kind;
   /// Set when the child takes live configuration (actors/live_settings.hpp).
   bool configurable = false;
-};
-
-/// A live child, as admin.actors lists it.
-struct actor_info {
-  std::string kind;
-  int64_t index = 0;
-  int64_t restarts = 0;
-  double since_restart_s = -1.0;  // seconds since its last restart; -1: never restarted
 };
 
 using supervisor_actor = caf::typed_actor<
@@ -98,6 +90,5 @@ using supervisor_actor = caf::typed_actor<
 
 }  // namespace moe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::actor_info>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::versioned_config>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::child_spec)

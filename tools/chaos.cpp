@@ -2,8 +2,9 @@
 // `moeserve chaos`: serves a model in-process with --fault-injection on a loopback ephemeral
 // port, runs a bounded greedy load through the wire without faults and again while killing
 // random actors (tools/chaos_run.hpp), and prints per kind the kills and recovery times, then
-// the totals. Exit 1 when any request was lost, any stream was broken, any greedy output
-// differs, or KV stays in use.
+// the totals. Exit 1 when any request was lost, failed with anything but a retryable 503 (or
+// failed at all without faults), any stream was broken, any greedy output differs, or KV or a
+// running slot stays in use.
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -135,8 +136,9 @@ int run(chaos_cli& o) {
     static_cast<long long>(rep.chaos.lost), static_cast<long long>(rep.chaos.bad_streams),
     static_cast<long long>(rep.chaos.mismatches), static_cast<long long>(rep.leaked_blocks),
     static_cast<long long>(rep.running_left));
-  const bool clean = rep.chaos.lost == 0 && rep.chaos.bad_streams == 0 && rep.chaos.mismatches == 0 &&
-                     rep.leaked_blocks == 0 && rep.running_left == 0 && rep.reference.lost == 0;
+  const bool clean = rep.chaos.lost == 0 && rep.chaos.failed_not_503() == 0 && rep.chaos.bad_streams == 0 &&
+                     rep.chaos.mismatches == 0 && rep.leaked_blocks == 0 && rep.running_left == 0 &&
+                     rep.reference.completed == rep.reference.sent && rep.reference.bad_streams == 0;
   return clean ? 0 : 1;
 }
 

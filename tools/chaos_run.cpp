@@ -80,6 +80,7 @@ pass_report run_load(uint16_t port, const std::string& key, const std::vector<st
   authenticate(c, key, 1);
   pass_report rep;
   outputs.assign(prompts.size(), {});
+  rep.completed_idx.assign(prompts.size(), false);
   std::map<uint32_t, stream_record> streams;
   std::map<uint32_t, size_t> index_of;  // msgid -> request, for the msgids in flight
   std::vector<int> retries(prompts.size(), 0);
@@ -139,6 +140,7 @@ pass_report run_load(uint16_t port, const std::string& key, const std::vector<st
       if (!s.seq_ok || s.ids != outputs[i])
         ++rep.bad_streams;
       rep.output_tokens += static_cast<int64_t>(outputs[i].size());
+      rep.completed_idx[i] = true;
       ++rep.completed;
     }
   }
@@ -164,16 +166,15 @@ std::vector<listed_actor> list_actors(wire_client& admin, uint32_t& msgid) {
 }
 
 // Waits until the killed actor has a successor: a supervised one listed with one more restart,
-// a session listed again for its request (none when the request ended first), a connection
+// a session's request listed with a later session (restarts: the sessions it lost), a connection
 // bridge by a new one (an index above `newest`, the highest listed before the kill).
 std::optional<double> wait_recovered(wire_client& admin, uint32_t& msgid, const listed_actor& killed,
                                      int64_t newest, clock::time_point at) {
   while (clock::now() - at < recovery_timeout) {
     for (const listed_actor& a : list_actors(admin, msgid))
       if (a.kind == killed.kind &&
-          (killed.kind == "connection_bridge"
-             ? a.index > newest
-             : a.index == killed.index && (killed.kind == "session" || a.restarts > killed.restarts)))
+          (killed.kind == "connection_bridge" ? a.index > newest
+                                              : a.index == killed.index && a.restarts > killed.restarts))
         return seconds_since(at);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -286,8 +287,9 @@ chaos_report run_chaos(uint16_t port, const std::string& admin_key, int64_t voca
   killer.join();
   if (killer_error)
     std::rethrow_exception(killer_error);
+  // a request that failed in either pass is counted there; every pair that completed must agree
   for (size_t i = 0; i < prompts.size(); ++i)
-    if (!outputs[i].empty() && !reference[i].empty() && outputs[i] != reference[i])
+    if (rep.chaos.completed_idx[i] && rep.reference.completed_idx[i] && outputs[i] != reference[i])
       ++rep.chaos.mismatches;
   count_leaks(port, admin_key, rep);
   return rep;

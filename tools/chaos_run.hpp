@@ -34,6 +34,15 @@ struct pass_report {
   int64_t bad_streams = 0;                // seq not contiguous from 0, or the stream differs from output_ids
   int64_t mismatches = 0;                 // output_ids differ from the reference pass's
   int64_t output_tokens = 0;
+  std::vector<bool> completed_idx;  // per request: answered with a result
+
+  /// Answered with an error other than a retryable 503 (the promise's only allowed error).
+  [[nodiscard]] int64_t failed_not_503() const {
+    int64_t n = 0;
+    for (const auto& [code, count] : failed_by_code)
+      n += code == 503 ? 0 : count;
+    return n;
+  }
   double wall_s = 0.0;
 };
 

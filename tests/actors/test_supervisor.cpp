@@ -210,19 +210,25 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child's workers are listed and
                    .running = {},
                    .start =
                      [this, killed](const child_lookup&) {
-                       return sys.spawn([killed](caf::event_based_actor*) -> caf::behavior {
-                         return {
-                           [](actors_atom) {
-                             return std::vector<uint64_t>{7, 9};
-                           },
-                           [killed](kill_atom, uint64_t id) {
-                             if (id != 7 && id != 9)
-                               return false;
-                             *killed = static_cast<int64_t>(id);
-                             return true;
-                           },
-                         };
-                       });
+                       // typed, as the prefill balancer: the answer's type is checked
+                       using owner_actor =
+                         caf::typed_actor<caf::replies_to<actors_atom>::with<std::vector<actor_info>>,
+                                          caf::replies_to<kill_atom, uint64_t>::with<bool>>;
+                       return caf::actor_cast<caf::actor>(
+                         sys.spawn([killed](owner_actor::pointer) -> owner_actor::behavior_type {
+                           return {
+                             [](actors_atom) {  // the owner names them; the supervisor, the kind
+                               return std::vector<actor_info>{{.kind = "?", .index = 7, .restarts = 0},
+                                                              {.kind = "?", .index = 9, .restarts = 2}};
+                             },
+                             [killed](kill_atom, uint64_t id) {
+                               if (id != 7 && id != 9)
+                                 return false;
+                               *killed = static_cast<int64_t>(id);
+                               return true;
+                             },
+                           };
+                         }));
                      },
                    .introduce = {},
                    .worker_kind = "worker"};
@@ -232,7 +238,9 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child's workers are listed and
   CHECK(listed[0].kind == "owner");
   CHECK(listed[1].kind == "worker");
   CHECK(listed[1].index == 7);
+  CHECK(listed[2].kind == "worker");
   CHECK(listed[2].index == 9);
+  CHECK(listed[2].restarts == 2);
   CHECK(ask<bool>(sup, kill_atom::value, std::string("worker"), int64_t{9}));
   CHECK(*killed == 9);
   CHECK_FALSE(ask<bool>(sup, kill_atom::value, std::string("worker"), int64_t{3}));

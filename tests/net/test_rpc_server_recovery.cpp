@@ -189,7 +189,7 @@ TEST_CASE_FIXTURE(server_fixture,
 TEST_CASE_FIXTURE(server_fixture, "streamed generates survive killed sessions, queue and balancer (2P+2D)") {
   if (skip_without_tokenizer())
     return;
-  topo.prefill_ranks = 2;  // ranks of EP groups of 2 are not restartable yet: not killed here
+  topo.prefill_ranks = 2;  // ranks are killed in test_chaos.sh and test_fault_points.cpp
   topo.decode_ranks = 2;
   std::vector<std::string> kinds;
   for (int round = 0; round < 2; ++round)
