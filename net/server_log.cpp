@@ -41,8 +41,17 @@ std::string format_stats_line(const stats_line_figures& f) {
   std::string line = std::string(head) + ", KV in use: prefill" + percents(f.prefill_kv) + ", decode" +
                      percents(f.decode_kv) + ", " + std::to_string(f.connections) +
                      (f.connections == 1 ? " connection" : " connections");
-  if (f.restarts > 0)
-    line += ", " + std::to_string(f.restarts) + (f.restarts == 1 ? " actor restart" : " actor restarts");
+  int64_t restarts = 0;
+  std::string by_kind;
+  for (const auto& [kind, n] : f.restarts) {
+    if (n <= 0)
+      continue;
+    restarts += n;
+    by_kind += (by_kind.empty() ? "" : ", ") + kind + " " + std::to_string(n);
+  }
+  if (restarts > 0)
+    line += ", " + std::to_string(restarts) + (restarts == 1 ? " actor restart (" : " actor restarts (") +
+            by_kind + ")";
   if (f.migrations > 0)
     line += ", " + std::to_string(f.migrations) + (f.migrations == 1 ? " migration" : " migrations");
   if (f.preemptions > 0)

@@ -23,10 +23,12 @@ using log_atom = caf::atom_constant<caf::atom("logstats")>;
 struct snapshot {
   clock::time_point time;
   int64_t requests = 0, input_tokens = 0, output_tokens = 0, failed = 0, migrations = 0;
-  int64_t restarts = 0, preemptions = 0;
+  std::map<std::string, int64_t> restarts;  // per kind
+  int64_t preemptions = 0;
 };
 
-snapshot take(const server_counters& c, clock::time_point now, int64_t restarts) {
+snapshot take(const server_counters& c, clock::time_point now,
+              const std::map<std::string, int64_t>& restarts) {
   return {now,
           c.num_requests.load(),
           c.input_tokens.load(),
@@ -42,9 +44,9 @@ struct sampler_state {
   std::shared_ptr<const server_counters> counters;
   std::vector<rank_occupancy> ranks;
   std::vector<int64_t> num_samples;
-  std::deque<snapshot> snapshots;  // oldest first, spanning at most the window
-  snapshot last_log;               // the counters at the last stats line
-  int64_t restarts = 0;            // of the supervised actors, at the last sample
+  std::deque<snapshot> snapshots;           // oldest first, spanning at most the window
+  snapshot last_log;                        // the counters at the last stats line
+  std::map<std::string, int64_t> restarts;  // of the supervised actors per kind, at the last sample
   static inline const char* name = "stats_sampler";
 };
 
@@ -74,16 +76,30 @@ void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chron
   self->request(c.supervisor, interval, actors_atom::value)
     .then(
       [=](const std::vector<actor_info>& actors) {
-        int64_t total = 0;
+        std::map<std::string, int64_t> by_kind;
         for (const actor_info& a : actors)
-          total += a.restarts;
-        self->state.restarts = total;
+          if (a.kind != "session")  // a session's request is resumed (counted so), not restarted
+            by_kind[a.kind] += a.restarts;
+        self->state.restarts = std::move(by_kind);
       },
       [](caf::error&) {});
   const auto now = clock::now();
   st.snapshots.push_back(take(*st.counters, now, st.restarts));
   while (st.snapshots.size() > 1 && now - st.snapshots[1].time >= window)
     st.snapshots.pop_front();
+}
+
+// The restarts per kind from `before` to `now`, the kinds with any.
+std::map<std::string, int64_t> restarts_since(const std::map<std::string, int64_t>& before,
+                                              const std::map<std::string, int64_t>& now) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [kind, n] : now) {
+    const auto b = before.find(kind);
+    // counts only grow: the supervisor keeps them across restarts
+    if (const int64_t d = n - (b == before.end() ? 0 : b->second); d > 0)
+      out[kind] = d;
+  }
+  return out;
 }
 
 // A stats line when anything moved since the last one: counters, or KV still in use.
@@ -97,7 +113,7 @@ void log_stats(sampler_pointer self) {
                        .input_tokens = now.input_tokens - last.input_tokens,
                        .output_tokens = now.output_tokens - last.output_tokens,
                        .connections = st.counters->num_connections.load(),
-                       .restarts = now.restarts - last.restarts,
+                       .restarts = restarts_since(last.restarts, now.restarts),
                        .migrations = now.migrations - last.migrations,
                        .preemptions = now.preemptions - last.preemptions};
   bool kv_in_use = false;
@@ -107,7 +123,7 @@ void log_stats(sampler_pointer self) {
   }
   st.last_log = now;  // each line covers one interval, even after idle ones
   if (f.requests == 0 && f.failed == 0 && f.input_tokens == 0 && f.output_tokens == 0 && !kv_in_use &&
-      f.restarts == 0)
+      f.restarts.empty())
     return;  // idle: nothing to say
   server_log().info(format_stats_line(f));
 }
@@ -134,7 +150,7 @@ caf::behavior stats_sampler(caf::stateful_actor<sampler_state>* self,
   self->state.num_samples.resize(num_ranks);
   self->state.target = std::move(target);
   self->state.counters = std::move(counters);
-  self->state.last_log = take(*self->state.counters, clock::now(), 0);
+  self->state.last_log = take(*self->state.counters, clock::now(), {});
   self->send(self, tick_atom::value);
   if (log_interval.count() > 0)
     self->delayed_send(self, log_interval, log_atom::value);

@@ -26,9 +26,17 @@ TEST_CASE("a stats line: token rates over its interval, requests, every rank's K
 
 TEST_CASE(
   "a stats line names the actor restarts, migrations and preemptions of its interval, when there were any") {
-  const stats_line_figures f{.seconds = 1.0, .requests = 2, .connections = 1, .restarts = 3, .migrations = 1};
-  CHECK(format_stats_line(f) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
-                                "KV in use: prefill, decode, 1 connection, 3 actor restarts, 1 migration");
+  const stats_line_figures f{.seconds = 1.0,
+                             .requests = 2,
+                             .connections = 1,
+                             .restarts = {{"decode_rank", 2}, {"metrics", 0}, {"request_queue", 1}},
+                             .migrations = 1};
+  CHECK(format_stats_line(f) ==
+        "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, KV in use: prefill, decode, "
+        "1 connection, 3 actor restarts (decode_rank 2, request_queue 1), 1 migration");
+  const stats_line_figures one{.seconds = 1.0, .requests = 2, .connections = 1, .restarts = {{"metrics", 1}}};
+  CHECK(format_stats_line(one) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
+                                  "KV in use: prefill, decode, 1 connection, 1 actor restart (metrics 1)");
   const stats_line_figures p{.seconds = 1.0, .requests = 2, .connections = 1, .preemptions = 4};
   CHECK(format_stats_line(p) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
                                 "KV in use: prefill, decode, 1 connection, 4 preemptions");
