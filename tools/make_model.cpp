@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
@@ -25,6 +26,8 @@ void add_make_model(CLI::App& app) {
   cmd->add_flag("--fp8", opts->fp8, "FP8 e4m3 linear weights with 128x128 block scales");
   cmd->add_option("--shards", opts->num_shards, "number of safetensors files (> 1 adds the index)");
   cmd->add_option("--vocab-size", opts->vocab_size, "vocabulary rows (default 129280)");
+  cmd->add_option("--router-skew", opts->router_skew,
+                  "gate biases that skew the expert load Zipf-like with this exponent (0..4; 0: even)");
   cmd
     ->add_option("--tokenizer-dir", opts->tokenizer_dir,
                  "directory with tokenizer.json, tokenizer_config.json")
@@ -35,9 +38,11 @@ void add_make_model(CLI::App& app) {
     const auto start = std::chrono::steady_clock::now();
     make_model(*opts);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("make-model: wrote %s (preset %s%s, seed %llu) in %.1f s\n", opts->out.c_str(),
-                opts->preset.c_str(), opts->fp8 ? ", fp8" : "", static_cast<unsigned long long>(opts->seed),
-                secs);
+    const std::string skew = opts->router_skew > 0.0 ? ", router skew " + std::to_string(opts->router_skew)
+                                                     : "";
+    std::printf("make-model: wrote %s (preset %s%s%s, seed %llu) in %.1f s\n", opts->out.c_str(),
+                opts->preset.c_str(), opts->fp8 ? ", fp8" : "", skew.c_str(),
+                static_cast<unsigned long long>(opts->seed), secs);
   });
 }
 

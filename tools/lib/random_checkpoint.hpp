@@ -18,6 +18,7 @@ struct make_model_options {
   bool fp8 = false;                     // F8_E4M3 linear weights + 128x128 F32 block scales
   int64_t num_shards = 1;               // > 1: model-0000i-of-0000K + index.json
   std::optional<int64_t> vocab_size;    // default 129280
+  double router_skew = 0.0;             // > 0: Zipf-like expert load, exponent ~this (--router-skew)
   std::filesystem::path tokenizer_dir;  // empty -> default_tokenizer_dir()
   std::filesystem::path out;
   bool progress = false;  // tensor count / bytes written to stderr
