@@ -243,10 +243,6 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
   });
 }
 
-namespace {
-
-// The supervised parts of `c` that `actors` (the supervisor's live children) lacks, as
-// "decode_rank 1, request_queue 0"; empty when all live.
 std::string missing_parts(const cluster& c, const std::vector<actor_info>& actors) {
   std::vector<std::pair<std::string, int64_t>> expected = {
     {"request_queue", 0}, {"prefill_balancer", 0}, {"decode_balancer", 0}, {"metrics", 0}};
@@ -263,8 +259,6 @@ std::string missing_parts(const cluster& c, const std::vector<actor_info>& actor
   }
   return out;
 }
-
-}  // namespace
 
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
                        const reply_fn& reply) {

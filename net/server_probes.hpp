@@ -8,9 +8,13 @@
 #include <caf/fwd.hpp>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <msgpack.hpp>
 
+#include "actors/cluster.hpp"
+#include "actors/messages.hpp"
 #include "net/connection_bridge.hpp"
 
 namespace moe::net {
@@ -37,8 +41,12 @@ void spawn_admin_actors(caf::actor_system& sys, std::shared_ptr<const serving_ta
 void spawn_admin_kill(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
                       const std::string& kind, int64_t index, const reply_fn& reply);
 
+/// The supervised parts of `c` (queue, balancers, metrics, every rank) that `actors` (the
+/// supervisor's live children) lacks, as "decode_rank 1, request_queue 0"; empty when all live.
+[[nodiscard]] std::string missing_parts(const cluster& c, const std::vector<actor_info>& actors);
+
 /// Replies {ready: true, latency_s} after a greedy 1-token generation of the BOS prompt, or a
-/// 503 naming what failed.
+/// 503 naming what failed ("restarting: " and missing_parts while a part is being restarted).
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
                        const reply_fn& reply);
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <variant>
 
+#include "net/server_probes.hpp"
 #include "server_fixture.hpp"
 #include "wire.hpp"
 
@@ -144,4 +145,47 @@ TEST_CASE_FIXTURE(server_fixture,
   for (const auto& a : listed.result.as<std::vector<std::map<std::string, msgpack::object>>>())
     bridges += a.at("kind").as<std::string>() == "connection_bridge" ? 1 : 0;
   CHECK(bridges == 2);  // the admin's and the client's new one
+}
+
+TEST_CASE("ready names the parts being restarted: every supervised part the listing lacks") {
+  cluster c;
+  c.prefill_ranks.resize(1);
+  c.decode_ranks.resize(2);
+  std::vector<actor_info> live = {{.kind = "request_queue"},
+                                  {.kind = "prefill_balancer"},
+                                  {.kind = "decode_balancer"},
+                                  {.kind = "metrics"},
+                                  {.kind = "prefill_rank"},
+                                  {.kind = "decode_rank", .index = 0},
+                                  {.kind = "decode_rank", .index = 1},
+                                  {.kind = "session", .index = 7}};
+  CHECK(net::missing_parts(c, live).empty());
+  live.erase(live.begin() + 6);  // decode_rank 1
+  live.erase(live.begin());      // request_queue
+  CHECK(net::missing_parts(c, live) == "request_queue 0, decode_rank 1");
+}
+
+TEST_CASE_FIXTURE(server_fixture, "ready comes back on its own after a rank is killed") {
+  if (skip_without_tokenizer())
+    return;
+  start({}, keys, 1000, /*fault_injection=*/true);
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, auth_bytes(1, "admin-secret"))) == 0);
+  REQUIRE(error_code(ask(admin, request_bytes(2, "ready", std::vector<int>{}))) == 0);
+  for (const char* kind : {"decode_rank", "prefill_rank", "request_queue"}) {
+    CAPTURE(kind);
+    REQUIRE(error_code(ask(admin, kill_bytes(3, kind, 0))) == 0);
+    // 503 ("restarting: ...") while the part is down, then 200 with no one's help
+    int code = -1;
+    for (uint32_t msgid = 10; msgid < 1010 && code != 0; ++msgid) {
+      const net::rpc_response r = ask(admin, request_bytes(msgid, "ready", std::vector<int>{}));
+      code = error_code(r);
+      if (code != 0) {
+        REQUIRE(code == 503);
+        CHECK(r.error.as<std::map<std::string, msgpack::object>>().at("message").as<std::string>().find(
+                "ready: ") == 0);
+      }
+    }
+    CHECK(code == 0);
+  }
 }
