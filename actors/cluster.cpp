@@ -315,7 +315,7 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   c.root = untyped(c.supervisor);
   if (const std::chrono::milliseconds stall = millis(topo.stall_timeout_s); stall.count() > 0) {
     watchdog_config w{
-      .watched = {}, .period = std::min(std::chrono::milliseconds(1000), stall), .stall_timeout = stall};
+      .watched = {}, .period = std::min(std::chrono::milliseconds(1000), stall / 4), .stall_timeout = stall};
     for (size_t i = 0; i < c.prefill_ranks.size() + c.decode_ranks.size(); ++i)
       w.watched.emplace_back(rank_kind(c, i), rank_index(c, i));
     c.watchdog = spawn_watchdog(sys, c.supervisor, std::move(w));

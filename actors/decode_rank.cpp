@@ -409,7 +409,9 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
                         st.model->cache.num_free_blocks(),
                         st.core->num_steps(),
                         st.num_preemptions,
-                        static_cast<int64_t>(st.num_admitted)};
+                        static_cast<int64_t>(st.num_admitted),
+                        st.core->step_in_flight(),
+                        st.core->peer_wait_ms()};
     });
 }
 

@@ -135,6 +135,8 @@ struct rank_stats {
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;  // requests preempted for lack of KV blocks (decode ranks)
   int64_t num_requests = 0;     // taken so far: prompts to prefill, requests admitted to decode
+  bool step_in_flight = false;  // a step has begun and not finished (with or without requests)
+  int64_t peer_wait_ms = 0;     // how long the step has been blocked on peers' payloads; 0: not
 };
 
 /// Tokens a rank's gate routed to each logical expert of each MoE layer (before a replica is
@@ -162,7 +164,7 @@ typename Inspector::result_type inspect(Inspector& f, rank_bookings& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
   return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps,
-           x.num_preemptions, x.num_requests);
+           x.num_preemptions, x.num_requests, x.step_in_flight, x.peer_wait_ms);
 }
 
 template <class Inspector>
@@ -182,7 +184,9 @@ struct actor_info {
   std::string kind;
   int64_t index = 0;
   int64_t restarts = 0;
-  double since_restart_s = -1.0;  // seconds since its last restart; -1: never restarted
+  double since_restart_s = -1.0;   // seconds since its last restart; -1: never restarted
+  double last_recovery_ms = -1.0;  // how long its last restart took, from the supervisor hearing
+                                   // of the death to the successor started and introduced; -1: none
 };
 
 template <class Inspector>

@@ -334,7 +334,9 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
                         st.model->cache.num_free_blocks(),
                         st.core->num_steps(),
                         0,
-                        st.num_taken};
+                        st.num_taken,
+                        st.core->step_in_flight(),
+                        st.core->peer_wait_ms()};
     });
 }
 

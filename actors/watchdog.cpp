@@ -43,12 +43,13 @@ void judge(watchdog_pointer self, size_t i, std::optional<progress_sample> sampl
   if (!c.watch.stalled(sample, now))
     return;
   std::fprintf(stderr,
-               "watchdog: %s %lld made no progress for %lld ms (%lld requests running, step %lld%s): "
-               "killing it\n",
+               "watchdog: %s %lld made no progress for %lld ms (%lld requests running, step %lld%s%s, "
+               "waiting on peers for %lld ms): killing it\n",
                c.kind.c_str(), static_cast<long long>(c.index),
                static_cast<long long>(st.cfg.stall_timeout.count()),
                static_cast<long long>(c.last.num_running), static_cast<long long>(c.last.num_steps),
-               sample ? "" : ", not answering");
+               c.last.step_in_flight ? " in flight" : "", sample ? "" : ", not answering",
+               static_cast<long long>(c.last.peer_wait_ms));
   self->request(st.supervisor, st.cfg.period, kill_atom::value, c.kind, c.index)
     .then([](bool) {}, [](caf::error&) {});
   c.watch.reset(now);  // its successor starts afresh
@@ -64,7 +65,7 @@ void check_all(watchdog_pointer self) {
                 st.children[i].index)
       .then(
         [=](const rank_stats& s) {
-          judge(self, i, progress_sample{s.num_running, s.num_steps});
+          judge(self, i, progress_sample{s.num_running, s.num_steps, s.step_in_flight, s.peer_wait_ms});
         },
         [=](caf::error& e) {
           if (e == serve_errc::unavailable)  // being restarted: its successor starts afresh

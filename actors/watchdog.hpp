@@ -1,8 +1,8 @@
 // actors/watchdog.hpp
 // Treats a rank that is alive but makes no progress as dead: every `period` it asks each
 // watched child's stats through the supervisor (whichever instance lives now); one that has had
-// running requests and no new step, or has not answered, for `stall_timeout`
-// (actors/policy/progress_watch.hpp) is logged and killed through the supervisor, which
+// work and no new step, or has not answered, for `stall_timeout`, and is not waiting on a peer
+// (actors/policy/progress_watch.hpp), is logged and killed through the supervisor, which
 // restarts it (or escalates, for a kind it cannot restart). Quits with the supervisor.
 #pragma once
 

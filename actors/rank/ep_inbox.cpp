@@ -68,7 +68,12 @@ void ep_inbox::wait(const stage_input& in) {
   std::unique_lock lock(mutex_);
   clock::time_point arrives;
   const auto given_up = [&] { return cancelled_.load() || abandoned(in.key.step); };
-  arrived_.wait(lock, [&] { return given_up() || count_of(in, &arrives) >= in.count; });
+  const auto ready = [&] { return given_up() || count_of(in, &arrives) >= in.count; };
+  if (!ready()) {  // blocked on peers: the watchdog reads for how long
+    waiting_since_.store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    arrived_.wait(lock, ready);
+    waiting_since_.store(std::numeric_limits<clock::rep>::min(), std::memory_order_relaxed);
+  }
   // The payloads are here; the link model says when the last of them is. Sleep until shortly
   // before, then spin (yielding the core): a sleeping thread wakes a median 90-150 us late on
   // this VM, against decode stages of 0.1-2 ms.
@@ -129,6 +134,18 @@ std::vector<std::shared_ptr<const ep_dispatch>> ep_inbox::take_dispatches(const 
 
 std::vector<std::shared_ptr<const ep_combine>> ep_inbox::take_combines(const ep_key& key, int64_t count) {
   return take_from(combines_, key, count, "combines");
+}
+
+ep_inbox::clock::duration ep_inbox::waiting_for(clock::time_point now) const {
+  const clock::rep since = waiting_since_.load(std::memory_order_relaxed);
+  if (since == std::numeric_limits<clock::rep>::min())
+    return clock::duration::zero();
+  return std::max(clock::duration::zero(), now - clock::time_point(clock::duration(since)));
+}
+
+void ep_inbox::hang_until_cancelled() {
+  std::unique_lock lock(mutex_);
+  arrived_.wait(lock, [&] { return cancelled_.load(); });
 }
 
 void ep_inbox::cancel() {

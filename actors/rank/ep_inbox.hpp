@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -58,6 +59,16 @@ class ep_inbox {
   [[nodiscard]] std::vector<std::shared_ptr<const ep_combine>> take_combines(const ep_key& key,
                                                                              int64_t count);
 
+  /// How long the stream has been blocked in wait() for payloads that are not all here (zero
+  /// when it is not waiting, or waits only for a link time): a rank whose peer hangs is not
+  /// itself stuck, and the watchdog spares it for a while (actors/policy/progress_watch.hpp).
+  /// Thread-safe without the lock.
+  [[nodiscard]] clock::duration waiting_for(clock::time_point now) const;
+
+  /// Fault injection: blocks the calling stream, as a kernel that never returns would, until
+  /// the rank stops (cancel). Not a wait for peers.
+  void hang_until_cancelled();
+
   /// The rank is stopping: wakes every waiter (they throw), drops what is here and what comes.
   void cancel();
   [[nodiscard]] bool cancelled() const;
@@ -93,6 +104,8 @@ class ep_inbox {
   int64_t next_step_ = 0;               // steps below it have begun
   std::atomic<bool> cancelled_{false};  // set under mutex_; read also by the spin outside it
   std::atomic<int64_t> floor_{0};       // steps below it are abandoned; set under mutex_
+  // when wait() began to block for missing payloads (clock ticks); min(): not blocked
+  std::atomic<clock::rep> waiting_since_{std::numeric_limits<clock::rep>::min()};
 };
 
 }  // namespace moe

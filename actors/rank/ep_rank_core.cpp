@@ -52,7 +52,7 @@ void ep_rank_core::stop() {
 void ep_rank_core::arm_fault(fault_point p) {
   if (p == fault_point::first_decode && role_ != "decode")
     throw std::invalid_argument("first_decode is a decode rank's point");
-  const bool exchange = p == fault_point::dispatch || p == fault_point::combine;
+  const bool exchange = p == fault_point::dispatch || p == fault_point::combine || p == fault_point::hang;
   if (exchange && (group_.num_ranks == 1 || fault_layer_ < 0))
     throw std::invalid_argument("a " + role_ + " rank alone in its group (or without MoE layers) sends no " +
                                 std::string(to_string(p)));
@@ -99,6 +99,13 @@ void ep_rank_core::on_stage_done(int64_t step, int64_t /*micro_batch*/, int32_t 
   if (pipeline_->logits_ran() && !pipeline_->expert_tokens().empty())  // an abandoned step runs again
     load_window_.add_step(pipeline_->expert_tokens());
   done_(*pipeline_, error.empty() ? pipeline_->error() : error);
+}
+
+int64_t ep_rank_core::peer_wait_ms() const {
+  if (!inbox_)
+    return 0;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(inbox_->waiting_for(ep_inbox::clock::now()))
+    .count();
 }
 
 expert_load ep_rank_core::routed_load() const {
@@ -162,6 +169,11 @@ void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload
   if (armed_ == point && key.layer_idx == fault_layer_) {
     crashed_ = true;
     caf::anon_send(self_, fault_atom::value);  // before the step's LOGITS news: the rank dies first
+    return;
+  }
+  if (armed_ == fault_point::hang && point == fault_point::dispatch && key.layer_idx == fault_layer_) {
+    crashed_ = true;  // what follows the hang is never sent
+    members_.inboxes.at(group_.rank)->hang_until_cancelled();
     return;
   }
   const auto now = link_model::clock::now();

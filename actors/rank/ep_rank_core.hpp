@@ -71,6 +71,8 @@ class ep_rank_core final : public pipeline_io {
     return pipeline_ != nullptr && inbox_->abandoned(pipeline_->step()) && !pipeline_->logits_ran();
   }
   [[nodiscard]] int64_t num_steps() const noexcept { return next_step_; }
+  /// How long (ms) the stream has been blocked inside the step for peers' payloads; 0 if not.
+  [[nodiscard]] int64_t peer_wait_ms() const;
   /// The tokens this rank's gate routed to each expert over its window of finished steps.
   [[nodiscard]] expert_load routed_load() const;
   /// Counts over the last `window_steps` steps from now on (what was counted is dropped);
@@ -89,11 +91,12 @@ class ep_rank_core final : public pipeline_io {
   /// The rank is stopping: stages waiting for peers give up, the rest of the program is skipped.
   /// Call before the stream drains.
   void stop();
-  /// Fault injection (actors/rank/fault_point.hpp). For dispatch or combine, at the last MoE
+  /// Fault injection (actors/rank/fault_point.hpp). For hang, the stream blocks at the last MoE
+  /// layer of a later step until stop(). For dispatch or combine, at the last MoE
   /// layer of a later step the stream sends no payload of that kind and none after, and tells
   /// the rank (fault_atom), which then crashes; the rank's own points it checks with crash_at.
-  /// Throws std::invalid_argument for first_decode on a prefill rank, and for dispatch or
-  /// combine in a group of one (it sends nothing).
+  /// Throws std::invalid_argument for first_decode on a prefill rank, and for dispatch, combine
+  /// or hang in a group of one (it sends nothing).
   void arm_fault(fault_point p);
   [[nodiscard]] fault_point armed_fault() const noexcept { return armed_; }
   /// Throws injected_fault when armed at `p` (on the actor's thread).

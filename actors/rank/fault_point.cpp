@@ -6,7 +6,8 @@
 namespace moe {
 
 namespace {
-constexpr std::array<std::string_view, 5> names{"none", "dispatch", "combine", "handoff", "first_decode"};
+constexpr std::array<std::string_view, 6> names{"none",    "dispatch",     "combine",
+                                                "handoff", "first_decode", "hang"};
 }  // namespace
 
 std::string_view to_string(fault_point p) noexcept { return names[static_cast<size_t>(p)]; }

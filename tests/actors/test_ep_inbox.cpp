@@ -1,7 +1,8 @@
 // tests/actors/test_ep_inbox.cpp
 // A rank's inbox: payloads come in any order and leave in source-rank order, only when all are
 // there; a wait returns once the last payload is there and its link time has passed; a payload
-// for a step the rank has not begun tells the sender to wake the owner; cancel frees waiters.
+// for a step the rank has not begun tells the sender to wake the owner; cancel frees waiters;
+// a wait blocked on peers reports for how long.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -114,4 +115,47 @@ TEST_CASE("inbox: cancel wakes a waiter with an error and drops what comes after
   CHECK_FALSE(box.has_step(5));
   CHECK_FALSE(box.complete(in));
   CHECK_THROWS_AS(box.wait(in), std::runtime_error);
+}
+
+TEST_CASE("inbox: it tells how long a wait has been blocked on peers, and nothing once it ends") {
+  using namespace std::chrono_literals;
+  ep_inbox box;
+  const stage_input in{.kind = ep_payload::dispatch, .key = {}, .count = 1};
+  CHECK(box.waiting_for(ep_inbox::clock::now()) == ep_inbox::clock::duration::zero());
+  std::atomic<bool> returned{false};
+  const auto before = ep_inbox::clock::now();
+  std::thread waiter([&] {
+    box.wait(in);
+    returned = true;
+  });
+  // the waiter blocks: its wait shows, measured from when it began
+  while (box.waiting_for(ep_inbox::clock::now()) == ep_inbox::clock::duration::zero())
+    std::this_thread::yield();
+  const auto later = ep_inbox::clock::now() + 50ms;
+  CHECK(box.waiting_for(later) >= 50ms);
+  CHECK(box.waiting_for(later) <= later - before);
+  CHECK_FALSE(returned.load());
+  (void)box.put(dispatch(0, 0, 0, 0), ep_inbox::clock::now());
+  waiter.join();
+  CHECK(returned.load());
+  CHECK(box.waiting_for(ep_inbox::clock::now() + 1s) == ep_inbox::clock::duration::zero());
+  // a wait whose payloads are already here never counts as blocked
+  (void)box.put(dispatch(0, 1, 0, 0), ep_inbox::clock::now());
+  box.wait({.kind = ep_payload::dispatch, .key = {.step = 0, .layer_idx = 1, .micro_batch = 0}, .count = 1});
+  CHECK(box.waiting_for(ep_inbox::clock::now()) == ep_inbox::clock::duration::zero());
+}
+
+TEST_CASE("inbox: a hung stream is held until the rank stops, and is not a wait on peers") {
+  ep_inbox box;
+  std::atomic<bool> released{false};
+  std::thread hung([&] {
+    box.hang_until_cancelled();
+    released = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_FALSE(released.load());
+  CHECK(box.waiting_for(ep_inbox::clock::now()) == ep_inbox::clock::duration::zero());
+  box.cancel();
+  hung.join();
+  CHECK(released.load());
 }

@@ -5,7 +5,8 @@
 // hand-off (on either side) and between a hand-off's arrival and its first decode step. The rank
 // is restarted once, its group abandons the step, the requests it held are placed again, and
 // every request still gives the single-rank generator's tokens with every KV block and booking
-// back; a client that dies as its requests migrate leaves nothing held.
+// back; a client that dies as its requests migrate leaves nothing held. A rank that hangs
+// mid-step (alive, answering, no progress) is killed by the watchdog, not its waiting peer.
 #include <doctest/doctest.h>
 
 #include "recovery_fixture.hpp"
@@ -125,6 +126,38 @@ TEST_CASE_FIXTURE(recovery_case,
   const auto balancer = caf::actor_cast<decode_balancer_actor>(
     ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("decode_balancer"), int64_t{0}));
   CHECK(ask<std::vector<int64_t>>(balancer, stats_atom::value) == std::vector<int64_t>{0, 0});
+  c.stop();
+}
+
+TEST_CASE_FIXTURE(recovery_case,
+                  "fault points: a rank that hangs mid-step is killed by the watchdog, and only it: its "
+                  "peer waiting inside the step is spared, and every request gives the generator's tokens") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  topology_config topo = recovery_topology();
+  topo.stall_timeout_s = 2.0;  // the bound on the wait; long enough for a loaded sanitizer run
+  const std::vector<request_spec> specs = greedy_requests(16, 41);
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  CHECK(ask<bool>(rank_of(c, "decode_rank", 1), fault_atom::value, std::string("hang")));
+
+  const auto started = std::chrono::steady_clock::now();
+  std::map<uint64_t, size_t> index_of;
+  std::map<uint64_t, collected> got = run_with_kills(c, specs, {}, {}, specs.size() + 1, 0, index_of);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  MESSAGE("16 requests past a hung decode rank in " << seconds << " s (stall timeout 2 s)");
+  reference(weights, tok, topo);
+  check_outputs(specs, index_of, got);
+  std::map<std::string, int64_t> restarts;  // "kind index"
+  for (const actor_info& a : ask<std::vector<actor_info>>(c.supervisor, actors_atom::value))
+    restarts[a.kind + " " + std::to_string(a.index)] = a.restarts;
+  CHECK(restarts["decode_rank 1"] == 1);  // the hung one, once
+  CHECK(restarts["decode_rank 0"] == 0);  // its peer waited on it and was spared
+  CHECK(restarts["prefill_rank 0"] == 0);
+  CHECK(restarts["prefill_rank 1"] == 0);
+  check_ranks_idle(c);
+  check_queue_empty(c);
   c.stop();
 }
 
