@@ -26,6 +26,7 @@ struct child {
   std::vector<caf::typed_response_promise<caf::actor>> successor_waiters;
   bool ended = false;  // exited and will not be restarted
   std::optional<std::chrono::steady_clock::time_point> last_restart;
+  double last_recovery_ms = -1.0;          // down message to successor introduced, for the last restart
   std::optional<versioned_config> config;  // the last live change it accepted
 };
 
@@ -162,10 +163,13 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
     return stop_all(self, caf::make_error(serve_errc::crash_loop, who));
   }
   try {
-    c->last_restart = std::chrono::steady_clock::now();
+    const auto began = std::chrono::steady_clock::now();
+    c->last_restart = began;
     start_child(self, *c);
     if (c->spec.introduce)
       c->spec.introduce(c->handle, lookup_in(self));
+    c->last_recovery_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "supervisor: %s could not be restarted (%s): stopping the cluster\n", who.c_str(),
                  e.what());
@@ -188,12 +192,12 @@ caf::typed_response_promise<std::vector<actor_info>> list_actors(supervisor_poin
         c.last_restart
           ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *c.last_restart).count()
           : -1.0;
-      out->push_back({c.spec.kind, c.spec.index, c.intensity.num_restarts(), since});
+      out->push_back({c.spec.kind, c.spec.index, c.intensity.num_restarts(), since, c.last_recovery_ms});
       if (!c.spec.worker_kind.empty())
         owners.emplace_back(c.handle, c.spec.worker_kind);
     }
   for (const attached& a : self->state.attached_actors)
-    out->push_back({a.kind, a.index, 0, -1.0});
+    out->push_back({a.kind, a.index, 0, -1.0, -1.0});
   if (owners.empty()) {
     rp.deliver(*out);
     return rp;

@@ -47,7 +47,12 @@ std::string format_stats_line(const stats_line_figures& f) {
     if (n <= 0)
       continue;
     restarts += n;
-    by_kind += (by_kind.empty() ? "" : ", ") + kind + " " + std::to_string(n);
+    by_kind += (by_kind.empty() ? "" : "; ") + kind + " " + std::to_string(n);
+    if (const auto took = f.recovery_ms.find(kind); took != f.recovery_ms.end() && took->second >= 0.0) {
+      char ms[48];
+      std::snprintf(ms, sizeof ms, ", last took %.1f ms", took->second);
+      by_kind += ms;
+    }
   }
   if (restarts > 0)
     line += ", " + std::to_string(restarts) + (restarts == 1 ? " actor restart (" : " actor restarts (") +

@@ -64,25 +64,31 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
   }
 }
 
-// {restarts: {kind: n}, last_restart_s: {kind: seconds since}, migrations, resumed, preemptions,
-// reprefilled_tokens}: the
+// {restarts: {kind: n}, last_restart_s: {kind: seconds since}, last_recovery_ms: {kind: ms the
+// latest restart took}, migrations, resumed, preemptions, reprefilled_tokens}: the
 // supervised kinds (sessions are not restarted: the bridges resume their requests).
 void pack_recovery(msgpack::packer<msgpack::sbuffer>& pk, const server_counters& c,
                    const std::vector<actor_info>& actors) {
   std::map<std::string, int64_t> restarts;
-  std::map<std::string, double> since;
+  std::map<std::string, double> since, took;
   for (const actor_info& a : actors) {
     if (a.kind == "session")
       continue;
     restarts[a.kind] += a.restarts;
-    if (a.since_restart_s >= 0.0 && (since.count(a.kind) == 0 || a.since_restart_s < since[a.kind]))
+    if (a.since_restart_s >= 0.0 && (since.count(a.kind) == 0 || a.since_restart_s < since[a.kind])) {
       since[a.kind] = a.since_restart_s;
+      took[a.kind] = a.last_recovery_ms;
+    }
   }
-  pk.pack_map(6);
+  pk.pack_map(7);
   pk.pack("restarts").pack(restarts);
-  pk.pack("last_restart_s").pack_map(static_cast<uint32_t>(since.size()));
-  for (const auto& [kind, s] : since)
-    pk.pack(kind).pack_double(s);
+  const auto pack_doubles = [&](const char* key, const std::map<std::string, double>& m) {
+    pk.pack(key).pack_map(static_cast<uint32_t>(m.size()));
+    for (const auto& [kind, x] : m)
+      pk.pack(kind).pack_double(x);
+  };
+  pack_doubles("last_restart_s", since);
+  pack_doubles("last_recovery_ms", took);
   pk.pack("migrations").pack(c.num_migrations.load());
   pk.pack("resumed").pack(c.num_resumed.load());
   pk.pack("preemptions").pack(c.num_preemptions.load());

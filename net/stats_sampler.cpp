@@ -44,9 +44,10 @@ struct sampler_state {
   std::shared_ptr<const server_counters> counters;
   std::vector<rank_occupancy> ranks;
   std::vector<int64_t> num_samples;
-  std::deque<snapshot> snapshots;           // oldest first, spanning at most the window
-  snapshot last_log;                        // the counters at the last stats line
-  std::map<std::string, int64_t> restarts;  // of the supervised actors per kind, at the last sample
+  std::deque<snapshot> snapshots;             // oldest first, spanning at most the window
+  snapshot last_log;                          // the counters at the last stats line
+  std::map<std::string, int64_t> restarts;    // of the supervised actors per kind, at the last sample
+  std::map<std::string, double> recovery_ms;  // per kind, how long its latest restart took
   static inline const char* name = "stats_sampler";
 };
 
@@ -77,10 +78,18 @@ void sample(sampler_pointer self, std::chrono::milliseconds interval, std::chron
     .then(
       [=](const std::vector<actor_info>& actors) {
         std::map<std::string, int64_t> by_kind;
-        for (const actor_info& a : actors)
-          if (a.kind != "session")  // a session's request is resumed (counted so), not restarted
-            by_kind[a.kind] += a.restarts;
+        std::map<std::string, double> since, took;
+        for (const actor_info& a : actors) {
+          if (a.kind == "session")  // a session's request is resumed (counted so), not restarted
+            continue;
+          by_kind[a.kind] += a.restarts;
+          if (a.since_restart_s >= 0.0 && (since.count(a.kind) == 0 || a.since_restart_s < since[a.kind])) {
+            since[a.kind] = a.since_restart_s;  // the kind's latest restart
+            took[a.kind] = a.last_recovery_ms;
+          }
+        }
         self->state.restarts = std::move(by_kind);
+        self->state.recovery_ms = std::move(took);
       },
       [](caf::error&) {});
   const auto now = clock::now();
@@ -114,6 +123,7 @@ void log_stats(sampler_pointer self) {
                        .output_tokens = now.output_tokens - last.output_tokens,
                        .connections = st.counters->num_connections.load(),
                        .restarts = restarts_since(last.restarts, now.restarts),
+                       .recovery_ms = st.recovery_ms,
                        .migrations = now.migrations - last.migrations,
                        .preemptions = now.preemptions - last.preemptions};
   bool kv_in_use = false;

@@ -139,6 +139,7 @@ std::map<std::string, int> serve_under_kills(server_fixture& fx, const std::vect
     result_map(stats).at("recovery").as<std::map<std::string, msgpack::object>>();  // into its frame
   const auto restarts = recovery.at("restarts").as<std::map<std::string, int64_t>>();
   const auto last = recovery.at("last_restart_s").as<std::map<std::string, double>>();
+  const auto took = recovery.at("last_recovery_ms").as<std::map<std::string, double>>();
   for (const auto& [killed_kind, n] : kills) {
     const std::string kind = killed_kind;
     if (kind == "session")
@@ -146,6 +147,8 @@ std::map<std::string, int> serve_under_kills(server_fixture& fx, const std::vect
     CAPTURE(kind);
     CHECK(restarts.at(kind) == n);
     CHECK(last.at(kind) >= 0.0);
+    CHECK(took.at(kind) > 0.0);                      // a restart takes time: a spawn and the re-introduction
+    CHECK(took.at(kind) <= 1000.0 * last.at(kind));  // it ended before now
   }
   CHECK(recovery.at("resumed").as<int64_t>() >= 1);  // killed sessions, and those a killed prefill
                                                      // balancer's end took with it

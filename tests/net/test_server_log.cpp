@@ -30,10 +30,11 @@ TEST_CASE(
                              .requests = 2,
                              .connections = 1,
                              .restarts = {{"decode_rank", 2}, {"metrics", 0}, {"request_queue", 1}},
+                             .recovery_ms = {{"decode_rank", 41.26}, {"metrics", 0.5}},
                              .migrations = 1};
   CHECK(format_stats_line(f) ==
         "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, KV in use: prefill, decode, "
-        "1 connection, 3 actor restarts (decode_rank 2, request_queue 1), 1 migration");
+        "1 connection, 3 actor restarts (decode_rank 2, last took 41.3 ms; request_queue 1), 1 migration");
   const stats_line_figures one{.seconds = 1.0, .requests = 2, .connections = 1, .restarts = {{"metrics", 1}}};
   CHECK(format_stats_line(one) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
                                   "KV in use: prefill, decode, 1 connection, 1 actor restart (metrics 1)");
