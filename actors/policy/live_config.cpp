@@ -16,6 +16,7 @@ using maybe_error = std::optional<std::string>;
 // Limits that keep every field far from overflow and from nonsense.
 constexpr double max_weight = 1e6;
 constexpr int64_t max_limit = 1'000'000;
+constexpr int64_t max_steps = 10'000'000;
 
 std::string kind_of(const config_value& v) {
   switch (v.index()) {
@@ -226,6 +227,41 @@ config_fields fields_of(const decode_balancer_settings& s) {
           {"request_weight", s.request_weight},
           {"seed", s.seed},
           {"drained", ranks_value(s.drained)}};
+}
+
+std::variant<expert_balancer_settings, std::string> changed(const expert_balancer_settings& s,
+                                                            const config_fields& change) {
+  expert_balancer_settings out = s;
+  for (const config_field& f : change) {
+    maybe_error err;
+    if (f.key == "policy") {
+      err = read_choice(f, {"hierarchical", "global", "off"}, out.policy);
+    } else if (f.key == "interval_steps") {
+      err = read_int(f, 0, max_steps, out.interval_steps);
+    } else if (f.key == "window_steps") {
+      err = read_int(f, 1, max_steps, out.window_steps);
+    } else if (f.key == "redundant_experts") {
+      err = read_int(f, 0, out.num_logical, out.redundant_experts);
+    } else if (f.key == "minimal_movement") {
+      if (const auto* b = std::get_if<bool>(&f.value))
+        out.minimal_movement = *b;
+      else
+        err = expected(f, "true or false");
+    } else {
+      err = unknown_key(f, "policy, interval_steps, window_steps, redundant_experts, minimal_movement");
+    }
+    if (err)
+      return *err;
+  }
+  return out;
+}
+
+config_fields fields_of(const expert_balancer_settings& s) {
+  return {{"policy", s.policy},
+          {"interval_steps", s.interval_steps},
+          {"window_steps", s.window_steps},
+          {"redundant_experts", s.redundant_experts},
+          {"minimal_movement", s.minimal_movement}};
 }
 
 config_fields fields_of(const request_queue_settings& s) {

@@ -1,6 +1,6 @@
 // actors/policy/live_config.hpp
 // The configuration an operator changes while the cluster serves: each target (the prefill and
-// decode balancers, the request queue) holds typed settings and an epoch that rises with every
+// decode balancers, the expert balancers, the request queue) holds typed settings and an epoch that rises with every
 // accepted change. A change is a list of key = value fields, validated whole against a copy:
 // either every field applies or none does, and the error names the first field that does not
 // fit. Pure functions; the actors that hold the settings apply them between two picks.
@@ -67,6 +67,24 @@ struct request_queue_settings {
   int64_t max_running = 64;
 };
 
+/// An expert-parallel group's expert balancer (EPLB): how it places expert replicas on ranks.
+///  - hierarchical: DeepSeek's hierarchical policy (expert groups packed to nodes, replicas
+///    inside nodes), global where the groups do not divide over the nodes (as eplb.py);
+///  - global: one group, one node;
+///  - off: the placement stays (admin.rebalance still plans with the hierarchical policy).
+/// It plans every `interval_steps` steps of the group (0: only when asked) from the tokens
+/// routed over the last `window_steps`, with at least `redundant_experts` extra slots (rounded
+/// up so that every rank holds as many), keeping replicas where they are when
+/// `minimal_movement`.
+struct expert_balancer_settings {
+  std::string policy = "hierarchical";
+  int64_t interval_steps = 1000;  // SGLang's default
+  int64_t window_steps = 1000;
+  int64_t redundant_experts = 0;
+  bool minimal_movement = true;
+  int64_t num_logical = 1;  // the model's routed experts: not a field
+};
+
 /// `s` with `change` applied (fields in order; "drain" / "undrain" add or remove one rank of
 /// "drained"), or the error naming the field: "<key>: ...". Applying fields_of(x) to any
 /// settings of the same shape gives x.
@@ -76,10 +94,13 @@ struct request_queue_settings {
                                                                           const config_fields& change);
 [[nodiscard]] std::variant<request_queue_settings, std::string> changed(const request_queue_settings& s,
                                                                         const config_fields& change);
+[[nodiscard]] std::variant<expert_balancer_settings, std::string> changed(const expert_balancer_settings& s,
+                                                                          const config_fields& change);
 
 [[nodiscard]] config_fields fields_of(const prefill_balancer_settings& s);
 [[nodiscard]] config_fields fields_of(const decode_balancer_settings& s);
 [[nodiscard]] config_fields fields_of(const request_queue_settings& s);
+[[nodiscard]] config_fields fields_of(const expert_balancer_settings& s);
 
 /// Whether rank `r` takes new work.
 [[nodiscard]] bool takes_work(const std::vector<int64_t>& drained, int64_t r);

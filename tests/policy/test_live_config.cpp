@@ -94,3 +94,34 @@ TEST_CASE("live config: a target's fields restore it, and print as the wire show
   CHECK(d2.policy == "round_robin");
   CHECK(d2.seed == 4);
 }
+
+TEST_CASE("live config: the expert balancer, validated whole, restored by its own fields") {
+  const expert_balancer_settings boot{.num_logical = 16};
+  CHECK(boot.policy == "hierarchical");
+  CHECK(boot.interval_steps == 1000);
+  const expert_balancer_settings e = ok(changed(boot, {{"policy", std::string("global")},
+                                                       {"interval_steps", int64_t{0}},
+                                                       {"redundant_experts", int64_t{4}},
+                                                       {"minimal_movement", false}}));
+  CHECK(e.policy == "global");
+  CHECK(e.interval_steps == 0);  // only when asked
+  CHECK(e.redundant_experts == 4);
+  CHECK_FALSE(e.minimal_movement);
+  // a bad field refuses the whole change: the valid policy before it does not apply
+  CHECK(error_of(changed(e, {{"policy", std::string("off")}, {"redundant_experts", int64_t{17}}})) ==
+        "redundant_experts: expected an integer from 0 to 16, got 17");
+  CHECK(error_of(changed(e, {{"policy", std::string("eplb")}})) ==
+        "policy: expected one of hierarchical, global, off, got \"eplb\"");
+  CHECK(error_of(changed(e, {{"window_steps", int64_t{0}}})) ==
+        "window_steps: expected an integer from 1 to 10000000, got 0");
+  CHECK(error_of(changed(e, {{"minimal_movement", int64_t{1}}})) ==
+        "minimal_movement: expected true or false, got an integer (1)");
+  CHECK(error_of(changed(e, {{"replicas", int64_t{1}}})) ==
+        "replicas: unknown key (policy, interval_steps, window_steps, redundant_experts, minimal_movement)");
+  const expert_balancer_settings back = ok(changed(boot, fields_of(e)));
+  CHECK(back.policy == "global");
+  CHECK(back.interval_steps == 0);
+  CHECK(back.window_steps == 1000);
+  CHECK(back.redundant_experts == 4);
+  CHECK_FALSE(back.minimal_movement);
+}

@@ -1,0 +1,144 @@
+// actors/policy/expert_placement.cpp
+#include "actors/policy/expert_placement.hpp"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+namespace moe {
+
+namespace {
+
+int64_t per_rank(const std::vector<int32_t>& slots, int64_t num_ranks, const char* what) {
+  if (num_ranks <= 0 || slots.empty() || static_cast<int64_t>(slots.size()) % num_ranks != 0)
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(slots.size()) +
+                                " slots do not split over " + std::to_string(num_ranks) + " ranks");
+  return static_cast<int64_t>(slots.size()) / num_ranks;
+}
+
+std::set<int32_t> block_experts(const std::vector<int32_t>& slots, int64_t block, int64_t k) {
+  return {slots.begin() + block * k, slots.begin() + (block + 1) * k};
+}
+
+}  // namespace
+
+int64_t group_slots(int64_t num_logical, int64_t redundant, int64_t num_ranks) {
+  if (num_logical <= 0 || redundant < 0 || num_ranks <= 0)
+    throw std::invalid_argument("group_slots: needs experts and ranks");
+  const int64_t at_least = num_logical + redundant;
+  return (at_least + num_ranks - 1) / num_ranks * num_ranks;
+}
+
+int64_t replicas_moved(const std::vector<int32_t>& from, const std::vector<int32_t>& to, int64_t num_ranks) {
+  const int64_t k_from = per_rank(from, num_ranks, "replicas_moved"),
+                k_to = per_rank(to, num_ranks, "replicas_moved");
+  int64_t moved = 0;
+  for (int64_t r = 0; r < num_ranks; ++r) {
+    const std::set<int32_t> had = block_experts(from, r, k_from);
+    for (const int32_t e : block_experts(to, r, k_to))
+      moved += had.count(e) == 0 ? 1 : 0;
+  }
+  return moved;
+}
+
+std::vector<int32_t> keep_in_place(const std::vector<int32_t>& from, std::vector<int32_t> to,
+                                   int64_t num_ranks) {
+  const int64_t k_from = per_rank(from, num_ranks, "keep_in_place"),
+                k = per_rank(to, num_ranks, "keep_in_place");
+  // overlap[b][r]: distinct experts of the plan's block b that rank r holds now
+  std::vector<std::vector<int64_t>> overlap(num_ranks, std::vector<int64_t>(num_ranks, 0));
+  for (int64_t r = 0; r < num_ranks; ++r) {
+    const std::set<int32_t> had = block_experts(from, r, k_from);
+    for (int64_t b = 0; b < num_ranks; ++b)
+      for (const int32_t e : block_experts(to, b, k))
+        overlap[b][r] += had.count(e);
+  }
+  std::vector<int64_t> rank_of(num_ranks, -1);
+  std::vector<bool> rank_taken(num_ranks, false);
+  for (int64_t n = 0; n < num_ranks; ++n) {
+    int64_t best_b = -1, best_r = -1, best = -1;
+    for (int64_t b = 0; b < num_ranks; ++b)
+      for (int64_t r = 0; r < num_ranks && rank_of[b] < 0; ++r)
+        if (!rank_taken[r] && overlap[b][r] > best) {
+          best = overlap[b][r];
+          best_b = b;
+          best_r = r;
+        }
+    rank_of[best_b] = best_r;
+    rank_taken[best_r] = true;
+  }
+  std::vector<int32_t> out(to.size(), -1);
+  for (int64_t b = 0; b < num_ranks; ++b) {
+    const int64_t r = rank_of[b];
+    int32_t* dst = out.data() + r * k;
+    std::vector<int32_t> rest;
+    for (int64_t i = 0; i < k; ++i) {  // an expert the rank held stays at its old position if it can
+      const int32_t e = to[b * k + i];
+      int64_t at = -1;
+      for (int64_t j = 0; j < std::min(k, k_from) && at < 0; ++j)
+        if (from[r * k_from + j] == e && dst[j] < 0)
+          at = j;
+      if (at >= 0)
+        dst[at] = e;
+      else
+        rest.push_back(e);
+    }
+    size_t next = 0;
+    for (int64_t j = 0; j < k; ++j)
+      if (dst[j] < 0)
+        dst[j] = rest[next++];
+  }
+  return out;
+}
+
+std::vector<double> placement_loads(const std::vector<int32_t>& slots, const std::vector<double>& load,
+                                    int64_t num_ranks) {
+  const int64_t k = per_rank(slots, num_ranks, "placement_loads");
+  std::vector<int64_t> replicas(load.size(), 0);
+  for (const int32_t e : slots)
+    ++replicas.at(static_cast<size_t>(e));
+  std::vector<double> out(static_cast<size_t>(num_ranks), 0.0);
+  for (size_t p = 0; p < slots.size(); ++p)
+    out[p / static_cast<size_t>(k)] += load[static_cast<size_t>(slots[p])] /
+                                       static_cast<double>(replicas[slots[p]]);
+  return out;
+}
+
+double balancedness(const std::vector<double>& per_rank) {
+  if (per_rank.empty())
+    return 1.0;
+  double sum = 0.0, max = 0.0;
+  for (const double x : per_rank) {
+    sum += x;
+    max = std::max(max, x);
+  }
+  return max > 0.0 ? sum / static_cast<double>(per_rank.size()) / max : 1.0;
+}
+
+placement_change_plan plan_placement(const matrix<double>& load,
+                                     const std::vector<std::vector<int32_t>>& current, int64_t redundant,
+                                     int64_t num_ranks, int64_t num_groups, int64_t num_nodes, bool global,
+                                     bool minimal_movement) {
+  if (static_cast<int64_t>(current.size()) != load.rows)
+    throw std::invalid_argument("plan_placement: " + std::to_string(load.rows) + " layers of load for " +
+                                std::to_string(current.size()) + " placed layers");
+  const int64_t slots = group_slots(load.cols, redundant, num_ranks);
+  const expert_plan plan = global ? rebalance_experts(load, slots, 1, 1, num_ranks)
+                                  : rebalance_experts(load, slots, num_groups, num_nodes, num_ranks);
+  placement_change_plan out;
+  for (int64_t l = 0; l < load.rows; ++l) {
+    std::vector<int32_t> to(plan.phy2log.data.begin() + l * slots,
+                            plan.phy2log.data.begin() + (l + 1) * slots);
+    const std::vector<double> row(load.data.begin() + l * load.cols, load.data.begin() + (l + 1) * load.cols);
+    out.moved_plain += replicas_moved(current[l], to, num_ranks);
+    if (minimal_movement)
+      to = keep_in_place(current[l], std::move(to), num_ranks);
+    out.moved += replicas_moved(current[l], to, num_ranks);
+    out.balancedness_before.push_back(balancedness(placement_loads(current[l], row, num_ranks)));
+    out.balancedness_after.push_back(balancedness(placement_loads(to, row, num_ranks)));
+    out.slots.push_back(std::move(to));
+  }
+  return out;
+}
+
+}  // namespace moe
