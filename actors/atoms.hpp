@@ -34,5 +34,8 @@ using configure_atom = caf::atom_constant<caf::atom("configure")>;  // change (o
 using config_atom = caf::atom_constant<caf::atom("config")>;        // the configuration, please
 using balance_atom = caf::atom_constant<caf::atom("balance")>;      // a balancer's balancedness
 using expert_load_atom = caf::atom_constant<caf::atom("expertload")>;  // routed tokens per expert
+using placement_atom = caf::atom_constant<caf::atom("placement")>;     // where the expert replicas are
+using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;     // plan and install a placement now
+using check_atom = caf::atom_constant<caf::atom("ebcheck")>;           // an expert balancer's periodic look
 
 }  // namespace moe

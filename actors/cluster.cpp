@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "actors/expert_balancer.hpp"
 #include "actors/watchdog.hpp"
 #include "kernels/model/dispatch_payload.hpp"
 #include "kernels/model/kv_cache.hpp"
@@ -66,10 +67,12 @@ void tell_members(const group_roster& g) {
     caf::anon_send(rank, peers_atom::value, g.members);
 }
 
-// The first membership of a group of `ranks`.
+// The first membership of a group of `ranks`, with the group's first placement.
 template <class Rank>
-std::shared_ptr<group_roster> introduce(const std::vector<Rank>& ranks, int64_t first_global_rank) {
+std::shared_ptr<group_roster> introduce(const std::vector<Rank>& ranks, int64_t first_global_rank,
+                                        const ep_group& group) {
   auto g = std::make_shared<group_roster>();
+  g->members.placements = group.placements;
   for (size_t r = 0; r < ranks.size(); ++r) {
     g->members.peers.push_back(caf::actor_cast<caf::actor>(ranks[r]));
     g->members.inboxes.push_back(std::make_shared<ep_inbox>());
@@ -91,9 +94,40 @@ void rejoin(group_roster& g, size_t r, const caf::actor& fresh) {
   tell_members(g);
 }
 
+// A new membership of the same ranks: each abandons the step it is in and takes the roster's
+// placement from the new first step.
+void renew(group_roster& g) {
+  g.members.first_step = ++g.epoch << epoch_step_bits;
+  tell_members(g);
+}
+
+// Keeps the expert balancers' decisions in the group rosters (supervisor.hpp's placement_keeper).
+placement_keeper keep_placements(std::shared_ptr<group_roster> prefill,
+                                 std::shared_ptr<group_roster> decode) {
+  return [prefill, decode](const std::string& rank_kind, const placement_change& d, bool renewing) {
+    group_roster* g = rank_kind == "prefill_rank"  ? prefill.get()
+                      : rank_kind == "decode_rank" ? decode.get()
+                                                   : nullptr;
+    if (g == nullptr || !d.placements || (!renewing && d.membership_first_step != g->members.first_step))
+      return false;
+    g->members.placements = d.placements;
+    g->members.placement_epoch = d.epoch;
+    if (renewing)
+      renew(*g);
+    return true;
+  };
+}
+
 template <class Handle>
 caf::actor untyped(const Handle& h) {
   return caf::actor_cast<caf::actor>(h);
+}
+
+// A group's expert balancer (if the model has one) learns its rank r's new handle.
+void tell_expert_balancer(const caf::actor& balancer, size_t r, const caf::actor& fresh) {
+  if (balancer)
+    caf::anon_send(caf::actor_cast<expert_balancer_actor>(balancer), peers_atom::value,
+                   static_cast<int64_t>(r), fresh);
 }
 
 // What the supervisor restarts, and whom it re-introduces a restarted actor to.
@@ -106,12 +140,52 @@ struct rank_recipe {
   std::shared_ptr<group_roster> prefill_roster, decode_roster;
 };
 
+// One routed expert's bytes (weights and FP8 scales), what a move of it copies.
+int64_t expert_bytes(const model_weights& w) {
+  for (const layer_weights& l : w.layers)
+    if (l.is_moe && !l.moe.experts.empty()) {
+      int64_t bytes = 0;
+      for (const linear_weight* p :
+           {&l.moe.experts[0].gate_proj, &l.moe.experts[0].up_proj, &l.moe.experts[0].down_proj})
+        bytes += p->num_bytes() + p->scale_bytes();
+      return bytes;
+    }
+  return 0;
+}
+
+// The expert balancers' configurations: index 0 the prefill group's, 1 the decode group's.
+std::vector<expert_balancer_config> expert_balancer_configs(const model_weights& w,
+                                                            const topology_config& topo,
+                                                            int64_t window_steps) {
+  std::vector<expert_balancer_config> out;
+  for (const bool prefill : {true, false}) {
+    const int64_t num_ranks = prefill ? topo.prefill_ranks : topo.decode_ranks;
+    const int64_t per_node = std::max<int64_t>(1, topo.ranks_per_node);
+    out.push_back({.role = prefill ? "prefill" : "decode",
+                   .rank_kind = prefill ? "prefill_rank" : "decode_rank",
+                   .supervisor = {},  // the supervisor's, when it starts the balancer
+                   .num_ranks = num_ranks,
+                   .num_logical = w.config.n_routed_experts,
+                   .num_groups = std::max<int64_t>(1, w.config.n_group),
+                   .num_nodes = num_ranks % per_node == 0 ? num_ranks / per_node : 1,
+                   .expert_bytes = expert_bytes(w),
+                   .settings = {.policy = topo.expert_balancer,
+                                .interval_steps = topo.eplb_interval_steps,
+                                .window_steps = window_steps,
+                                .redundant_experts = topo.redundant_experts,
+                                .minimal_movement = true,
+                                .num_logical = w.config.n_routed_experts}});
+  }
+  return out;
+}
+
 // Ids each request queue instance may give (a restarted one starts above its predecessor's).
 constexpr int queue_id_bits = 40;
 
 std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, const rank_recipe& recipe,
                                     decode_balancer_config decode_cfg, request_queue_config queue_cfg,
-                                    const prefill_balancer_graph& prefill_graph) {
+                                    const prefill_balancer_graph& prefill_graph,
+                                    const std::vector<expert_balancer_config>& expert_cfgs) {
   std::vector<child_spec> specs;
   // A restarted queue gives ids above its predecessors' and learns from the prefill balancer
   // which requests run; the bridges give back what it held (resume_state::queue_restarted).
@@ -200,6 +274,7 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
        .introduce =
          [r, roster = recipe.prefill_roster](const caf::actor& fresh, const child_lookup& current) {
            rejoin(*roster, r, fresh);
+           tell_expert_balancer(current("expert_balancer", 0), r, fresh);
            caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
                           peers_atom::value, static_cast<int64_t>(r),
                           caf::actor_cast<prefill_rank_actor>(fresh));
@@ -219,6 +294,7 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
        .introduce =
          [r, roster = recipe.decode_roster](const caf::actor& fresh, const child_lookup& current) {
            rejoin(*roster, r, fresh);
+           tell_expert_balancer(current("expert_balancer", 1), r, fresh);
            const auto rank = caf::actor_cast<decode_rank_actor>(fresh);
            const caf::actor balancer = current("decode_balancer", 0);
            caf::anon_send(rank, route_atom::value, balancer);
@@ -227,6 +303,25 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
            caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
                           peers_atom::value, static_cast<int64_t>(r), rank);
          }});
+  // An expert balancer per EP group (after the ranks it asks): it records its decisions with
+  // the supervisor, and learns a rank's restart from the rank's introduction.
+  for (size_t index = 0; index < expert_cfgs.size(); ++index)
+    specs.push_back({.kind = "expert_balancer",
+                     .index = static_cast<int64_t>(index),
+                     .restart = restart_policy::permanent,
+                     .running = {},
+                     .start =
+                       [&sys, cfg = expert_cfgs[index]](const child_lookup& current) {
+                         expert_balancer_config with = cfg;
+                         with.supervisor = current("supervisor", 0);
+                         std::vector<caf::actor> ranks;
+                         for (int64_t r = 0; r < with.num_ranks; ++r)  // one restarting: introduced later
+                           ranks.push_back(current(with.rank_kind, r));
+                         return untyped(spawn_expert_balancer(sys, std::move(ranks), std::move(with)));
+                       },
+                     .introduce = {},
+                     .worker_kind = {},
+                     .configurable = true});
   return specs;
 }
 
@@ -272,8 +367,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
     if (c.trace)
       c.trace->name_rank(topo.prefill_ranks + r, "decode_rank " + std::to_string(r));
   }
-  std::shared_ptr<group_roster> prefill_roster = introduce(c.prefill_ranks, 0);
-  std::shared_ptr<group_roster> decode_roster = introduce(c.decode_ranks, topo.prefill_ranks);
+  std::shared_ptr<group_roster> prefill_roster = introduce(c.prefill_ranks, 0, prefill_group);
+  std::shared_ptr<group_roster> decode_roster = introduce(c.decode_ranks, topo.prefill_ranks, decode_group);
   const int64_t max_context = served_context(topo, w.config.max_position_embeddings);
   const decode_balancer_config decode_cfg{
     .num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests};
@@ -310,8 +405,12 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                            .prefill_roster = prefill_roster,
                            .decode_roster = decode_roster};
   const restart_limits limits{.max_restarts = topo.max_restarts, .period = millis(topo.restart_period_s)};
-  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg, prefill_graph),
-                                  limits);
+  const std::vector<expert_balancer_config> expert_cfgs =
+    w.config.n_routed_experts > 0 ? expert_balancer_configs(w, topo, prefill_group.expert_window_steps)
+                                  : std::vector<expert_balancer_config>{};
+  c.supervisor =
+    spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg, prefill_graph, expert_cfgs),
+                     limits, keep_placements(prefill_roster, decode_roster));
   c.root = untyped(c.supervisor);
   if (const std::chrono::milliseconds stall = millis(topo.stall_timeout_s); stall.count() > 0) {
     watchdog_config w{

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/policy/pick_window.hpp"
+#include "kernels/model/expert_parallel.hpp"
 #include "kernels/model/kv_handoff.hpp"
 
 #include "kernels/sampling/logprobs.hpp"
@@ -149,6 +150,48 @@ struct expert_load {
   std::vector<int64_t> counts;  // [num_layers * num_experts]
 };
 
+/// The expert placement a rank computes with: its epoch (0: as started) and, per layer, the
+/// physical slot -> logical expert row (empty for dense layers).
+struct placement_report {
+  uint64_t epoch = 0;
+  std::vector<std::vector<int32_t>> slot_expert;
+  int64_t membership_first_step = 0;  // the group membership it holds in (a placement change's key)
+  int64_t num_steps_run = 0;          // steps this rank began since it started
+};
+
+/// A new expert placement for an expert-parallel group: its epoch (above the one in force), the
+/// group membership it was planned for (ep_membership::first_step), and every layer's placement
+/// (empty on dense layers).
+struct placement_change {
+  uint64_t epoch = 0;
+  int64_t membership_first_step = 0;
+  std::shared_ptr<const std::vector<layer_placement>> placements;
+};
+
+/// What one rebalance of an expert-parallel group did (or, with `error`, why it did nothing).
+struct rebalance_report {
+  std::string role;               // "prefill" | "decode"
+  uint64_t epoch = 0;             // the placement in force after it
+  int64_t moved_experts = 0;      // replicas copied to a rank that did not hold them
+  int64_t moved_bytes = 0;        // their weights' bytes
+  int64_t plain_moved_bytes = 0;  // what the plan would have copied without minimal movement
+  double seconds = 0.0;
+  std::vector<double> balancedness_before, balancedness_after;  // per MoE layer, of the window's load
+  std::string error;
+};
+
+/// An expert balancer's counters, for stats.
+struct expert_balancer_stats {
+  std::string role;
+  uint64_t epoch = 0;
+  int64_t rebalances = 0;
+  int64_t failed = 0;
+  int64_t moved_bytes = 0;  // in all
+  double last_seconds = 0.0;
+  std::vector<double> balancedness;  // per MoE layer, of the current placement under the last load seen
+  std::string last_error;
+};
+
 /// The decode balancer's bookings a decode rank holds (reserved, joining or running), as a
 /// restarted balancer rebuilds them: request ids and each one's booked KV blocks.
 struct rank_bookings {
@@ -170,6 +213,24 @@ typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, balance_report& x) {
   return f(caf::meta::type_name("balance_report"), x.num_picks, x.per_rank, x.mean, x.max, x.balancedness);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, placement_report& x) {
+  return f(caf::meta::type_name("placement_report"), x.epoch, x.slot_expert, x.membership_first_step,
+           x.num_steps_run);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rebalance_report& x) {
+  return f(caf::meta::type_name("rebalance_report"), x.role, x.epoch, x.moved_experts, x.moved_bytes,
+           x.plain_moved_bytes, x.seconds, x.balancedness_before, x.balancedness_after, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, expert_balancer_stats& x) {
+  return f(caf::meta::type_name("expert_balancer_stats"), x.role, x.epoch, x.rebalances, x.failed,
+           x.moved_bytes, x.last_seconds, x.balancedness, x.last_error);
 }
 
 template <class Inspector>
@@ -205,3 +266,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::stream_chunk)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::session_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::resume_state)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::actor_info>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::placement_change)

@@ -72,6 +72,8 @@ child* find_child(supervisor_state& st, const caf::actor_addr& addr) {
 
 child_lookup lookup_in(supervisor_pointer self) {
   return [self](const std::string& kind, int64_t index) {
+    if (kind == "supervisor")  // a child that reports to it (an expert balancer's decisions)
+      return caf::actor_cast<caf::actor>(self);
     child* other = find_child(self->state, kind, index);
     return other != nullptr ? other->handle : caf::actor{};
   };
@@ -309,7 +311,7 @@ caf::typed_response_promise<std::vector<versioned_config>> list_configs(supervis
 }
 
 supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<child_spec> specs,
-                                           restart_limits limits) {
+                                           restart_limits limits, const placement_keeper& keeper) {
   for (child_spec& s : specs)
     self->state.children.push_back(
       {.spec = std::move(s), .handle = {}, .intensity = restart_intensity(limits)});
@@ -361,6 +363,9 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
       return configure_child(self, kind, index, change);
     },
     [=](config_atom) -> caf::result<std::vector<versioned_config>> { return list_configs(self); },
+    [=](placement_atom, const std::string& rank_kind, const placement_change& decision, bool renew) {
+      return !self->state.stopping && keeper && keeper(rank_kind, decision, renew);
+    },
     [=](start_atom, child_spec& spec) -> caf::result<caf::actor> {
       auto& st = self->state;
       if (st.stopping)
@@ -391,8 +396,8 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
 }  // namespace
 
 supervisor_actor spawn_supervisor(caf::actor_system& sys, std::vector<child_spec> children,
-                                  restart_limits limits) {
-  return sys.spawn(supervisor, std::move(children), limits);
+                                  restart_limits limits, placement_keeper keeper) {
+  return sys.spawn(supervisor, std::move(children), limits, std::move(keeper));
 }
 
 }  // namespace moe

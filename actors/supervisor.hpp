@@ -32,7 +32,8 @@ enum class restart_policy {
   never,      // not restartable (yet): an abnormal exit escalates at once
 };
 
-/// The current handle of every child, by kind and index (null when none lives).
+/// The current handle of every child, by kind and index (null when none lives); kind
+/// "supervisor" gives the supervisor itself.
 using child_lookup = std::function<caf::actor(const std::string& kind, int64_t index)>;
 
 struct child_spec {
@@ -53,6 +54,15 @@ struct child_spec {
   /// Set when the child takes live configuration (actors/live_settings.hpp).
   bool configurable = false;
 };
+
+/// Where an expert balancer's decision is kept (cluster.cpp's group rosters), run on the
+/// supervisor's thread, where ranks are restarted: records `decision` as the placement of the
+/// group of the ranks of `rank_kind` when it was planned for the group's membership now (false
+/// otherwise), or, with `renew`, whatever the membership, and then starts a new membership that
+/// carries it (each rank takes it from its first step). A rank restarted later gets the
+/// recorded placement with its membership.
+using placement_keeper =
+  std::function<bool(const std::string& rank_kind, const placement_change& decision, bool renew)>;
 
 using supervisor_actor = caf::typed_actor<
   // Every live child, in start order, then the children's workers (restarts 0).
@@ -78,6 +88,9 @@ using supervisor_actor = caf::typed_actor<
   // Every configurable child's configuration, in start order (a child being restarted: the
   // last one it accepted, if any).
   caf::replies_to<config_atom>::with<std::vector<versioned_config>>,
+  // An expert balancer's decision for the group of the ranks of this kind (placement_keeper):
+  // (kind, decision, renew) -> recorded.
+  caf::replies_to<placement_atom, std::string, placement_change, bool>::with<bool>,
   // Adds a child and starts it (replacing one of its kind and index that ended); its handle.
   caf::replies_to<start_atom, child_spec>::with<caf::actor>,
   // An actor someone else owns and handles the death of (a connection's bridge): listed as
@@ -86,7 +99,7 @@ using supervisor_actor = caf::typed_actor<
 
 /// Starts every child in order; `limits` apply to each child separately.
 [[nodiscard]] supervisor_actor spawn_supervisor(caf::actor_system& sys, std::vector<child_spec> children,
-                                                restart_limits limits = {});
+                                                restart_limits limits = {}, placement_keeper keeper = {});
 
 }  // namespace moe
 

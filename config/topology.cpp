@@ -25,7 +25,7 @@ namespace {
 using field_ref = std::variant<int64_t*, double*, bool*, std::string*>;
 
 // Every TOML key, as "section.key", and the field of `c` it sets.
-std::array<std::pair<std::string_view, field_ref>, 27> fields_of(topology_config& c) {
+std::array<std::pair<std::string_view, field_ref>, 29> fields_of(topology_config& c) {
   return {{
     {"prefill.ranks", &c.prefill_ranks},
     {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
@@ -40,6 +40,8 @@ std::array<std::pair<std::string_view, field_ref>, 27> fields_of(topology_config
     {"cluster.ranks_per_node", &c.ranks_per_node},
     {"cluster.threads_per_rank", &c.threads_per_rank},
     {"expert_parallel.redundant_experts", &c.redundant_experts},
+    {"expert_parallel.balancer", &c.expert_balancer},
+    {"expert_parallel.interval_steps", &c.eplb_interval_steps},
     {"expert_parallel.two_batch_overlap", &c.two_batch_overlap},
     {"expert_parallel.dispatch_dtype", &c.dispatch_dtype},
     {"expert_parallel.combine", &c.combine},
@@ -220,6 +222,10 @@ void validate(const topology_config& c) {
             "must be fp8, bf16 or fp32, got \"" + c.dispatch_dtype + "\"");
   if (c.combine != "exact" && c.combine != "reduced")
     invalid("expert_parallel.combine", "--combine", "must be exact or reduced, got \"" + c.combine + "\"");
+  if (c.expert_balancer != "hierarchical" && c.expert_balancer != "global" && c.expert_balancer != "off")
+    invalid("expert_parallel.balancer", "--expert-balancer",
+            "must be hierarchical, global or off, got \"" + c.expert_balancer + "\"");
+  in_range(c.eplb_interval_steps, 0, max_count, "expert_parallel.interval_steps", "--eplb-interval");
   check_link(c.intra_node, "intra");
   check_link(c.inter_node, "inter");
   if (c.host.empty())

@@ -28,8 +28,10 @@ inline constexpr link_spec default_inter_node_link{.latency_us = 118.0, .bandwid
 struct topology_config {
   int64_t prefill_ranks = 2;
   int64_t decode_ranks = 2;
-  int64_t ranks_per_node = 8;     // ranks per node (link model: intra vs inter node)
-  int64_t redundant_experts = 0;  // extra physical expert slots per EP group (EPLB replicas)
+  int64_t ranks_per_node = 8;           // ranks per node (link model: intra vs inter node)
+  int64_t redundant_experts = 0;        // extra physical expert slots per EP group (EPLB replicas)
+  std::string expert_balancer = "off";  // EPLB: hierarchical|global|off (opt-in, as SGLang's --enable-eplb)
+  int64_t eplb_interval_steps = 1000;   // steps between rebalances (SGLang's default); 0: only when asked
   bool two_batch_overlap = true;
   int64_t chunked_prefill_size = 512;  // prefill tokens per sequence per step
   int64_t max_prefill_tokens = 4096;   // token budget of one prefill batch

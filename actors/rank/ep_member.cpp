@@ -13,4 +13,15 @@ std::shared_ptr<const std::vector<layer_placement>> default_placements(const mod
   return p;
 }
 
+placement_report report_placement(const ep_rank_core& core) {
+  placement_report out{.epoch = core.placement_epoch(),
+                       .slot_expert = {},
+                       .membership_first_step = core.membership_first_step(),
+                       .num_steps_run = core.num_steps_run()};
+  if (const auto& p = core.group().placements)
+    for (const layer_placement& l : *p)
+      out.slot_expert.push_back(l.slot_expert);
+  return out;
+}
+
 }  // namespace moe

@@ -29,7 +29,16 @@ using ep_member_actor = caf::typed_actor<
   // The tokens this rank's gate routed to each expert over its window of steps.
   caf::replies_to<expert_load_atom>::with<expert_load>,
   // Count over this many steps from now on (> 0; what was counted is dropped): true, or invalid.
-  caf::replies_to<expert_load_atom, int64_t>::with<bool>>;
+  caf::replies_to<expert_load_atom, int64_t>::with<bool>,
+  // A placement change, phase one (ep_rank_core::prepare_placement): the step this rank begins
+  // next, or serve_errc::invalid saying why it does not fit.
+  caf::replies_to<placement_atom, placement_change>::with<int64_t>,
+  // Phase two: (epoch, switch step, membership first step) -> whether it holds here.
+  caf::replies_to<placement_atom, uint64_t, int64_t, int64_t>::with<bool>,
+  // Abandons the prepared change of this epoch.
+  caf::reacts_to<placement_atom, uint64_t>,
+  // The placement in force: its epoch and, per layer, the physical -> logical rows.
+  caf::replies_to<placement_atom>::with<placement_report>>;
 
 /// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
 /// ep_rank_core), followed by the rank's own handlers.
@@ -45,7 +54,7 @@ template <class Behavior, class Self, class... Handlers>
       const std::optional<fault_point> point = parse_fault_point(name);
       if (!point)
         return caf::make_error(serve_errc::invalid, "no fault point is called \"" + name +
-                                                      "\" (dispatch, combine, handoff, first_decode)");
+                                                      "\" (dispatch, combine, handoff, first_decode, hang)");
       try {
         self->state.core->arm_fault(*point);
       } catch (const std::invalid_argument& e) {
@@ -62,9 +71,28 @@ template <class Behavior, class Self, class... Handlers>
       self->state.core->set_load_window(window_steps);
       return true;
     },
+    [=](placement_atom, placement_change& change) -> caf::result<int64_t> {
+      try {
+        const uint64_t epoch = change.epoch;
+        const int64_t next = self->state.core->prepare_placement(std::move(change));
+        self->delayed_send(self, placement_hold_timeout, placement_atom::value,
+                           epoch);  // no outcome: drop it
+        return next;
+      } catch (const std::invalid_argument& e) {
+        return caf::make_error(serve_errc::invalid, e.what());
+      }
+    },
+    [=](placement_atom, uint64_t epoch, int64_t switch_step, int64_t first_step) {
+      return self->state.core->commit_placement(epoch, switch_step, first_step);
+    },
+    [=](placement_atom, uint64_t epoch) { self->state.core->abort_placement(epoch); },
+    [=](placement_atom) { return report_placement(*self->state.core); },
     own...,
   };
 }
+
+/// The placement `core` computes with now.
+[[nodiscard]] placement_report report_placement(const ep_rank_core& core);
 
 /// Placements for every layer with `num_redundant` extra slots on MoE layers, the default before
 /// any expert load is known (default_layer_placement on each MoE layer, empty on dense ones).

@@ -42,6 +42,70 @@ void ep_rank_core::take_membership(ep_membership m) {
   members_ = std::move(m);
   inbox_ = members_.inboxes[group_.rank];
   next_step_ = std::max(next_step_, members_.first_step);
+  if (members_.placements) {  // the group's committed placement, from the first step on
+    group_.placements = members_.placements;
+    placement_epoch_ = members_.placement_epoch;
+  }
+  if (prepared_) {  // planned for the membership before: abandoned
+    prepared_.reset();
+    release_hold();
+  }
+}
+
+bool ep_rank_core::held() const noexcept {
+  return prepared_ && !prepared_->switch_step && next_step_ >= prepared_->hold_from;
+}
+
+void ep_rank_core::release_hold() {
+  const bool work = held_with_work_;
+  held_with_work_ = false;
+  maybe_start(work);
+}
+
+int64_t ep_rank_core::prepare_placement(placement_change change) {
+  if (!change.placements || change.placements->size() != model_.weights->layers.size())
+    throw std::invalid_argument(
+      "placement: " + std::to_string(change.placements ? change.placements->size() : 0) +
+      " layers for a model of " + std::to_string(model_.weights->layers.size()));
+  for (size_t l = 0; l < change.placements->size(); ++l) {
+    const layer_placement& p = (*change.placements)[l];
+    const bool moe = model_.weights->layers[l].is_moe;
+    if (moe != !p.slot_expert.empty() || (moe && p.num_ranks != group_.num_ranks))
+      throw std::invalid_argument("placement: layer " + std::to_string(l) + " does not fit a group of " +
+                                  std::to_string(group_.num_ranks) + " ranks");
+  }
+  if (change.epoch <= placement_epoch_)
+    throw std::invalid_argument("placement: epoch " + std::to_string(change.epoch) + " is not after " +
+                                std::to_string(placement_epoch_));
+  if (change.membership_first_step != membership_first_step())
+    throw std::invalid_argument("placement: planned for another membership of the group");
+  if (prepared_ && prepared_->switch_step)
+    throw std::invalid_argument("placement: epoch " + std::to_string(prepared_->change.epoch) +
+                                " is committed and not yet in force");
+  const bool was_held = held();
+  prepared_ = prepared_placement{.change = std::move(change), .hold_from = next_step_ + placement_hold_steps};
+  if (was_held && !held())
+    release_hold();
+  return next_step_;
+}
+
+bool ep_rank_core::commit_placement(uint64_t epoch, int64_t switch_step, int64_t membership_first_step) {
+  if (!prepared_ || prepared_->change.epoch != epoch || prepared_->switch_step)
+    return false;
+  const bool ok = membership_first_step == this->membership_first_step() && switch_step >= next_step_;
+  if (ok)
+    prepared_->switch_step = switch_step;
+  else
+    prepared_.reset();
+  release_hold();
+  return ok;
+}
+
+void ep_rank_core::abort_placement(uint64_t epoch) {
+  if (!prepared_ || prepared_->change.epoch != epoch || prepared_->switch_step)
+    return;
+  prepared_.reset();
+  release_hold();
 }
 
 void ep_rank_core::stop() {
@@ -62,6 +126,10 @@ void ep_rank_core::arm_fault(fault_point p) {
 void ep_rank_core::maybe_start(bool has_work) {
   if (pipeline_ || !inbox_)  // a step in flight, or the group not yet introduced
     return;
+  if (held()) {  // a placement change is being decided: its outcome starts the step
+    held_with_work_ = held_with_work_ || has_work;
+    return;
+  }
   if (has_work || inbox_->has_step(next_step_))
     start_step();
 }
@@ -72,6 +140,12 @@ void ep_rank_core::start_step() {
                      .cache = &model_.cache,
                      .rope = &rope_,
                      .attention = rank_model::forms};
+  if (prepared_ && prepared_->switch_step && next_step_ >= *prepared_->switch_step) {
+    group_.placements = prepared_->change.placements;  // the whole group switches at this step
+    placement_epoch_ = prepared_->change.epoch;
+    prepared_.reset();
+  }
+  ++num_steps_run_;
   inbox_->begin_step(next_step_);  // peers' payloads for it need not wake the owner now
   pipeline_ = std::make_unique<step_pipeline>(next_step_++, group_, m, plan_(), *this);
   pipeline_->start();

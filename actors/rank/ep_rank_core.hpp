@@ -13,6 +13,7 @@
 #include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -47,7 +48,27 @@ struct ep_membership {
   std::vector<std::shared_ptr<ep_inbox>> inboxes;  // per group rank
   std::vector<int64_t> global_ranks;               // per group rank
   int64_t first_step = 0;
+  /// The group's committed expert placement (null: keep the rank's own) and its epoch: every
+  /// member uses it from first_step on, whatever change was under way (it is abandoned).
+  std::shared_ptr<const std::vector<layer_placement>> placements;
+  uint64_t placement_epoch = 0;
 };
+
+// A change of the group's expert placement (placement_change, actors/messages.hpp) runs in two
+// phases (the expert balancer runs them): prepare_placement on every member (each answers its
+// next step and begins no step past it + placement_hold_steps until the outcome), then
+// commit_placement(switch_step) on every member (each uses the new placement from that step
+// on), or abort_placement. A membership change under way abandons it.
+
+/// How many steps past its answer a prepared rank may run before the commit: ranks of a group
+/// are at most a step apart, so the commit's switch step (the highest answer + this) is ahead
+/// of every rank.
+inline constexpr int64_t placement_hold_steps = 2;
+
+/// How long a prepared rank waits for the outcome before it drops the change itself (the expert
+/// balancer died, or its commit is lost): the group must not stall on a dead coordinator. A
+/// commit that comes later is refused, and the balancer renews the group (ep_membership).
+inline constexpr std::chrono::milliseconds placement_hold_timeout{5000};
 
 class ep_rank_core final : public pipeline_io {
  public:
@@ -71,6 +92,8 @@ class ep_rank_core final : public pipeline_io {
     return pipeline_ != nullptr && inbox_->abandoned(pipeline_->step()) && !pipeline_->logits_ran();
   }
   [[nodiscard]] int64_t num_steps() const noexcept { return next_step_; }
+  /// Steps this rank began since it started (whatever the memberships' numbering).
+  [[nodiscard]] int64_t num_steps_run() const noexcept { return num_steps_run_; }
   /// How long (ms) the stream has been blocked inside the step for peers' payloads; 0 if not.
   [[nodiscard]] int64_t peer_wait_ms() const;
   /// The tokens this rank's gate routed to each expert over its window of finished steps.
@@ -79,6 +102,23 @@ class ep_rank_core final : public pipeline_io {
   /// throws std::invalid_argument unless > 0.
   void set_load_window(int64_t window_steps) { load_window_.reset(window_steps); }
   [[nodiscard]] const ep_group& group() const noexcept { return group_; }
+  [[nodiscard]] uint64_t placement_epoch() const noexcept { return placement_epoch_; }
+  /// The first step of the membership in force (or coming, after the step in flight).
+  [[nodiscard]] int64_t membership_first_step() const noexcept {
+    return pending_members_ ? pending_members_->first_step : members_.first_step;
+  }
+
+  /// Phase one of a placement change: checks it fits the group (std::invalid_argument naming
+  /// what does not) and was planned for this membership and a newer epoch, keeps it, and
+  /// answers the step this rank begins next; no step from that + placement_hold_steps begins
+  /// until commit or abort.
+  int64_t prepare_placement(placement_change change);
+  /// Phase two: the prepared change of `epoch` holds from `switch_step` on. False (and the
+  /// change dropped) when none of that epoch is prepared, the membership changed since, or
+  /// this rank is already past switch_step.
+  bool commit_placement(uint64_t epoch, int64_t switch_step, int64_t membership_first_step);
+  /// Drops the prepared change of `epoch` (if that one is prepared).
+  void abort_placement(uint64_t epoch);
 
   /// Starts the next step when none is in flight and `has_work` or a peer already began it.
   void maybe_start(bool has_work);
@@ -133,6 +173,19 @@ class ep_rank_core final : public pipeline_io {
   plan_fn plan_;
   done_fn done_;
   void take_membership(ep_membership m);
+  /// Whether the next step may begin now (not held by a prepared placement change).
+  [[nodiscard]] bool held() const noexcept;
+  /// A held step may go now: starts it if the owner had work when it was held.
+  void release_hold();
+
+  struct prepared_placement {
+    placement_change change;
+    int64_t hold_from = 0;               // no step from here until the outcome
+    std::optional<int64_t> switch_step;  // committed: the new placement from this step on
+  };
+  std::optional<prepared_placement> prepared_;
+  uint64_t placement_epoch_ = 0;
+  bool held_with_work_ = false;  // maybe_start was held when the owner had work
 
   ep_membership members_;
   std::optional<ep_membership> pending_members_;  // came while a step was in flight
@@ -140,6 +193,7 @@ class ep_rank_core final : public pipeline_io {
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
   int64_t next_step_ = 0;  // the step to begin next (== steps begun)
+  int64_t num_steps_run_ = 0;
   expert_load_window load_window_;
   // fault injection: set on the actor's thread, read on the stream
   std::atomic<fault_point> armed_{fault_point::none};

@@ -142,12 +142,15 @@ TEST_CASE_FIXTURE(live_config_case,
   CHECK(field(now, "seed") == config_value(int64_t{5}));
   CHECK(field(ask<versioned_config>(queue, config_atom::value), "max_running") == config_value(int64_t{3}));
   const auto all = ask<std::vector<versioned_config>>(c.supervisor, config_atom::value);
-  REQUIRE(all.size() == 3);
+  REQUIRE(all.size() == 5);  // and the expert balancer of each EP group, untouched
   CHECK(all[0].target == "request_queue");
   CHECK(all[1].target == "prefill_balancer");
   CHECK(all[1].epoch == 0);
   CHECK(all[2].target == "decode_balancer");
   CHECK(all[2].epoch == 1);
+  CHECK(all[3].target == "expert_balancer");
+  CHECK(all[4].target == "expert_balancer");
+  CHECK(all[4].epoch == 0);
   // the restored policies act: round robin puts 2 of 4 one-at-a-time requests on each decode
   // rank (deepseek's would put all 4 on the empty rank 0)
   const int64_t before0 = taken(c, "decode_rank", 0), before1 = taken(c, "decode_rank", 1);

@@ -33,6 +33,14 @@ void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
   app.add_option("--ranks-per-node", o.ranks_per_node, with_default("ranks per node", d.ranks_per_node));
   app.add_option("--redundant-experts,--ep-num-redundant-experts", o.redundant_experts,
                  with_default("extra physical expert slots per EP group", d.redundant_experts));
+  app
+    .add_option("--expert-balancer", o.expert_balancer,
+                with_default("EPLB moving expert replicas while serving: hierarchical|global|off",
+                             d.expert_balancer))
+    ->check(CLI::IsMember({"hierarchical", "global", "off"}));
+  app.add_option("--eplb-interval,--eplb-rebalance-num-iterations", o.eplb_interval_steps,
+                 with_default("steps of a group between two rebalances; 0: only on admin.rebalance",
+                              d.eplb_interval_steps));
   auto* tbo = app
                 .add_option("--two-batch-overlap", o.two_batch_overlap,
                             with_default("two micro-batches overlapping EP communication: on|off",
@@ -106,6 +114,8 @@ topology_config resolve_topology(const topology_options& o) {
   override_with(c.decode_ranks, o.decode_ranks);
   override_with(c.ranks_per_node, o.ranks_per_node);
   override_with(c.redundant_experts, o.redundant_experts);
+  override_with(c.expert_balancer, o.expert_balancer);
+  override_with(c.eplb_interval_steps, o.eplb_interval_steps);
   if (o.enable_two_batch_overlap)
     c.two_batch_overlap = true;
   if (o.two_batch_overlap)

@@ -20,7 +20,8 @@ struct topology_options {
   bool enable_two_batch_overlap = false;         // SGLang's plain flag: same as "on"
   std::optional<int64_t> chunked_prefill_size, max_prefill_tokens, max_running_requests, max_queued_requests,
     kv_blocks, page_size, max_context, threads_per_rank;
-  std::optional<std::string> dispatch_dtype, combine;
+  std::optional<std::string> dispatch_dtype, combine, expert_balancer;
+  std::optional<int64_t> eplb_interval_steps;
   std::optional<std::string> link_model;  // "on" | "off"
   std::optional<double> intra_node_latency_us, intra_node_bandwidth_gb_s;
   std::optional<double> inter_node_latency_us, inter_node_bandwidth_gb_s;

@@ -1,0 +1,431 @@
+// actors/expert_balancer.cpp
+#include "actors/expert_balancer.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <variant>
+
+#include "actors/errors.hpp"
+#include "actors/policy/expert_placement.hpp"
+#include "actors/rank/ep_member.hpp"
+
+namespace moe {
+
+namespace {
+
+using supervisor_keeper =
+  caf::typed_actor<caf::replies_to<placement_atom, std::string, placement_change, bool>::with<bool>>;
+
+struct expert_balancer_state {
+  expert_balancer_config cfg;
+  live_settings<expert_balancer_settings> settings;
+  std::vector<ep_member_actor> ranks;  // an invalid one while that rank is being restarted
+  std::vector<int64_t> steps_seen;     // per rank: its num_steps_run at the last check
+  int64_t steps_since = 0;             // group steps since the last planned rebalance
+  bool checking = false;               // a check's questions are out
+  bool running = false;                // a rebalance runs; `waiters` get its report
+  std::vector<caf::typed_response_promise<rebalance_report>> waiters;
+  expert_balancer_stats stats;
+  static inline const char* name = "expert_balancer";
+};
+
+using balancer_pointer = expert_balancer_actor::stateful_pointer<expert_balancer_state>;
+using clock = std::chrono::steady_clock;
+
+double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+
+// What the ranks said: each one's placement in force and routed load (nullopt: no answer).
+struct group_view {
+  std::vector<std::optional<placement_report>> placements;
+  std::vector<std::optional<expert_load>> loads;
+  size_t pending = 0;
+};
+
+// Asks every rank its placement and load, then calls `done` with what came back.
+void look_at_group(balancer_pointer self, const std::function<void(group_view&)>& done) {
+  auto& st = self->state;
+  auto view = std::make_shared<group_view>();
+  const size_t n = st.ranks.size();
+  view->placements.resize(n);
+  view->loads.resize(n);
+  view->pending = 2 * n;
+  auto one = [view, done] {
+    if (--view->pending == 0)
+      done(*view);
+  };
+  for (size_t r = 0; r < n; ++r) {
+    if (!st.ranks[r]) {  // being restarted: no answer (it is introduced when it lives)
+      one();
+      one();
+      continue;
+    }
+    self->request(st.ranks[r], st.cfg.rank_timeout, placement_atom::value)
+      .then(
+        [view, r, one](const placement_report& p) {
+          view->placements[r] = p;
+          one();
+        },
+        [one](const caf::error&) { one(); });
+    self->request(st.ranks[r], st.cfg.rank_timeout, expert_load_atom::value)
+      .then(
+        [view, r, one](const expert_load& l) {
+          view->loads[r] = l;
+          one();
+        },
+        [one](const caf::error&) { one(); });
+  }
+}
+
+// The group's placement in force (every rank agreeing), or why there is none to plan from.
+std::variant<placement_report, std::string> agreed_placement(const group_view& v) {
+  for (size_t r = 0; r < v.placements.size(); ++r)
+    if (!v.placements[r])
+      return "rank " + std::to_string(r) + " did not answer (restarting?)";
+  const placement_report& first = *v.placements[0];
+  for (const auto& p : v.placements)
+    if (p->epoch != first.epoch || p->membership_first_step != first.membership_first_step ||
+        p->slot_expert != first.slot_expert)
+      return std::string("the ranks disagree on the placement: a change or a restart is under way");
+  return first;
+}
+
+// The routed tokens summed over the ranks: [moe_layers, num_logical].
+std::variant<matrix<double>, std::string> summed_load(const group_view& v, int64_t num_logical) {
+  matrix<double> total;
+  for (size_t r = 0; r < v.loads.size(); ++r) {
+    if (!v.loads[r])
+      return "rank " + std::to_string(r) + " did not report its load";
+    const expert_load& l = *v.loads[r];
+    if (l.num_experts != num_logical ||
+        static_cast<int64_t>(l.counts.size()) != l.num_layers * l.num_experts ||
+        (total.rows != 0 && l.num_layers != total.rows))
+      return "rank " + std::to_string(r) + " reported a load of another shape";
+    if (total.rows == 0)
+      total = matrix<double>(l.num_layers, l.num_experts);
+    for (size_t i = 0; i < l.counts.size(); ++i)
+      total.data[i] += static_cast<double>(l.counts[i]);
+  }
+  return total;
+}
+
+// The MoE layers' rows of a placement report.
+std::vector<std::vector<int32_t>> moe_rows(const placement_report& p) {
+  std::vector<std::vector<int32_t>> rows;
+  for (const auto& row : p.slot_expert)
+    if (!row.empty())
+      rows.push_back(row);
+  return rows;
+}
+
+// The balancedness of each MoE layer of `p` under `load`.
+std::vector<double> layer_balancedness(const placement_report& p, const matrix<double>& load,
+                                       int64_t num_ranks) {
+  std::vector<double> out;
+  const std::vector<std::vector<int32_t>> rows = moe_rows(p);
+  for (size_t l = 0; l < rows.size() && static_cast<int64_t>(l) < load.rows; ++l) {
+    const auto begin = load.data.begin() + static_cast<std::ptrdiff_t>(l) * load.cols;
+    const std::vector<double> row(begin, begin + load.cols);
+    out.push_back(balancedness(placement_loads(rows[l], row, num_ranks)));
+  }
+  return out;
+}
+
+void finish(balancer_pointer self, rebalance_report report) {
+  auto& st = self->state;
+  if (report.error.empty()) {
+    ++st.stats.rebalances;
+    st.stats.moved_bytes += report.moved_bytes;
+    st.stats.epoch = report.epoch;
+    if (!report.balancedness_after.empty())
+      st.stats.balancedness = report.balancedness_after;
+  } else {
+    ++st.stats.failed;
+    st.stats.last_error = report.error;
+    std::fprintf(stderr, "expert_balancer %s: rebalance failed, the placement stays: %s\n",
+                 st.cfg.role.c_str(), report.error.c_str());
+  }
+  st.stats.last_seconds = report.seconds;
+  st.running = false;
+  for (auto& w : st.waiters)
+    w.deliver(report);
+  st.waiters.clear();
+}
+
+// Asks the supervisor to keep `change` as the group's placement (renewing the group with it).
+auto keep_decision(balancer_pointer self, const placement_change& change, bool renew) {
+  return self->request(caf::actor_cast<supervisor_keeper>(self->state.cfg.supervisor),
+                       self->state.cfg.rank_timeout, placement_atom::value, self->state.cfg.rank_kind, change,
+                       renew);
+}
+
+// Phase two: the decision is recorded; every rank switches at `switch_step`. A refusal renews
+// the group, whose new membership carries the recorded placement.
+void commit(balancer_pointer self, std::shared_ptr<rebalance_report> report, const placement_change& change,
+            int64_t switch_step, clock::time_point began) {
+  auto& st = self->state;
+  auto pending = std::make_shared<size_t>(st.ranks.size());
+  auto refused = std::make_shared<bool>(false);
+  auto one = [=](bool ok) {
+    *refused = *refused || !ok;
+    if (--*pending != 0)
+      return;
+    report->seconds = seconds_since(began);
+    if (!*refused)
+      return finish(self, *report);
+    std::fprintf(stderr,
+                 "expert_balancer %s: a rank refused epoch %llu's switch: renewing the group with it\n",
+                 self->state.cfg.role.c_str(), static_cast<unsigned long long>(change.epoch));
+    keep_decision(self, change, true)
+      .then([=](bool) { finish(self, *report); },
+            [=](const caf::error& e) {
+              report->error = "the switch was refused and the group could not be renewed: " +
+                              self->system().render(e);
+              finish(self, *report);
+            });
+  };
+  for (const ep_member_actor& rank : st.ranks) {
+    if (!rank) {  // restarted since phase one: its membership carries the decision
+      one(false);
+      continue;
+    }
+    self
+      ->request(rank, st.cfg.rank_timeout, placement_atom::value, change.epoch, switch_step,
+                change.membership_first_step)
+      .then([one](bool ok) { one(ok); }, [one](const caf::error&) { one(false); });
+  }
+}
+
+void abort_change(balancer_pointer self, const placement_change& change,
+                  std::shared_ptr<rebalance_report> report, std::string why, clock::time_point began) {
+  for (const ep_member_actor& rank : self->state.ranks)
+    if (rank)
+      self->send(rank, placement_atom::value, change.epoch);
+  report->error = std::move(why);
+  report->seconds = seconds_since(began);
+  finish(self, *report);
+}
+
+// Phase one on every rank, then the decision recorded with the supervisor, then phase two.
+void install(balancer_pointer self, std::shared_ptr<rebalance_report> report, const placement_change& change,
+             clock::time_point began) {
+  auto& st = self->state;
+  auto pending = std::make_shared<size_t>(st.ranks.size());
+  auto next_steps = std::make_shared<std::vector<int64_t>>();
+  auto why = std::make_shared<std::string>();
+  auto one = [=] {
+    if (--*pending != 0)
+      return;
+    if (!why->empty())
+      return abort_change(self, change, report, *why, began);
+    const int64_t switch_step = *std::max_element(next_steps->begin(), next_steps->end()) +
+                                placement_hold_steps;
+    keep_decision(self, change, false)
+      .then(
+        [=](bool recorded) {
+          if (!recorded)
+            return abort_change(self, change, report, "the group's membership changed meanwhile", began);
+          commit(self, report, change, switch_step, began);
+        },
+        [=](const caf::error& e) {
+          abort_change(self, change, report,
+                       "the decision could not be recorded: " + self->system().render(e), began);
+        });
+  };
+  for (size_t r = 0; r < st.ranks.size(); ++r) {
+    if (!st.ranks[r]) {
+      if (why->empty())
+        *why = "rank " + std::to_string(r) + " is restarting";
+      one();
+      continue;
+    }
+    self->request(st.ranks[r], st.cfg.rank_timeout, placement_atom::value, change)
+      .then(
+        [=](int64_t next) {
+          next_steps->push_back(next);
+          one();
+        },
+        [=](const caf::error& e) {
+          if (why->empty())
+            *why = "rank " + std::to_string(r) + " refused the placement: " + self->system().render(e);
+          one();
+        });
+  }
+}
+
+// Plans from what the ranks said and installs the plan.
+void plan_and_install(balancer_pointer self, group_view& view, clock::time_point began) {
+  auto& st = self->state;
+  const expert_balancer_settings& s = st.settings.now;
+  auto report = std::make_shared<rebalance_report>();
+  report->role = st.cfg.role;
+  auto fail = [&](std::string why) {
+    report->error = std::move(why);
+    report->seconds = seconds_since(began);
+    finish(self, *report);
+  };
+  auto agreed = agreed_placement(view);
+  if (auto* why = std::get_if<std::string>(&agreed))
+    return fail(*why);
+  const placement_report current = std::get<placement_report>(std::move(agreed));
+  report->epoch = current.epoch;
+  auto summed = summed_load(view, st.cfg.num_logical);
+  if (auto* why = std::get_if<std::string>(&summed))
+    return fail(*why);
+  const matrix<double> load = std::get<matrix<double>>(std::move(summed));
+  if (std::all_of(load.data.begin(), load.data.end(), [](double x) { return x == 0.0; }))
+    return fail("no tokens were routed in the window yet");
+  const int64_t num_ranks = static_cast<int64_t>(st.ranks.size());
+  placement_change_plan plan;
+  try {
+    plan = plan_placement(load, moe_rows(current), s.redundant_experts, num_ranks, st.cfg.num_groups,
+                          st.cfg.num_nodes, s.policy == "global", s.minimal_movement);
+  } catch (const std::invalid_argument& e) {
+    return fail(std::string("no plan: ") + e.what());
+  }
+  report->moved_experts = plan.moved;
+  report->moved_bytes = plan.moved * st.cfg.expert_bytes;
+  report->plain_moved_bytes = plan.moved_plain * st.cfg.expert_bytes;
+  report->balancedness_before = plan.balancedness_before;
+  report->balancedness_after = plan.balancedness_after;
+  if (plan.slots == moe_rows(current)) {  // already the plan: nothing to install
+    report->seconds = seconds_since(began);
+    return finish(self, *report);
+  }
+  auto placements = std::make_shared<std::vector<layer_placement>>(current.slot_expert.size());
+  size_t next_moe = 0;
+  for (size_t l = 0; l < current.slot_expert.size(); ++l)
+    if (!current.slot_expert[l].empty())
+      (*placements)[l] = make_layer_placement(plan.slots[next_moe++], num_ranks, st.cfg.num_logical);
+  report->epoch = current.epoch + 1;
+  install(self, report,
+          {.epoch = current.epoch + 1,
+           .membership_first_step = current.membership_first_step,
+           .placements = std::move(placements)},
+          began);
+}
+
+void start_rebalance(balancer_pointer self) {
+  auto& st = self->state;
+  st.running = true;  // finish() clears it and answers the waiters
+  st.steps_since = 0;
+  const clock::time_point began = clock::now();
+  for (size_t r = 0; r < st.ranks.size(); ++r)
+    if (!st.ranks[r])
+      return finish(self, {.role = st.cfg.role, .error = "rank " + std::to_string(r) + " is restarting"});
+  look_at_group(self, [self, began](group_view& view) { plan_and_install(self, view, began); });
+}
+
+// Counts the group's steps since the last rebalance and keeps the balancedness current; plans
+// once interval_steps have run (unless off or only on request).
+void check(balancer_pointer self) {
+  auto& st = self->state;
+  if (st.checking || st.running)
+    return;
+  st.checking = true;
+  look_at_group(self, [self](group_view& view) {
+    auto& st = self->state;
+    st.checking = false;
+    int64_t progressed = 0;
+    for (size_t r = 0; r < view.placements.size(); ++r) {
+      if (!view.placements[r])
+        continue;
+      const int64_t now = view.placements[r]->num_steps_run;
+      progressed = std::max(progressed, now >= st.steps_seen[r] ? now - st.steps_seen[r] : now);  // restarted
+      st.steps_seen[r] = now;
+    }
+    st.steps_since += progressed;
+    auto agreed = agreed_placement(view);
+    auto summed = summed_load(view, st.cfg.num_logical);
+    if (auto* p = std::get_if<placement_report>(&agreed)) {
+      st.stats.epoch = p->epoch;
+      if (auto* load = std::get_if<matrix<double>>(&summed))
+        st.stats.balancedness = layer_balancedness(*p, *load, static_cast<int64_t>(st.ranks.size()));
+    }
+    const expert_balancer_settings& s = st.settings.now;
+    if (!st.running && s.policy != "off" && s.interval_steps > 0 && st.steps_since >= s.interval_steps)
+      start_rebalance(self);
+  });
+}
+
+// The rank counts over the settings' window.
+void tell_window(balancer_pointer self, const ep_member_actor& rank) {
+  if (!rank)
+    return;
+  self
+    ->request(rank, self->state.cfg.rank_timeout, expert_load_atom::value,
+              self->state.settings.now.window_steps)
+    .then([](bool) {}, [](const caf::error&) {});  // a rank that restarts meanwhile is told when introduced
+}
+
+expert_balancer_actor::behavior_type expert_balancer(balancer_pointer self,
+                                                     const std::vector<caf::actor>& ranks,
+                                                     expert_balancer_config cfg) {
+  auto& st = self->state;
+  for (const caf::actor& r : ranks)
+    st.ranks.push_back(caf::actor_cast<ep_member_actor>(r));
+  st.steps_seen.assign(st.ranks.size(), 0);
+  st.settings = {.target = "expert_balancer", .now = cfg.settings, .epoch = 0};
+  st.settings.now.num_logical = cfg.num_logical;
+  st.stats.role = cfg.role;
+  st.cfg = std::move(cfg);
+  self->delayed_send(self, st.cfg.check_period, check_atom::value);
+  return {
+    [=](rebalance_atom) -> caf::result<rebalance_report> {
+      auto& st = self->state;
+      st.waiters.push_back(self->make_response_promise<rebalance_report>());
+      auto rp = st.waiters.back();
+      if (!st.running)
+        start_rebalance(self);
+      return rp;
+    },
+    [=](peers_atom, int64_t index, caf::actor& fresh) {
+      auto& st = self->state;
+      if (index < 0 || index >= static_cast<int64_t>(st.ranks.size()))
+        return;
+      st.ranks[index] = caf::actor_cast<ep_member_actor>(fresh);
+      st.steps_seen[index] = 0;
+      if (st.settings.epoch > 0)
+        tell_window(self, st.ranks[index]);
+    },
+    [=](stats_atom) { return self->state.stats; },
+    [=](check_atom) {
+      check(self);
+      self->delayed_send(self, self->state.cfg.check_period, check_atom::value);
+    },
+    [=](configure_atom, const config_fields& change) -> caf::result<versioned_config> {
+      auto& st = self->state;
+      const int64_t window = st.settings.now.window_steps;
+      caf::expected<versioned_config> v = st.settings.configure(change);
+      if (!v)
+        return std::move(v.error());
+      if (st.settings.now.window_steps != window)
+        for (const ep_member_actor& rank : st.ranks)
+          tell_window(self, rank);
+      return std::move(*v);
+    },
+    [=](configure_atom, const versioned_config& v) {
+      auto& st = self->state;
+      st.settings.restore(v);
+      for (const ep_member_actor& rank : st.ranks)
+        tell_window(self, rank);
+    },
+    [=](config_atom) { return self->state.settings.current(); },
+  };
+}
+
+}  // namespace
+
+expert_balancer_actor spawn_expert_balancer(caf::actor_system& sys, std::vector<caf::actor> ranks,
+                                            expert_balancer_config cfg) {
+  return sys.spawn(expert_balancer, std::move(ranks), std::move(cfg));
+}
+
+}  // namespace moe

@@ -1,0 +1,239 @@
+// tests/actors/test_expert_balancer.cpp
+// The expert balancer (EPLB) on the tiny model over 2P+4D with 4 redundant slots: a rebalance
+// asked mid-load installs a new placement on every rank of each group at once, the greedy
+// outputs equal the single-rank generator's (the reference backend's expert outputs do not
+// depend on where an expert lives) and nothing is lost; the periodic check rebalances by
+// itself after interval_steps; a rank killed during a rebalance leaves every rank of the group
+// on one placement; a killed balancer comes back with its configuration and plans from the
+// ranks' placement.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "actors/expert_balancer.hpp"
+#include "actors/rank/ep_member.hpp"
+#include "recovery_fixture.hpp"
+
+using namespace moe;
+using namespace moe::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+topology_config eplb_topology() {
+  topology_config topo = recovery_topology();
+  topo.decode_ranks = 4;
+  topo.redundant_experts = 4;  // 20 slots: 10 per prefill rank, 5 per decode rank
+  topo.expert_balancer = "hierarchical";
+  topo.eplb_interval_steps = 0;  // only when asked, unless a case says otherwise
+  return topo;
+}
+
+struct expert_balancer_case : recovery_case {
+  expert_balancer_actor balancer(const cluster& c, const std::string& role) {
+    return caf::actor_cast<expert_balancer_actor>(ask<caf::actor>(
+      c.supervisor, lookup_atom::value, std::string("expert_balancer"), int64_t{role == "prefill" ? 0 : 1}));
+  }
+
+  rebalance_report rebalance(const cluster& c, const std::string& role) {
+    const expert_balancer_actor b = balancer(c, role);
+    REQUIRE(b);
+    rebalance_report r;
+    self->request(b, 30s, rebalance_atom::value)
+      .receive([&](const rebalance_report& x) { r = x; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+    return r;
+  }
+
+  // The placement every rank of the group uses now (they must agree), as its ranks report it.
+  placement_report group_placement(const cluster& c, const std::string& kind, int64_t num_ranks) {
+    std::vector<placement_report> all;
+    for (int64_t r = 0; r < num_ranks; ++r) {
+      const auto rank = ask<caf::actor>(c.supervisor, lookup_atom::value, kind, r);
+      REQUIRE(rank);
+      all.push_back(ask<placement_report>(caf::actor_cast<ep_member_actor>(rank), placement_atom::value));
+    }
+    for (int64_t r = 1; r < num_ranks; ++r) {
+      CAPTURE(r);
+      CHECK(all[r].epoch == all[0].epoch);
+      CHECK(all[r].slot_expert == all[0].slot_expert);
+    }
+    return all[0];
+  }
+
+  // A committed placement holds from its switch step on, a step or two ahead: runs requests one
+  // at a time (each gives both groups a few steps; at most 8, each checked against the
+  // generator) until every rank of the group uses placement `epoch`.
+  placement_report in_force(const cluster& c, const std::string& kind, int64_t num_ranks, uint64_t epoch) {
+    placement_report p = group_placement(c, kind, num_ranks);
+    for (uint32_t tries = 0; tries < 8 && p.epoch != epoch; ++tries) {
+      const request_spec spec = greedy_requests(1, 100 + tries)[0];
+      CHECK(run_one(c, spec).output_ids == ref_gen->run(spec.prompt_ids, spec.sampling).output_ids);
+      p = group_placement(c, kind, num_ranks);
+    }
+    CHECK(p.epoch == epoch);
+    return p;
+  }
+
+  // Every logical expert of every MoE layer has a slot, and each rank holds as many slots.
+  static void check_covers(const placement_report& p, int64_t num_logical, int64_t num_slots) {
+    int64_t num_moe = 0;
+    for (const std::vector<int32_t>& row : p.slot_expert) {
+      if (row.empty())
+        continue;
+      ++num_moe;
+      CHECK(static_cast<int64_t>(row.size()) == num_slots);
+      CHECK(static_cast<int64_t>(std::set<int32_t>(row.begin(), row.end()).size()) == num_logical);
+    }
+    CHECK(num_moe == 2);  // the tiny model's MoE layers
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(expert_balancer_case,
+                  "expert balancer: a rebalance mid-load moves replicas on every rank at one step; the "
+                  "greedy outputs stay the generator's") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  const topology_config topo = eplb_topology();
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  reference(weights, tok, topo);
+  const placement_report before = group_placement(c, "decode_rank", 4);
+  CHECK(before.epoch == 0);
+  check_covers(before, 16, 20);
+  // nothing routed yet: refused, the placement stays
+  const rebalance_report early = rebalance(c, "decode");
+  CHECK(early.error == "no tokens were routed in the window yet");
+  CHECK(group_placement(c, "decode_rank", 4).epoch == 0);
+
+  const std::vector<request_spec> specs = greedy_requests(32, 21);
+  std::map<uint64_t, size_t> index_of;
+  std::vector<rebalance_report> done;
+  std::map<uint64_t, collected> got = run_load(c, specs, index_of, [&](size_t num_done) {
+    if (num_done == 8 || num_done == 20)
+      for (const char* role : {"decode", "prefill"})
+        done.push_back(rebalance(c, role));
+  });
+  check_outputs(specs, index_of, got);
+  REQUIRE(done.size() == 4);
+  // a tiny expert: gate, up [I, D] and down [D, I] in the builder's dtype, no scales
+  const model_config& mc = weights->config;
+  const int64_t expert_bytes = 3 * mc.moe_intermediate_size * mc.hidden_size *
+                               dtype_size(weights->layers[1].moe.experts[0].gate_proj.type);
+  for (const rebalance_report& r : done) {
+    CAPTURE(r.role);
+    CHECK(r.error == "");
+    CHECK(r.balancedness_after.size() == 2);
+    for (size_t l = 0; l < r.balancedness_after.size(); ++l)  // EPLB's plan is at least as even
+      CHECK(r.balancedness_after[l] >= r.balancedness_before[l] - 1e-9);
+    CHECK(r.moved_bytes == r.moved_experts * expert_bytes);
+    CHECK(r.plain_moved_bytes >= r.moved_bytes);  // minimal movement copies no more than the plan
+  }
+  // each group's second rebalance holds on every rank
+  const placement_report decode_after = in_force(c, "decode_rank", 4, done[2].epoch);
+  const placement_report prefill_after = in_force(c, "prefill_rank", 2, done[3].epoch);
+  CHECK(decode_after.epoch >= 1);
+  CHECK(decode_after.slot_expert != before.slot_expert);
+  check_covers(decode_after, 16, 20);
+  check_covers(prefill_after, 16, 20);
+  check_queue_empty(c);
+  // the stats name what happened
+  expert_balancer_stats s;
+  self->request(balancer(c, "decode"), 10s, stats_atom::value)
+    .receive([&](const expert_balancer_stats& x) { s = x; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  CHECK(s.rebalances == 2);
+  CHECK(s.failed == 1);  // the one before any load
+  CHECK(s.epoch == decode_after.epoch);
+}
+
+TEST_CASE_FIXTURE(expert_balancer_case,
+                  "expert balancer: every interval_steps steps it rebalances by itself") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  topology_config topo = eplb_topology();
+  topo.eplb_interval_steps = 4;
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  reference(weights, tok, topo);
+  const std::vector<request_spec> specs = greedy_requests(24, 22);
+  std::map<uint64_t, size_t> index_of;
+  std::map<uint64_t, collected> got = run_load(c, specs, index_of, [](size_t) {});
+  check_outputs(specs, index_of, got);
+  // its check runs each second: wait (bounded) for the rebalance it starts
+  expert_balancer_stats s;
+  for (int tries = 0; tries < 100 && s.rebalances == 0; ++tries) {
+    self->request(balancer(c, "decode"), 10s, stats_atom::value)
+      .receive([&](const expert_balancer_stats& x) { s = x; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+    if (s.rebalances == 0)
+      self->receive(caf::after(50ms) >> [] {});
+  }
+  CHECK(s.rebalances >= 1);
+  CHECK(s.balancedness.size() == 2);
+  in_force(c, "decode_rank", 4, s.epoch);
+}
+
+TEST_CASE_FIXTURE(expert_balancer_case,
+                  "expert balancer: a rank killed during a rebalance leaves its group on one placement; a "
+                  "killed balancer keeps its configuration and plans from the ranks") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  const topology_config topo = eplb_topology();
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  reference(weights, tok, topo);
+  const std::vector<request_spec> specs = greedy_requests(32, 23);
+  std::map<uint64_t, size_t> index_of;
+  std::optional<rebalance_report> interrupted;
+  std::map<uint64_t, collected> got = run_load(c, specs, index_of, [&](size_t num_done) {
+    if (num_done != 10)
+      return;
+    // the rebalance is under way (its questions to the ranks are out) when the kill lands
+    const expert_balancer_actor b = balancer(c, "decode");
+    auto rp = self->request(b, 30s, rebalance_atom::value);
+    self->request(c.supervisor, 10s, kill_atom::value, std::string("decode_rank"), int64_t{2})
+      .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+    rp.receive([&](const rebalance_report& r) { interrupted = r; },
+               [&](caf::error& e) { FAIL(sys.render(e)); });
+  });
+  check_outputs(specs, index_of, got);
+  REQUIRE(interrupted);
+  const placement_report after_kill = group_placement(c, "decode_rank",
+                                                      4);  // one placement, whatever happened
+  check_covers(after_kill, 16, 20);
+  // the balancer: configured, killed, and its successor has the change and plans from the ranks
+  versioned_config v;
+  self
+    ->request(c.supervisor, 10s, configure_atom::value, std::string("expert_balancer"), int64_t{1},
+              config_fields{{"policy", std::string("global")}, {"minimal_movement", false}})
+    .receive([&](const versioned_config& x) { v = x; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  CHECK(v.epoch == 1);
+  const caf::actor old = caf::actor_cast<caf::actor>(balancer(c, "decode"));
+  self->request(c.supervisor, 10s, kill_atom::value, std::string("expert_balancer"), int64_t{1})
+    .receive([&](bool killed) { CHECK(killed); }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  const auto fresh = caf::actor_cast<expert_balancer_actor>(ask<caf::actor>(
+    c.supervisor, lookup_atom::value, std::string("expert_balancer"), int64_t{1}, old.address()));
+  REQUIRE(fresh);
+  versioned_config now;
+  self->request(fresh, 10s, config_atom::value)
+    .receive([&](const versioned_config& x) { now = x; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  CHECK(now.epoch == 1);
+  bool global = false;
+  for (const config_field& f : now.fields)
+    global = global || (f.key == "policy" && std::get<std::string>(f.value) == "global");
+  CHECK(global);
+  // more load, then a rebalance by the successor: above the epoch the ranks hold
+  const std::vector<request_spec> more = greedy_requests(12, 24);
+  std::map<uint64_t, size_t> more_index;
+  std::map<uint64_t, collected> more_got = run_load(c, more, more_index, [](size_t) {});
+  check_outputs(more, more_index, more_got);
+  const rebalance_report r = rebalance(c, "decode");
+  CHECK(r.error == "");
+  const placement_report last = in_force(c, "decode_rank", 4, r.epoch);
+  CHECK(r.epoch >= after_kill.epoch);
+  check_covers(last, 16, 20);
+  check_queue_empty(c);
+}
