@@ -6,6 +6,8 @@
 #include <array>
 #include <chrono>
 #include <limits>
+#include <optional>
+#include <set>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -24,7 +26,10 @@ constexpr auto admin_timeout = std::chrono::seconds(10);
 constexpr size_t max_fields = 32;
 constexpr size_t max_value_bytes = 64;
 constexpr size_t max_list = 1024;
-constexpr std::array<std::string_view, 3> targets = {"prefill_balancer", "decode_balancer", "request_queue"};
+constexpr std::array<std::string_view, 4> targets = {"prefill_balancer", "decode_balancer", "expert_balancer",
+                                                     "request_queue"};
+// The expert balancer is one per EP group (index 0: prefill, 1: decode); a change goes to both.
+constexpr int64_t num_expert_balancers = 2;
 
 std::string_view key_of(const msgpack::object_kv& kv) {
   return kv.key.type == msgpack::type::STR ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size)
@@ -169,20 +174,42 @@ std::variant<admin_configure_request, rpc_error> parse_admin_drain(const msgpack
 void spawn_admin_configure(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
                            uint32_t msgid, admin_configure_request req, const reply_fn& reply) {
   sys.spawn([=, req = std::move(req)](caf::event_based_actor* self) {
-    self
-      ->request(target->handles.supervisor, admin_timeout, configure_atom::value, req.target, int64_t{0},
-                req.change)
-      .then(
-        [=](const versioned_config& v) {
-          msgpack::sbuffer out;
-          msgpack::packer<msgpack::sbuffer> pk(out);
-          pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(2);
-          pk.pack("target").pack(v.target).pack("epoch").pack(v.epoch);
-          reply(std::move(out), std::nullopt);
-        },
-        [=](caf::error& e) {
-          reply(encode_error(msgid, from_cluster(e, self->system(), "admin.configure")), std::nullopt);
-        });
+    const int64_t num_children = req.target == "expert_balancer" ? num_expert_balancers : 1;
+    struct outcome {
+      std::optional<versioned_config> accepted;
+      std::optional<caf::error> refused;
+      int64_t pending = 0;
+    };
+    auto o = std::make_shared<outcome>();
+    o->pending = num_children;
+    for (int64_t index = 0; index < num_children; ++index) {
+      auto one = [=] {
+        if (--o->pending > 0)
+          return;
+        if (o->refused)
+          return reply(encode_error(msgid, from_cluster(*o->refused, self->system(), "admin.configure")),
+                       std::nullopt);
+        msgpack::sbuffer out;
+        msgpack::packer<msgpack::sbuffer> pk(out);
+        pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(2);
+        pk.pack("target").pack(o->accepted->target).pack("epoch").pack(o->accepted->epoch);
+        reply(std::move(out), std::nullopt);
+      };
+      self
+        ->request(target->handles.supervisor, admin_timeout, configure_atom::value, req.target, index,
+                  req.change)
+        .then(
+          [=](const versioned_config& v) {
+            if (!o->accepted || o->accepted->epoch < v.epoch)
+              o->accepted = v;
+            one();
+          },
+          [=](caf::error& e) {
+            if (!o->refused)
+              o->refused = std::move(e);
+            one();
+          });
+    }
   });
 }
 
@@ -192,11 +219,17 @@ void spawn_admin_config(caf::actor_system& sys, std::shared_ptr<const serving_ta
     self->request(target->handles.supervisor, admin_timeout, config_atom::value)
       .then(
         [=](const std::vector<versioned_config>& all) {
+          std::set<std::string> targets_seen;  // the second expert balancer: both take every change
+          std::vector<const versioned_config*> shown;
+          for (const versioned_config& v : all)
+            if (targets_seen.insert(v.target).second)
+              shown.push_back(&v);
           msgpack::sbuffer out;
           msgpack::packer<msgpack::sbuffer> pk(out);
           pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(
-            static_cast<uint32_t>(all.size()));
-          for (const versioned_config& v : all) {
+            static_cast<uint32_t>(shown.size()));
+          for (const versioned_config* shown_one : shown) {
+            const versioned_config& v = *shown_one;
             pk.pack(v.target).pack_map(static_cast<uint32_t>(v.fields.size() + 1));
             pk.pack("epoch").pack(v.epoch);
             for (const config_field& f : v.fields) {

@@ -12,6 +12,7 @@
 
 #include "net/admin_config.hpp"
 #include "net/admin_expert_load.hpp"
+#include "net/admin_rebalance.hpp"
 #include "net/connection_bridge.hpp"
 #include "net/rpc_methods.hpp"
 #include "net/server_probes.hpp"
@@ -255,6 +256,14 @@ void rpc_connection::handle_request(rpc_request& request) {
           return write(encode_error(msgid, *err));
         return spawn_admin_configure(shared_->sys, shared_->target, msgid,
                                      std::get<admin_configure_request>(std::move(req)),
+                                     reply_to(shared_from_this(), /*probe=*/false));
+      }
+      case rpc_method::admin_rebalance: {
+        auto roles = parse_admin_rebalance(request.params);
+        if (auto* err = std::get_if<rpc_error>(&roles))
+          return write(encode_error(msgid, *err));
+        return spawn_admin_rebalance(shared_->sys, shared_->target, msgid,
+                                     std::get<std::vector<std::string>>(std::move(roles)),
                                      reply_to(shared_from_this(), /*probe=*/false));
       }
       case rpc_method::detokenize: {

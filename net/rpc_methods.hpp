@@ -12,6 +12,7 @@
 //   admin.config, admin.configure, admin.drain, admin.undrain   admin connections
 //                                       (net/admin_config.hpp)
 //   admin.expert_load  []               admin connections (net/admin_expert_load.hpp)
+//   admin.rebalance    [] or [{role}]   admin connections (net/admin_rebalance.hpp)
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,7 @@ enum class rpc_method : uint8_t {
   admin_drain,        // a rank takes no new work
   admin_undrain,      // it takes work again
   admin_expert_load,  // routed tokens per layer and expert (net/admin_expert_load.hpp)
+  admin_rebalance,    // plan and install expert placements now (net/admin_rebalance.hpp)
 };
 
 /// Whether the server answers it only when started with --fault-injection (404 otherwise).
@@ -55,7 +57,8 @@ enum class rpc_method : uint8_t {
 /// Whether only an admin connection may call it (403 otherwise).
 [[nodiscard]] constexpr bool is_admin_method(rpc_method m) noexcept {
   return is_fault_injection_method(m) || m == rpc_method::admin_config || m == rpc_method::admin_configure ||
-         m == rpc_method::admin_drain || m == rpc_method::admin_undrain || m == rpc_method::admin_expert_load;
+         m == rpc_method::admin_drain || m == rpc_method::admin_undrain ||
+         m == rpc_method::admin_expert_load || m == rpc_method::admin_rebalance;
 }
 
 [[nodiscard]] std::optional<rpc_method> find_method(std::string_view name) noexcept;

@@ -28,6 +28,7 @@ struct gathered {
   std::vector<rank_stats> ranks;
   sampled_stats sampled;
   balance_report prefill_balance, decode_balance;  // zeros while a balancer is being restarted
+  std::vector<expert_balancer_stats> experts;      // the expert balancers that answered
   size_t num_pending = 0;
   bool failed = false;
 };
@@ -44,6 +45,20 @@ void pack_balance(msgpack::packer<msgpack::sbuffer>& pk, const balance_report& b
   pk.pack_map(5).pack("picks").pack(b.num_picks).pack("balancedness").pack_double(b.balancedness);
   pk.pack("mean").pack_double(b.mean).pack("max").pack_double(b.max);
   pk.pack("per_rank").pack(b.per_rank);
+}
+
+// {role: {epoch, rebalances, failed, moved_bytes, last_seconds, balancedness: [per MoE layer],
+// last_error}}: each EP group's expert balancer
+void pack_experts(msgpack::packer<msgpack::sbuffer>& pk, std::vector<expert_balancer_stats> all) {
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.role > b.role; });  // prefill first
+  pk.pack_map(static_cast<uint32_t>(all.size()));
+  for (const expert_balancer_stats& e : all) {
+    pk.pack(e.role).pack_map(7).pack("epoch").pack(e.epoch).pack("rebalances").pack(e.rebalances);
+    pk.pack("failed").pack(e.failed).pack("moved_bytes").pack(e.moved_bytes);
+    pk.pack("last_seconds").pack_double(e.last_seconds).pack("balancedness").pack(e.balancedness);
+    pk.pack("last_error").pack(e.last_error);
+  }
 }
 
 void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t num_prefill) {
@@ -101,7 +116,7 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, cons
   msgpack::packer<msgpack::sbuffer> pk(out);
   const double uptime = seconds_since(c.start);
   const int64_t num_rated = c.num_rated_requests.load();
-  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(15);
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(16);
   pk.pack("uptime_s").pack_double(uptime);
   pk.pack("requests").pack(c.num_requests.load());
   pk.pack("failed").pack(c.num_failed.load());
@@ -124,6 +139,8 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, cons
   pack_balance(pk, g.prefill_balance);
   pk.pack("decode");
   pack_balance(pk, g.decode_balance);
+  pk.pack("experts");
+  pack_experts(pk, g.experts);
   pk.pack("recovery");
   pack_recovery(pk, c, g.actors);
   return out;
@@ -170,7 +187,7 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
     g->ranks.resize(c.prefill_ranks.size() + c.decode_ranks.size());
-    g->num_pending = 5 + g->ranks.size();
+    g->num_pending = 7 + g->ranks.size();
     auto one_done = [=] {
       if (--g->num_pending > 0)
         return;
@@ -232,6 +249,23 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
               .then(
                 [=](const balance_report& b) {
                   (prefill ? g->prefill_balance : g->decode_balance) = b;
+                  one_done();
+                },
+                [=](caf::error&) { one_done(); });
+          },
+          [=](caf::error&) { one_done(); });
+    }
+    for (const int64_t index : {int64_t{0}, int64_t{1}}) {  // none without routed experts, or restarting
+      using expert_stats_actor = caf::typed_actor<caf::replies_to<stats_atom>::with<expert_balancer_stats>>;
+      self->request(c.supervisor, probe_timeout, lookup_atom::value, std::string("expert_balancer"), index)
+        .then(
+          [=](const caf::actor& balancer) {
+            if (!balancer)
+              return one_done();
+            self->request(caf::actor_cast<expert_stats_actor>(balancer), probe_timeout, stats_atom::value)
+              .then(
+                [=](const expert_balancer_stats& e) {
+                  g->experts.push_back(e);
                   one_done();
                 },
                 [=](caf::error&) { one_done(); });

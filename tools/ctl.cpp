@@ -6,6 +6,7 @@
 //   ctl apply FILE.toml              admin.configure once per table, in the file's order
 //   ctl drain|undrain ROLE RANK      admin.drain / admin.undrain
 //   ctl expert-load [--out FILE]     admin.expert_load's matrix (what eplb-plan --load reads)
+//   ctl rebalance [--role ROLE]      admin.rebalance: plan and install expert placements now
 // Replies print as JSON; a refusal is "error: <code> <message>" and exit status 2.
 #include <CLI/CLI.hpp>
 
@@ -132,6 +133,16 @@ void run_expert_load(const ctl_options& o) {
                static_cast<long long>(all.value("window_steps", int64_t{0})), o.out.c_str());
 }
 
+void run_rebalance(const ctl_options& o) {
+  admin_connection c(o);
+  print(c.call("admin.rebalance", [&](auto& pk) {
+    if (o.role.empty())
+      pk.pack_array(0);
+    else
+      pk.pack_array(1).pack_map(1).pack("role").pack(o.role);
+  }));
+}
+
 }  // namespace
 
 void add_ctl(CLI::App& app) {
@@ -144,11 +155,12 @@ void add_ctl(CLI::App& app) {
     ->envname("MOESERVE_ADMIN_KEY");
 
   CLI::App* get = ctl->add_subcommand("get", "Print the configuration (every target's, or one's) as JSON");
-  get->add_option("target", o->target, "prefill_balancer, decode_balancer or request_queue");
+  get->add_option("target", o->target, "prefill_balancer, decode_balancer, expert_balancer or request_queue");
   get->callback([o] { run_get(*o); });
 
   CLI::App* set = ctl->add_subcommand("set", "Change fields of one target, all or none");
-  set->add_option("target", o->target, "prefill_balancer, decode_balancer or request_queue")->required();
+  set->add_option("target", o->target, "prefill_balancer, decode_balancer, expert_balancer or request_queue")
+    ->required();
   set->add_option("fields", o->assignments, "KEY=VALUE (true, 3, 0.5, 1,2 or a word)")->required();
   set->callback([o] { run_set(*o); });
 
@@ -171,6 +183,12 @@ void add_ctl(CLI::App& app) {
     ->check(CLI::IsMember({"all", "prefill", "decode"}))
     ->capture_default_str();
   load->callback([o] { run_expert_load(*o); });
+
+  CLI::App* rebalance = ctl->add_subcommand(
+    "rebalance", "Have the expert balancers plan from the routed load and move experts now");
+  rebalance->add_option("--role", o->role, "Only this group's: prefill or decode")
+    ->check(CLI::IsMember({"prefill", "decode"}));
+  rebalance->callback([o] { run_rebalance(*o); });
 }
 
 }  // namespace moe::tools

@@ -69,9 +69,10 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   const net::rpc_response listed = ask(admin, request_bytes(2, "admin.actors", std::vector<int>{}));
   REQUIRE(error_code(listed) == 0);
   const std::map<std::string, int64_t> none = {{"connection_bridge", 0}, {"decode_balancer", 0},
-                                               {"decode_rank", 0},       {"metrics", 0},
-                                               {"prefill_balancer", 0},  {"prefill_rank", 0},
-                                               {"request_queue", 0},     {"stats_sampler", 0}};
+                                               {"decode_rank", 0},       {"expert_balancer", 0},
+                                               {"metrics", 0},           {"prefill_balancer", 0},
+                                               {"prefill_rank", 0},      {"request_queue", 0},
+                                               {"stats_sampler", 0}};
   CHECK(restarts_by_kind(listed) == none);
   CHECK(error_code(ask(admin, kill_bytes(3, "nobody", 0))) == 422);
   CHECK(error_code(ask(admin, kill_bytes(4, "decode_rank", 7))) == 422);
@@ -80,7 +81,8 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   const std::vector<int32_t> want =
     reference_run(prompt, {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true}).output_ids;
   uint32_t msgid = 10;
-  for (const char* kind : {"decode_balancer", "decode_rank", "prefill_rank", "metrics", "stats_sampler"}) {
+  for (const char* kind :
+       {"decode_balancer", "decode_rank", "prefill_rank", "metrics", "stats_sampler", "expert_balancer"}) {
     CAPTURE(kind);
     const net::rpc_response killed = ask(admin, kill_bytes(msgid++, kind, 0));
     REQUIRE(error_code(killed) == 0);
@@ -90,15 +92,16 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
     CHECK(result_map(r).at("output_ids").as<std::vector<int32_t>>() == want);
   }
   const std::map<std::string, int64_t> once = {{"connection_bridge", 0}, {"decode_balancer", 1},
-                                               {"decode_rank", 1},       {"metrics", 1},
-                                               {"prefill_balancer", 0},  {"prefill_rank", 1},
-                                               {"request_queue", 0},     {"stats_sampler", 1}};
+                                               {"decode_rank", 1},       {"expert_balancer", 1},
+                                               {"metrics", 1},           {"prefill_balancer", 0},
+                                               {"prefill_rank", 1},      {"request_queue", 0},
+                                               {"stats_sampler", 1}};
   CHECK(restarts_by_kind(ask(admin, request_bytes(msgid++, "admin.actors", std::vector<int>{}))) == once);
   net::rpc_response stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
   for (int tries = 0; tries < 100 && error_code(stats) != 0; ++tries)  // the sampler's restart is on its way
     stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
   REQUIRE(error_code(stats) == 0);
-  CHECK(result_map(stats).at("requests").as<int64_t>() == 5);
+  CHECK(result_map(stats).at("requests").as<int64_t>() == 6);  // one generate after each kill
 }
 
 TEST_CASE_FIXTURE(server_fixture,

@@ -55,8 +55,10 @@ TEST_CASE_FIXTURE(server_fixture, "admin.configure, admin.config and admin.drain
   net::rpc_response r = ask(admin, request_bytes(2, "admin.config", std::vector<int>{}));
   REQUIRE(error_code(r) == 0);
   auto all = r.result.as<std::map<std::string, fields>>();
-  REQUIRE(all.size() == 3);
+  REQUIRE(all.size() == 4);
   CHECK(all.at("decode_balancer").at("epoch").as<int64_t>() == 0);
+  CHECK(all.at("expert_balancer").at("policy").as<std::string>() == "off");  // the topology's default
+  CHECK(all.at("expert_balancer").at("interval_steps").as<int64_t>() == 1000);
   CHECK(all.at("decode_balancer").at("policy").as<std::string>() == "deepseek");
   CHECK(all.at("request_queue").at("max_queued").as<int64_t>() == topo.max_queued_requests);
   CHECK(all.at("prefill_balancer").at("token_weight").as<double>() == 1.0);
@@ -73,8 +75,9 @@ TEST_CASE_FIXTURE(server_fixture, "admin.configure, admin.config and admin.drain
   CHECK(message_of(r) == "kv_weight: expected a number from 0 to 1000000, got -3");
   r = ask(admin, map_request(5, "admin.configure", kv("target", "metrics"), kv("policy", "x")));
   CHECK(error_code(r) == 422);
-  CHECK(message_of(r) ==
-        "target: expected one of prefill_balancer, decode_balancer, request_queue, got \"metrics\"");
+  CHECK(
+    message_of(r) ==
+    "target: expected one of prefill_balancer, decode_balancer, expert_balancer, request_queue, got \"metrics\"");
   r = ask(admin, map_request(6, "admin.drain", kv("role", "decode"), kv("rank", 2)));
   CHECK(error_code(r) == 422);
   CHECK(message_of(r) == "drain: expected an integer from 0 to 1, got 2");
@@ -166,4 +169,47 @@ TEST_CASE_FIXTURE(server_fixture,
   test_client client(server->port());
   REQUIRE(error_code(ask(client, request_bytes(1, "auth", std::vector<std::string>{"client-secret"}))) == 0);
   CHECK(error_code(ask(client, request_bytes(2, "admin.expert_load", std::vector<int>{}))) == 403);
+}
+
+TEST_CASE_FIXTURE(server_fixture,
+                  "admin.rebalance installs a placement per EP group from the routed load; 503 before any") {
+  if (skip_without_tokenizer())
+    return;
+  topo.decode_ranks = 2;
+  start({}, keys);
+  test_client admin(server->port());
+  REQUIRE(error_code(ask(admin, request_bytes(1, "auth", std::vector<std::string>{"admin-secret"}))) == 0);
+  // nothing routed yet: every group refuses, and says why
+  net::rpc_response r = ask(admin, request_bytes(2, "admin.rebalance", std::vector<int>{}));
+  CHECK(error_code(r) == 503);
+  CHECK(message_of(r) ==
+        "admin.rebalance: prefill: no tokens were routed in the window yet; decode: no tokens were routed "
+        "in the window yet");
+  r = ask(admin, map_request(3, "admin.rebalance", kv("role", std::string("middle"))));
+  CHECK(error_code(r) == 422);
+  CHECK(message_of(r) == "role: expected prefill or decode, got \"middle\"");
+  uint32_t id = 4;
+  for (const int64_t len : {6, 9}) {
+    std::vector<int32_t> prompt = {0};
+    for (int32_t t = 1; t < len; ++t)
+      prompt.push_back(200 + 7 * t);
+    admin.send(packed([&](packer& pk) {
+      pk.pack_array(4).pack(0).pack(id++).pack("generate").pack_array(1).pack_map(3);
+      pk.pack("input_ids").pack(prompt).pack("max_tokens").pack(6).pack("ignore_eos").pack(true);
+    }));
+    REQUIRE(error_code(admin.next_response()) == 0);
+  }
+  r = ask(admin, map_request(id++, "admin.rebalance", kv("role", std::string("decode"))));
+  REQUIRE(error_code(r) == 0);
+  const fields m = result_map(r);
+  CHECK(m.at("epoch").as<uint64_t>() ==
+        1);  // a plan of the 16 experts over 2 ranks differs from 0..7 | 8..15
+  const auto groups = m.at("groups").as<std::vector<fields>>();
+  REQUIRE(groups.size() == 1);
+  CHECK(groups[0].at("role").as<std::string>() == "decode");
+  CHECK(groups[0].at("error").as<std::string>() == "");
+  CHECK(groups[0].at("balancedness_after").as<std::vector<double>>().size() == 2);
+  test_client client(server->port());
+  REQUIRE(error_code(ask(client, request_bytes(1, "auth", std::vector<std::string>{"client-secret"}))) == 0);
+  CHECK(error_code(ask(client, request_bytes(2, "admin.rebalance", std::vector<int>{}))) == 403);
 }

@@ -36,11 +36,11 @@ done
 echo "ok: chaos on 1P+1D:"; cat "$tmp/one.out"
 
 timeout -k 5 300 "$moeserve" chaos --model "$tmp/m" --reference --prefill-ranks 2 --decode-ranks 2 \
-  --requests 200 --max-tokens 16 --kills 27 --interval 0.25 --seed 2 >"$tmp/two.out" 2>&1 ||
+  --requests 200 --max-tokens 16 --kills 30 --interval 0.25 --seed 2 >"$tmp/two.out" 2>&1 ||
   fail "chaos on 2P+2D: $(cat "$tmp/two.out")"
 check_run "$tmp/two.out" 200 "chaos on 2P+2D"
 twice=$(rows "$tmp/two.out" | awk '$2 >= 2 { n++ } END { print n + 0 }')
-[[ $twice -eq 9 ]] || fail "chaos on 2P+2D killed fewer than 9 kinds twice: $(cat "$tmp/two.out")"
+[[ $twice -eq 10 ]] || fail "chaos on 2P+2D killed fewer than 10 kinds twice: $(cat "$tmp/two.out")"
 kills=$(rows "$tmp/two.out" | awk '{ n += $2 } END { print n + 0 }')
 [[ $kills -ge 20 ]] || fail "chaos on 2P+2D made $kills kills, fewer than 20: $(cat "$tmp/two.out")"
 echo "ok: chaos on 2P+2D:"; cat "$tmp/two.out"

@@ -2,7 +2,8 @@
 # tests/scripts/test_ctl.sh
 # `moeserve ctl` against `moeserve serve` (tiny model, 1P+2D, an admin key from the environment)
 # on an ephemeral loopback port: get, set (and a refused change that changes nothing), apply of
-# a TOML file, drain/undrain, and expert-load written to a file that `eplb-plan` then plans from;
+# a TOML file, drain/undrain, expert-load written to a file that `eplb-plan` then plans from, and
+# a rebalance that installs a placement in both EP groups;
 # the replies read back by Python's json; without the key, refused. The server always goes down.
 # Run by CTest as: bash test_ctl.sh <path-to-moeserve> <build-dir>
 set -uo pipefail
@@ -40,7 +41,7 @@ ctl=("$moeserve" ctl --port "$port")
 
 "${ctl[@]}" get >"$tmp/out" || fail "ctl get"
 check "get lists every target at epoch 0" \
-  "sorted(j) == ['decode_balancer', 'prefill_balancer', 'request_queue'] and j['decode_balancer']['epoch'] == 0"
+  "sorted(j) == ['decode_balancer', 'expert_balancer', 'prefill_balancer', 'request_queue'] and j['decode_balancer']['epoch'] == 0 and j['expert_balancer']['policy'] == 'off'"
 "${ctl[@]}" set decode_balancer policy=round_robin seed=4 >"$tmp/out" || fail "ctl set"
 check "set answers the new epoch" "j == {'target': 'decode_balancer', 'epoch': 1}"
 out=$("${ctl[@]}" set decode_balancer policy=power_of_two kv_weight=-1 2>&1)
@@ -79,6 +80,17 @@ check "expert-load: 2 MoE layers x 16 experts, tokens counted" \
 "$moeserve" eplb-plan --load "$tmp/load.json" --replicas 20 --ranks 2 >"$tmp/out" || fail "eplb-plan"
 check "eplb-plan plans from what expert-load wrote" \
   "len(j['phy2log']) == 2 and all(sorted(set(r)) == list(range(16)) and len(r) == 20 for r in j['phy2log'])"
+
+"${ctl[@]}" rebalance >"$tmp/out" 2>"$tmp/err" || fail "ctl rebalance: $(cat "$tmp/err")"
+# the prefill group is one rank: even already, nothing to install (epoch 0); the decode group's
+# two ranks get a new placement (epoch 1) at least as even as the one before
+check "rebalance: both groups planned from the load" \
+  "[g['role'] for g in j['groups']] == ['prefill', 'decode'] and all(g['error'] == '' and len(g['balancedness_after']) == 2 for g in j['groups']) and [g['epoch'] for g in j['groups']] == [0, 1] and j['groups'][0]['moved_experts'] == 0 and all(a >= b for a, b in zip(j['groups'][1]['balancedness_after'], j['groups'][1]['balancedness_before'])) and j['epoch'] == 1 and j['plain_moved_bytes'] >= j['moved_bytes']"
+"${ctl[@]}" set expert_balancer interval_steps=0 minimal_movement=false >"$tmp/out" || fail "ctl set expert_balancer"
+check "set expert_balancer: both groups' balancers take it" "j == {'target': 'expert_balancer', 'epoch': 1}"
+out=$("${ctl[@]}" rebalance --role middle 2>&1)
+[[ $? -ne 0 && $out == *"--role"* ]] || fail "ctl rebalance --role middle: $out"
+echo "ok: rebalance refuses an unknown role"
 
 out=$(env -u MOESERVE_ADMIN_KEY "${ctl[@]}" get 2>&1)
 [[ $? -eq 2 && $out == *"403"* ]] || fail "ctl without the key: $out"
