@@ -140,16 +140,11 @@ struct rank_recipe {
   std::shared_ptr<group_roster> prefill_roster, decode_roster;
 };
 
-// One routed expert's bytes (weights and FP8 scales), what a move of it copies.
+// One routed expert's bytes (every expert has the same shapes), what a move of it copies.
 int64_t expert_bytes(const model_weights& w) {
   for (const layer_weights& l : w.layers)
-    if (l.is_moe && !l.moe.experts.empty()) {
-      int64_t bytes = 0;
-      for (const linear_weight* p :
-           {&l.moe.experts[0].gate_proj, &l.moe.experts[0].up_proj, &l.moe.experts[0].down_proj})
-        bytes += p->num_bytes() + p->scale_bytes();
-      return bytes;
-    }
+    if (l.is_moe && !l.moe.experts.empty())
+      return mlp_bytes(l.moe.experts[0]);
   return 0;
 }
 

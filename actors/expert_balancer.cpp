@@ -125,19 +125,6 @@ std::vector<std::vector<int32_t>> moe_rows(const placement_report& p) {
   return rows;
 }
 
-// The balancedness of each MoE layer of `p` under `load`.
-std::vector<double> layer_balancedness(const placement_report& p, const matrix<double>& load,
-                                       int64_t num_ranks) {
-  std::vector<double> out;
-  const std::vector<std::vector<int32_t>> rows = moe_rows(p);
-  for (size_t l = 0; l < rows.size() && static_cast<int64_t>(l) < load.rows; ++l) {
-    const auto begin = load.data.begin() + static_cast<std::ptrdiff_t>(l) * load.cols;
-    const std::vector<double> row(begin, begin + load.cols);
-    out.push_back(balancedness(placement_loads(rows[l], row, num_ranks)));
-  }
-  return out;
-}
-
 void finish(balancer_pointer self, rebalance_report report) {
   auto& st = self->state;
   if (report.error.empty()) {
@@ -347,7 +334,8 @@ void check(balancer_pointer self) {
     if (auto* p = std::get_if<placement_report>(&agreed)) {
       st.stats.epoch = p->epoch;
       if (auto* load = std::get_if<matrix<double>>(&summed))
-        st.stats.balancedness = layer_balancedness(*p, *load, static_cast<int64_t>(st.ranks.size()));
+        st.stats.balancedness = placement_balancedness(moe_rows(*p), *load,
+                                                       static_cast<int64_t>(st.ranks.size()));
     }
     const expert_balancer_settings& s = st.settings.now;
     if (!st.running && s.policy != "off" && s.interval_steps > 0 && st.steps_since >= s.interval_steps)

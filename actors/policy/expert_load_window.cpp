@@ -68,7 +68,7 @@ double balancedness(std::span<const double> rank_tokens) {
   return most > 0.0 ? sum / static_cast<double>(rank_tokens.size()) / most : 0.0;
 }
 
-std::vector<double> tokens_per_rank(std::span<const int64_t> expert_tokens,
+std::vector<double> tokens_per_rank(std::span<const double> expert_tokens,
                                     std::span<const int32_t> slot_expert, int64_t num_ranks) {
   std::vector<double> out(static_cast<size_t>(num_ranks), 0.0);
   if (num_ranks <= 0 || slot_expert.empty())
@@ -81,7 +81,7 @@ std::vector<double> tokens_per_rank(std::span<const int64_t> expert_tokens,
   for (size_t s = 0; s < slot_expert.size(); ++s) {
     const int32_t e = slot_expert[s];
     if (e >= 0 && static_cast<size_t>(e) < replicas.size())
-      out[s / per_rank] += static_cast<double>(expert_tokens[static_cast<size_t>(e)]) /
+      out[s / per_rank] += expert_tokens[static_cast<size_t>(e)] /
                            static_cast<double>(replicas[static_cast<size_t>(e)]);
   }
   return out;

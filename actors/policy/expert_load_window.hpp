@@ -48,7 +48,7 @@ class expert_load_window {
 
 /// Tokens each rank of an EP group receives for one layer under `placement`-like slot tables:
 /// a logical expert's count split evenly over its replicas. slot_expert [num_ranks * slots_per_rank].
-[[nodiscard]] std::vector<double> tokens_per_rank(std::span<const int64_t> expert_tokens,
+[[nodiscard]] std::vector<double> tokens_per_rank(std::span<const double> expert_tokens,
                                                   std::span<const int32_t> slot_expert, int64_t num_ranks);
 
 }  // namespace moe

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
 #include <stdexcept>
 
 namespace moe {
@@ -91,28 +92,15 @@ std::vector<int32_t> keep_in_place(const std::vector<int32_t>& from, std::vector
   return out;
 }
 
-std::vector<double> placement_loads(const std::vector<int32_t>& slots, const std::vector<double>& load,
-                                    int64_t num_ranks) {
-  const int64_t k = per_rank(slots, num_ranks, "placement_loads");
-  std::vector<int64_t> replicas(load.size(), 0);
-  for (const int32_t e : slots)
-    ++replicas.at(static_cast<size_t>(e));
-  std::vector<double> out(static_cast<size_t>(num_ranks), 0.0);
-  for (size_t p = 0; p < slots.size(); ++p)
-    out[p / static_cast<size_t>(k)] += load[static_cast<size_t>(slots[p])] /
-                                       static_cast<double>(replicas[slots[p]]);
-  return out;
-}
-
-double balancedness(const std::vector<double>& per_rank) {
-  if (per_rank.empty())
-    return 1.0;
-  double sum = 0.0, max = 0.0;
-  for (const double x : per_rank) {
-    sum += x;
-    max = std::max(max, x);
+std::vector<double> placement_balancedness(const std::vector<std::vector<int32_t>>& rows,
+                                           const matrix<double>& load, int64_t num_ranks) {
+  std::vector<double> out;
+  for (size_t l = 0; l < rows.size() && static_cast<int64_t>(l) < load.rows; ++l) {
+    const std::span<const double> row(load.data.data() + static_cast<int64_t>(l) * load.cols,
+                                      static_cast<size_t>(load.cols));
+    out.push_back(balancedness(tokens_per_rank(row, rows[l], num_ranks)));
   }
-  return max > 0.0 ? sum / static_cast<double>(per_rank.size()) / max : 1.0;
+  return out;
 }
 
 placement_change_plan plan_placement(const matrix<double>& load,
@@ -129,15 +117,14 @@ placement_change_plan plan_placement(const matrix<double>& load,
   for (int64_t l = 0; l < load.rows; ++l) {
     std::vector<int32_t> to(plan.phy2log.data.begin() + l * slots,
                             plan.phy2log.data.begin() + (l + 1) * slots);
-    const std::vector<double> row(load.data.begin() + l * load.cols, load.data.begin() + (l + 1) * load.cols);
     out.moved_plain += replicas_moved(current[l], to, num_ranks);
     if (minimal_movement)
       to = keep_in_place(current[l], std::move(to), num_ranks);
     out.moved += replicas_moved(current[l], to, num_ranks);
-    out.balancedness_before.push_back(balancedness(placement_loads(current[l], row, num_ranks)));
-    out.balancedness_after.push_back(balancedness(placement_loads(to, row, num_ranks)));
     out.slots.push_back(std::move(to));
   }
+  out.balancedness_before = placement_balancedness(current, load, num_ranks);
+  out.balancedness_after = placement_balancedness(out.slots, load, num_ranks);
   return out;
 }
 

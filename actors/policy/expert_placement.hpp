@@ -2,7 +2,7 @@
 // From an EPLB plan to the placement a group installs: how many slots each rank holds, which
 // replicas a new plan makes a rank copy in (what a rebalance moves), how to lay the plan's
 // ranks over the current ones so that replicas already in place stay (minimal movement), and
-// how even a placement spreads a layer's load. Pure functions over physical -> logical rows
+// how even a placement spreads each layer's load. Pure functions over physical -> logical rows
 // (layer_placement::slot_expert, EPLB's phy2log): slot p lives on rank p / slots_per_rank.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/policy/eplb.hpp"
+#include "actors/policy/expert_load_window.hpp"
 
 namespace moe {
 
@@ -32,13 +33,10 @@ namespace moe {
 [[nodiscard]] std::vector<int32_t> keep_in_place(const std::vector<int32_t>& from, std::vector<int32_t> to,
                                                  int64_t num_ranks);
 
-/// Per-rank load of one layer under placement row `slots`: each slot carries load[e] / (the
-/// replicas of e in the row).
-[[nodiscard]] std::vector<double> placement_loads(const std::vector<int32_t>& slots,
-                                                  const std::vector<double>& load, int64_t num_ranks);
-
-/// mean / max of `per_rank` (1 when every rank is even or nothing is loaded).
-[[nodiscard]] double balancedness(const std::vector<double>& per_rank);
+/// The balancedness (expert_load_window.hpp's: mean / max tokens per rank) of each MoE layer's
+/// row of `rows` under that layer's row of `load` [moe_layers, num_logical].
+[[nodiscard]] std::vector<double> placement_balancedness(const std::vector<std::vector<int32_t>>& rows,
+                                                         const matrix<double>& load, int64_t num_ranks);
 
 /// A planned change of a group's placement, per MoE layer.
 struct placement_change_plan {

@@ -188,11 +188,11 @@ int64_t linear_bytes(const linear_weight& lw) {
   return lw.num_bytes() + lw.scale_bytes();
 }
 
+}  // namespace
+
 int64_t mlp_bytes(const mlp_weights& m) {
   return linear_bytes(m.gate_proj) + linear_bytes(m.up_proj) + linear_bytes(m.down_proj);
 }
-
-}  // namespace
 
 model_weights load_model_weights(std::shared_ptr<const checkpoint> ckpt) {
   model_weights w;

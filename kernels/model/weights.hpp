@@ -103,6 +103,9 @@ struct model_weights {
 /// (model.layers.<num_hidden_layers>.*) are ignored. Throws input_error naming file and tensor.
 [[nodiscard]] model_weights load_model_weights(std::shared_ptr<const checkpoint> ckpt);
 
+/// Bytes of an MLP's weights and FP8 block scales (a routed expert's: what moving it copies).
+[[nodiscard]] int64_t mlp_bytes(const mlp_weights& m);
+
 /// Bytes of weights read to decode one token at batch 1 (attention, dense, shared, top-k routed
 /// experts, router, lm_head; the embedding row is negligible).
 [[nodiscard]] int64_t weight_bytes_per_token(const model_weights& w);

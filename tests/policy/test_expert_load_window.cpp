@@ -50,7 +50,7 @@ TEST_CASE("balancedness: mean over max of the tokens each rank receives") {
 
 TEST_CASE("tokens per rank: a replicated expert's tokens split over its replicas") {
   // experts 0..3 with 8, 2, 4, 6 tokens; 3 ranks x 2 slots: rank 0 {0, 1}, rank 1 {2, 0}, rank 2 {3, 3}
-  const std::vector<int64_t> tokens = {8, 2, 4, 6};
+  const std::vector<double> tokens = {8, 2, 4, 6};
   const std::vector<int32_t> slots = {0, 1, 2, 0, 3, 3};
   const std::vector<double> per_rank = tokens_per_rank(tokens, slots, 3);
   CHECK(per_rank == std::vector<double>{4 + 2, 4 + 4, 3 + 3});

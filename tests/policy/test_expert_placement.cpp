@@ -53,13 +53,13 @@ TEST_CASE("expert placement: what a change copies, and keeping replicas where th
 
 TEST_CASE("expert placement: per-rank loads split a replicated expert's tokens evenly") {
   // load [10, 4, 6, 8]; slots [0, 1, 3 | 2, 3, 0]: experts 0 and 3 have two replicas each
-  const std::vector<double> loads = placement_loads({0, 1, 3, 2, 3, 0}, {10, 4, 6, 8}, 2);
+  const std::vector<double> loads = tokens_per_rank(std::vector<double>{10, 4, 6, 8},
+                                                    std::vector<int32_t>{0, 1, 3, 2, 3, 0}, 2);
   REQUIRE(loads.size() == 2);
   CHECK(loads[0] == doctest::Approx(10.0 / 2 + 4 + 8.0 / 2));  // 13
   CHECK(loads[1] == doctest::Approx(6 + 8.0 / 2 + 10.0 / 2));  // 15
   CHECK(balancedness(loads) == doctest::Approx(14.0 / 15.0));
-  CHECK(balancedness({0.0, 0.0}) == 1.0);
-  CHECK(balancedness({3.0, 1.0}) == doctest::Approx(0.5 * 4.0 / 3.0));
+  CHECK(balancedness(std::vector<double>{3.0, 1.0}) == doctest::Approx(0.5 * 4.0 / 3.0));
 }
 
 TEST_CASE(
