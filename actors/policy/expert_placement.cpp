@@ -114,7 +114,18 @@ placement_change_plan plan_placement(const matrix<double>& load,
   const expert_plan plan = global ? rebalance_experts(load, slots, 1, 1, num_ranks)
                                   : rebalance_experts(load, slots, num_groups, num_nodes, num_ranks);
   placement_change_plan out;
+  out.balancedness_before = placement_balancedness(current, load, num_ranks);
+  const std::vector<double> planned = [&] {
+    std::vector<std::vector<int32_t>> rows;
+    for (int64_t l = 0; l < load.rows; ++l)
+      rows.emplace_back(plan.phy2log.data.begin() + l * slots, plan.phy2log.data.begin() + (l + 1) * slots);
+    return placement_balancedness(rows, load, num_ranks);
+  }();
   for (int64_t l = 0; l < load.rows; ++l) {
+    if (static_cast<int64_t>(current[l].size()) == slots && planned[l] < out.balancedness_before[l]) {
+      out.slots.push_back(current[l]);  // EPLB's greedy plan is less even than what is in place
+      continue;
+    }
     std::vector<int32_t> to(plan.phy2log.data.begin() + l * slots,
                             plan.phy2log.data.begin() + (l + 1) * slots);
     out.moved_plain += replicas_moved(current[l], to, num_ranks);
@@ -123,7 +134,6 @@ placement_change_plan plan_placement(const matrix<double>& load,
     out.moved += replicas_moved(current[l], to, num_ranks);
     out.slots.push_back(std::move(to));
   }
-  out.balancedness_before = placement_balancedness(current, load, num_ranks);
   out.balancedness_after = placement_balancedness(out.slots, load, num_ranks);
   return out;
 }

@@ -51,7 +51,8 @@ struct placement_change_plan {
 /// expert) and the current rows `current` [moe_layer]: EPLB (rebalance_experts) over
 /// group_slots(num_logical, redundant, num_ranks) slots, hierarchical over `num_groups` expert
 /// groups and `num_nodes` nodes where they divide (else global), or global when `global`;
-/// then keep_in_place when `minimal_movement`. Throws std::invalid_argument for shapes that
+/// then keep_in_place when `minimal_movement`. A layer whose plan would spread the load less
+/// evenly than its current row (EPLB is greedy) keeps that row: no layer gets less balanced. Throws std::invalid_argument for shapes that
 /// do not fit, naming what.
 [[nodiscard]] placement_change_plan plan_placement(const matrix<double>& load,
                                                    const std::vector<std::vector<int32_t>>& current,

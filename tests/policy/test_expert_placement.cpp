@@ -88,3 +88,20 @@ TEST_CASE(
   CHECK(fix.moved == 2);  // one expert each way, whichever rank gets which pack
   CHECK_THROWS_AS((void)plan_placement(load, {}, 0, 2, 1, 1, true, true), std::invalid_argument);
 }
+
+TEST_CASE("expert placement: a layer keeps its placement when EPLB's greedy plan is less even") {
+  // 4 experts loaded [3, 8, 6, 6], 2 ranks x 3 slots. In place: rank 0 {1, 0, 2}, rank 1
+  // {3, 1, 0}, experts 0 and 1 replicated: rank 0 carries 8/2 + 3/2 + 6 = 11.5, rank 1
+  // 6 + 8/2 + 3/2 = 11.5, even. EPLB replicates the heaviest per replica, 1 (8) then 2 (6 before
+  // 3's 6, lower index), and packs [3, 0, 2 | 1, 1, 2]: 6 + 3 + 3 = 12 against 4 + 4 + 3 = 11,
+  // balancedness 11.5 / 12. The layer stays as it is, and nothing moves.
+  matrix<double> load(1, 4);
+  load.data = {3, 8, 6, 6};
+  const std::vector<int32_t> in_place{1, 0, 2, 3, 1, 0};
+  const placement_change_plan p = plan_placement(load, {in_place}, 2, 2, 1, 1, true, false);
+  CHECK(p.slots[0] == in_place);
+  CHECK(p.moved == 0);
+  CHECK(p.moved_plain == 0);
+  CHECK(p.balancedness_before[0] == doctest::Approx(1.0));
+  CHECK(p.balancedness_after[0] == doctest::Approx(1.0));
+}
