@@ -184,7 +184,7 @@ void commit(balancer_pointer self, std::shared_ptr<rebalance_report> report, con
       continue;
     }
     self
-      ->request(rank, st.cfg.rank_timeout, placement_atom::value, change.epoch, switch_step,
+      ->request(rank, st.cfg.switch_timeout, placement_atom::value, change.epoch, switch_step,
                 change.membership_first_step)
       .then([one](bool ok) { one(ok); }, [one](const caf::error&) { one(false); });
   }

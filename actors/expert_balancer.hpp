@@ -7,7 +7,9 @@
 //      begins no step past that + placement_hold_steps until the outcome;
 //   2. the decision is recorded with the supervisor (which hands it to restarted ranks), then
 //      commit: every rank uses the new placement from one switch step on (the highest answer +
-//      placement_hold_steps), so no step runs with two placements.
+//      placement_hold_steps), so no step runs with two placements; each answers once it began
+//      that step (an idle group runs empty steps to it), so a rebalance ends with the
+//      placement in force.
 // A prepare that fails or times out aborts the change and leaves the old placement (logged,
 // counted, tried again at the next interval). A commit refused after the decision was recorded
 // (a rank restarted meanwhile, or gave up waiting) renews the group's membership, which carries
@@ -52,8 +54,9 @@ struct expert_balancer_config {
   int64_t num_nodes = 1;     // nodes the group's ranks span
   int64_t expert_bytes = 0;  // one routed expert's weights
   expert_balancer_settings settings;
-  std::chrono::milliseconds check_period{1000};  // how often it looks at the group's steps
-  std::chrono::milliseconds rank_timeout{5000};  // for each phase's answers
+  std::chrono::milliseconds check_period{1000};     // how often it looks at the group's steps
+  std::chrono::milliseconds rank_timeout{5000};     // for the answers to questions and phase one
+  std::chrono::milliseconds switch_timeout{30000};  // for every rank to begin the switch step
 };
 
 [[nodiscard]] expert_balancer_actor spawn_expert_balancer(caf::actor_system& sys,

@@ -33,7 +33,8 @@ using ep_member_actor = caf::typed_actor<
   // A placement change, phase one (ep_rank_core::prepare_placement): the step this rank begins
   // next, or serve_errc::invalid saying why it does not fit.
   caf::replies_to<placement_atom, placement_change>::with<int64_t>,
-  // Phase two: (epoch, switch step, membership first step) -> whether it holds here.
+  // Phase two: (epoch, switch step, membership first step) -> true once this rank began the
+  // switch step with it; false when refused, or dropped by a membership change first.
   caf::replies_to<placement_atom, uint64_t, int64_t, int64_t>::with<bool>,
   // Abandons the prepared change of this epoch.
   caf::reacts_to<placement_atom, uint64_t>,
@@ -82,8 +83,12 @@ template <class Behavior, class Self, class... Handlers>
         return caf::make_error(serve_errc::invalid, e.what());
       }
     },
-    [=](placement_atom, uint64_t epoch, int64_t switch_step, int64_t first_step) {
-      return self->state.core->commit_placement(epoch, switch_step, first_step);
+    [=](placement_atom, uint64_t epoch, int64_t switch_step, int64_t first_step) -> caf::result<bool> {
+      auto rp = self->template make_response_promise<bool>();
+      if (!self->state.core->commit_placement(epoch, switch_step, first_step,
+                                              [rp](bool held) mutable { rp.deliver(held); }))
+        rp.deliver(false);
+      return rp;
     },
     [=](placement_atom, uint64_t epoch) { self->state.core->abort_placement(epoch); },
     [=](placement_atom) { return report_placement(*self->state.core); },

@@ -35,7 +35,10 @@ void ep_rank_core::set_membership(ep_membership m) {
     pending_members_ = std::move(m);
     return;
   }
+  const bool was_held = held();
   take_membership(std::move(m));
+  if (was_held)  // between two messages: the step the change held may begin
+    release_hold();
 }
 
 void ep_rank_core::take_membership(ep_membership m) {
@@ -46,10 +49,12 @@ void ep_rank_core::take_membership(ep_membership m) {
     group_.placements = members_.placements;
     placement_epoch_ = members_.placement_epoch;
   }
-  if (prepared_) {  // planned for the membership before: abandoned
-    prepared_.reset();
-    release_hold();
-  }
+  // A change planned for the membership before is abandoned. Whatever step it held is begun by
+  // the caller: set_membership between two messages, or the owner after finish_step (its
+  // results are not applied yet here, so no step may begin).
+  if (prepared_ && prepared_->in_force)
+    prepared_->in_force(false);
+  prepared_.reset();
 }
 
 bool ep_rank_core::held() const noexcept {
@@ -81,7 +86,8 @@ int64_t ep_rank_core::prepare_placement(placement_change change) {
     throw std::invalid_argument("placement: planned for another membership of the group");
   if (prepared_ && prepared_->switch_step)
     throw std::invalid_argument("placement: epoch " + std::to_string(prepared_->change.epoch) +
-                                " is committed and not yet in force");
+                                " is committed from step " + std::to_string(*prepared_->switch_step) +
+                                " and this rank begins step " + std::to_string(next_step_) + " next");
   const bool was_held = held();
   prepared_ = prepared_placement{.change = std::move(change), .hold_from = next_step_ + placement_hold_steps};
   if (was_held && !held())
@@ -89,14 +95,17 @@ int64_t ep_rank_core::prepare_placement(placement_change change) {
   return next_step_;
 }
 
-bool ep_rank_core::commit_placement(uint64_t epoch, int64_t switch_step, int64_t membership_first_step) {
+bool ep_rank_core::commit_placement(uint64_t epoch, int64_t switch_step, int64_t membership_first_step,
+                                    std::function<void(bool)> in_force) {
   if (!prepared_ || prepared_->change.epoch != epoch || prepared_->switch_step)
     return false;
   const bool ok = membership_first_step == this->membership_first_step() && switch_step >= next_step_;
-  if (ok)
+  if (ok) {
     prepared_->switch_step = switch_step;
-  else
+    prepared_->in_force = std::move(in_force);
+  } else {
     prepared_.reset();
+  }
   release_hold();
   return ok;
 }
@@ -130,7 +139,10 @@ void ep_rank_core::maybe_start(bool has_work) {
     held_with_work_ = held_with_work_ || has_work;
     return;
   }
-  if (has_work || inbox_->has_step(next_step_))
+  // a committed placement change runs the group to its switch step even when idle (peers
+  // join with empty micro-batches), so that it is in force at once and a next change can come
+  const bool switch_ahead = prepared_ && prepared_->switch_step && next_step_ <= *prepared_->switch_step;
+  if (has_work || switch_ahead || inbox_->has_step(next_step_))
     start_step();
 }
 
@@ -143,7 +155,10 @@ void ep_rank_core::start_step() {
   if (prepared_ && prepared_->switch_step && next_step_ >= *prepared_->switch_step) {
     group_.placements = prepared_->change.placements;  // the whole group switches at this step
     placement_epoch_ = prepared_->change.epoch;
+    const std::function<void(bool)> in_force = std::move(prepared_->in_force);
     prepared_.reset();
+    if (in_force)
+      in_force(true);
   }
   ++num_steps_run_;
   inbox_->begin_step(next_step_);  // peers' payloads for it need not wake the owner now

@@ -113,10 +113,13 @@ class ep_rank_core final : public pipeline_io {
   /// answers the step this rank begins next; no step from that + placement_hold_steps begins
   /// until commit or abort.
   int64_t prepare_placement(placement_change change);
-  /// Phase two: the prepared change of `epoch` holds from `switch_step` on. False (and the
-  /// change dropped) when none of that epoch is prepared, the membership changed since, or
+  /// Phase two: the prepared change of `epoch` holds from `switch_step` on (an idle group runs
+  /// empty steps up to it); `in_force` is called with true when this rank begins that step, or
+  /// with false if a membership change drops the change first. False (the change dropped,
+  /// `in_force` not kept) when none of that epoch is prepared, the membership changed since, or
   /// this rank is already past switch_step.
-  bool commit_placement(uint64_t epoch, int64_t switch_step, int64_t membership_first_step);
+  bool commit_placement(uint64_t epoch, int64_t switch_step, int64_t membership_first_step,
+                        std::function<void(bool)> in_force);
   /// Drops the prepared change of `epoch` (if that one is prepared).
   void abort_placement(uint64_t epoch);
 
@@ -182,6 +185,7 @@ class ep_rank_core final : public pipeline_io {
     placement_change change;
     int64_t hold_from = 0;               // no step from here until the outcome
     std::optional<int64_t> switch_step;  // committed: the new placement from this step on
+    std::function<void(bool)> in_force;  // committed: told when it holds (or is dropped)
   };
   std::optional<prepared_placement> prepared_;
   uint64_t placement_epoch_ = 0;

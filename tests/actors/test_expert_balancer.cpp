@@ -8,6 +8,7 @@
 // ranks' placement.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "actors/expert_balancer.hpp"
@@ -44,13 +45,23 @@ struct expert_balancer_case : recovery_case {
     return r;
   }
 
-  // The placement every rank of the group uses now (they must agree), as its ranks report it.
+  // The placement every rank of the group uses (they must agree), as its ranks report it. Ranks
+  // asked one after another may straddle a switch step the group is running to: asked again
+  // (at most 200 times) until one round agrees.
   placement_report group_placement(const cluster& c, const std::string& kind, int64_t num_ranks) {
     std::vector<placement_report> all;
-    for (int64_t r = 0; r < num_ranks; ++r) {
-      const auto rank = ask<caf::actor>(c.supervisor, lookup_atom::value, kind, r);
-      REQUIRE(rank);
-      all.push_back(ask<placement_report>(caf::actor_cast<ep_member_actor>(rank), placement_atom::value));
+    const auto agree = [&] {
+      return std::all_of(all.begin(), all.end(), [&](const placement_report& p) {
+        return p.epoch == all[0].epoch && p.slot_expert == all[0].slot_expert;
+      });
+    };
+    for (int tries = 0; tries < 200 && (all.empty() || !agree()); ++tries) {
+      all.clear();
+      for (int64_t r = 0; r < num_ranks; ++r) {
+        const auto rank = ask<caf::actor>(c.supervisor, lookup_atom::value, kind, r);
+        REQUIRE(rank);
+        all.push_back(ask<placement_report>(caf::actor_cast<ep_member_actor>(rank), placement_atom::value));
+      }
     }
     for (int64_t r = 1; r < num_ranks; ++r) {
       CAPTURE(r);
