@@ -100,6 +100,8 @@ redundant_experts = 32
 two_batch_overlap = false
 dispatch_dtype = "fp32"
 combine = "reduced"
+balancer = "global"
+interval_steps = 250
 [link_model]
 enabled = true
 intra_node_latency_us = 1.5
@@ -132,6 +134,8 @@ max_migrations = 2
   want.two_batch_overlap = false;
   want.dispatch_dtype = "fp32";
   want.combine = "reduced";
+  want.expert_balancer = "global";
+  want.eplb_interval_steps = 250;
   want.link_model = true;
   want.intra_node = {1.5, 2.5};
   want.inter_node = {3.0, 0.0};  // an integer is a fine number
@@ -241,6 +245,10 @@ TEST_CASE("topology validate: each rule names its key and flag") {
      "(--intra-node-bandwidth-gbs) must be 0 (unlimited) or"},
     {[](auto& c) { c.dispatch_dtype = "fp16"; }, "dispatch_dtype (--dispatch-dtype) must be fp8"},
     {[](auto& c) { c.combine = "pairs"; }, "expert_parallel.combine (--combine) must be exact or reduced"},
+    {[](auto& c) { c.expert_balancer = "eplb"; },
+     "expert_parallel.balancer (--expert-balancer) must be hierarchical, global or off, got \"eplb\""},
+    {[](auto& c) { c.eplb_interval_steps = -1; },
+     "expert_parallel.interval_steps (--eplb-interval) must be >= 0"},
     {[](auto& c) { c.intra_node.latency_us = -1.0; }, "link_model.intra_node_latency_us"},
     {[](auto& c) { c.inter_node.bandwidth_gb_s = -5.0; }, "(--inter-node-bandwidth-gbs)"},
     {[](auto& c) { c.inter_node.latency_us = std::numeric_limits<double>::infinity(); },
@@ -377,7 +385,11 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
                                        "--stall-timeout",
                                        "2.5",
                                        "--max-migrations",
-                                       "1"});
+                                       "1",
+                                       "--expert-balancer",
+                                       "hierarchical",
+                                       "--eplb-rebalance-num-iterations",
+                                       "64"});
   topology_config want;
   want.prefill_ranks = 3;
   want.decode_ranks = 5;
@@ -393,6 +405,8 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
   want.max_context = 2048;
   want.dispatch_dtype = "bf16";
   want.combine = "reduced";
+  want.expert_balancer = "hierarchical";
+  want.eplb_interval_steps = 64;
   want.threads_per_rank = 2;
   want.link_model = true;
   want.intra_node = {1.5, 2.5};
