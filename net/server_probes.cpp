@@ -181,6 +181,28 @@ void with_queue(caf::event_based_actor* self, const cluster& c, F f, OnError on_
       on_error);
 }
 
+// Asks child (kind, index) of the cluster, the instance living now, question `q`: `got` takes
+// its `Reply`; `done` runs after, also when none lives (being restarted) or it does not answer.
+template <class Reply, class Atom, class Got, class Done>
+void ask_child(caf::event_based_actor* self, const cluster& c, const std::string& kind, int64_t index, Atom q,
+               Got got, Done done) {
+  using answering = caf::typed_actor<typename caf::replies_to<Atom>::template with<Reply>>;
+  self->request(c.supervisor, probe_timeout, lookup_atom::value, kind, index)
+    .then(
+      [=](const caf::actor& child) {
+        if (!child)
+          return done();
+        self->request(caf::actor_cast<answering>(child), probe_timeout, q)
+          .then(
+            [=](const Reply& r) {
+              got(r);
+              done();
+            },
+            [=](caf::error&) { done(); });
+      },
+      [=](caf::error&) { done(); });
+}
+
 void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target,
                        std::shared_ptr<server_counters> counters, uint32_t msgid, const reply_fn& reply) {
   sys.spawn([=](caf::event_based_actor* self) {
@@ -236,42 +258,14 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
               on_error);
         },
         on_error);
-    for (const bool prefill : {true, false}) {  // a balancer being restarted reports zeros
-      using balance_actor = caf::typed_actor<caf::replies_to<balance_atom>::with<balance_report>>;
-      self
-        ->request(c.supervisor, probe_timeout, lookup_atom::value,
-                  std::string(prefill ? "prefill_balancer" : "decode_balancer"), int64_t{0})
-        .then(
-          [=](const caf::actor& balancer) {
-            if (!balancer)
-              return one_done();
-            self->request(caf::actor_cast<balance_actor>(balancer), probe_timeout, balance_atom::value)
-              .then(
-                [=](const balance_report& b) {
-                  (prefill ? g->prefill_balance : g->decode_balance) = b;
-                  one_done();
-                },
-                [=](caf::error&) { one_done(); });
-          },
-          [=](caf::error&) { one_done(); });
-    }
-    for (const int64_t index : {int64_t{0}, int64_t{1}}) {  // none without routed experts, or restarting
-      using expert_stats_actor = caf::typed_actor<caf::replies_to<stats_atom>::with<expert_balancer_stats>>;
-      self->request(c.supervisor, probe_timeout, lookup_atom::value, std::string("expert_balancer"), index)
-        .then(
-          [=](const caf::actor& balancer) {
-            if (!balancer)
-              return one_done();
-            self->request(caf::actor_cast<expert_stats_actor>(balancer), probe_timeout, stats_atom::value)
-              .then(
-                [=](const expert_balancer_stats& e) {
-                  g->experts.push_back(e);
-                  one_done();
-                },
-                [=](caf::error&) { one_done(); });
-          },
-          [=](caf::error&) { one_done(); });
-    }
+    for (const bool prefill : {true, false})  // a balancer being restarted reports zeros
+      ask_child<balance_report>(
+        self, c, prefill ? "prefill_balancer" : "decode_balancer", 0, balance_atom::value,
+        [=](const balance_report& b) { (prefill ? g->prefill_balance : g->decode_balance) = b; }, one_done);
+    for (const int64_t index : {0, 1})  // none without routed experts, or restarting
+      ask_child<expert_balancer_stats>(
+        self, c, "expert_balancer", index, stats_atom::value,
+        [=](const expert_balancer_stats& e) { g->experts.push_back(e); }, one_done);
     for (size_t i = 0; i < g->ranks.size(); ++i) {
       auto on_rank = [=](const rank_stats& r) {
         g->ranks[i] = r;

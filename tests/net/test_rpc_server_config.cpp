@@ -209,6 +209,15 @@ TEST_CASE_FIXTURE(server_fixture,
   CHECK(groups[0].at("role").as<std::string>() == "decode");
   CHECK(groups[0].at("error").as<std::string>() == "");
   CHECK(groups[0].at("balancedness_after").as<std::vector<double>>().size() == 2);
+  // stats name it: the decode group's balancer did one rebalance and failed one (before any load)
+  r = ask(admin, request_bytes(id++, "stats", std::vector<int>{}));
+  REQUIRE(error_code(r) == 0);
+  const auto experts = result_map(r).at("experts").as<std::map<std::string, fields>>();
+  REQUIRE(experts.count("decode") == 1);
+  CHECK(experts.at("decode").at("rebalances").as<int64_t>() == 1);
+  CHECK(experts.at("decode").at("failed").as<int64_t>() == 1);
+  CHECK(experts.at("decode").at("epoch").as<uint64_t>() == 1);
+  CHECK(experts.at("prefill").at("failed").as<int64_t>() == 1);
   test_client client(server->port());
   REQUIRE(error_code(ask(client, request_bytes(1, "auth", std::vector<std::string>{"client-secret"}))) == 0);
   CHECK(error_code(ask(client, request_bytes(2, "admin.rebalance", std::vector<int>{}))) == 403);
