@@ -36,6 +36,8 @@ using balance_atom = caf::atom_constant<caf::atom("balance")>;      // a balance
 using expert_load_atom = caf::atom_constant<caf::atom("expertload")>;  // routed tokens per expert
 using placement_atom = caf::atom_constant<caf::atom("placement")>;     // where the expert replicas are
 using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;     // plan and install a placement now
+using experts_atom = caf::atom_constant<caf::atom("experts")>;         // copy experts to where they will be
+using watch_atom = caf::atom_constant<caf::atom("watch")>;             // quit when this actor goes down
 using check_atom = caf::atom_constant<caf::atom("ebcheck")>;           // an expert balancer's periodic look
 
 }  // namespace moe

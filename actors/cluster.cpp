@@ -33,7 +33,11 @@ int64_t rank_index(const cluster& c, size_t i) {
   return static_cast<int64_t>(i < c.prefill_ranks.size() ? i : i - c.prefill_ranks.size());
 }
 
-void cluster::stop() const { caf::anon_send_exit(root, caf::exit_reason::user_shutdown); }
+void cluster::stop() const {
+  caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  if (copy_engine)
+    caf::anon_send_exit(copy_engine, caf::exit_reason::user_shutdown);
+}
 
 namespace {
 
@@ -349,7 +353,9 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                                              .inter_node = topo.inter_node,
                                                              .even_steps_only = cfg.link_even_steps_only},
                                            topo.prefill_ranks + topo.decode_ranks);
-  const cluster_links links{.links = c.links, .trace = c.trace};
+  const copy_engine_actor copies = spawn_copy_engine(sys);  // told to watch the supervisor below
+  c.copy_engine = caf::actor_cast<caf::actor>(copies);
+  const cluster_links links{.links = c.links, .trace = c.trace, .copies = copies};
   for (int64_t r = 0; r < topo.prefill_ranks; ++r) {
     prefill_group.rank = r;
     c.prefill_ranks.push_back(spawn_prefill_rank(sys, weights, rank_cfg, prefill_group, links));
@@ -407,6 +413,7 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
     spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg, prefill_graph, expert_cfgs),
                      limits, keep_placements(prefill_roster, decode_roster));
   c.root = untyped(c.supervisor);
+  caf::anon_send(copies, watch_atom::value, c.root);
   if (const std::chrono::milliseconds stall = millis(topo.stall_timeout_s); stall.count() > 0) {
     watchdog_config w{
       .watched = {}, .period = std::min(std::chrono::milliseconds(1000), stall / 4), .stall_timeout = stall};

@@ -45,6 +45,7 @@ struct cluster {
   supervisor_actor supervisor;  // every part above is its child; lookup gives current handles
   caf::actor root;              // the supervisor: its exit stops them all; it exits if one cannot recover
   caf::actor watchdog;          // kills ranks that stop making progress (null when off)
+  caf::actor copy_engine;       // expert moves' copies, at low priority (actors/rank/copy_engine.hpp)
 
   /// Stops every actor of the cluster.
   void stop() const;

@@ -411,7 +411,8 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
                         st.num_preemptions,
                         static_cast<int64_t>(st.num_admitted),
                         st.core->step_in_flight(),
-                        st.core->peer_wait_ms()};
+                        st.core->peer_wait_ms(),
+                        st.core->expert_bytes()};
     });
 }
 

@@ -200,31 +200,16 @@ void abort_change(balancer_pointer self, const placement_change& change,
   finish(self, *report);
 }
 
-// Phase one on every rank, then the decision recorded with the supervisor, then phase two.
-void install(balancer_pointer self, std::shared_ptr<rebalance_report> report, const placement_change& change,
-             clock::time_point began) {
+// Asks every rank `ask(rank)`, hands each answer to `on_answer`, and calls `then(why)` once all
+// answered; `why` names the first rank that was restarting or failed at `doing`, empty when none.
+template <class T, class Ask, class OnAnswer, class Then>
+void ask_every_rank(balancer_pointer self, const char* doing, Ask ask, OnAnswer on_answer, Then then) {
   auto& st = self->state;
   auto pending = std::make_shared<size_t>(st.ranks.size());
-  auto next_steps = std::make_shared<std::vector<int64_t>>();
   auto why = std::make_shared<std::string>();
   auto one = [=] {
-    if (--*pending != 0)
-      return;
-    if (!why->empty())
-      return abort_change(self, change, report, *why, began);
-    const int64_t switch_step = *std::max_element(next_steps->begin(), next_steps->end()) +
-                                placement_hold_steps;
-    keep_decision(self, change, false)
-      .then(
-        [=](bool recorded) {
-          if (!recorded)
-            return abort_change(self, change, report, "the group's membership changed meanwhile", began);
-          commit(self, report, change, switch_step, began);
-        },
-        [=](const caf::error& e) {
-          abort_change(self, change, report,
-                       "the decision could not be recorded: " + self->system().render(e), began);
-        });
+    if (--*pending == 0)
+      then(*why);
   };
   for (size_t r = 0; r < st.ranks.size(); ++r) {
     if (!st.ranks[r]) {
@@ -233,18 +218,65 @@ void install(balancer_pointer self, std::shared_ptr<rebalance_report> report, co
       one();
       continue;
     }
-    self->request(st.ranks[r], st.cfg.rank_timeout, placement_atom::value, change)
+    ask(st.ranks[r])
       .then(
-        [=](int64_t next) {
-          next_steps->push_back(next);
+        [=](T value) {
+          on_answer(value);
           one();
         },
         [=](const caf::error& e) {
           if (why->empty())
-            *why = "rank " + std::to_string(r) + " refused the placement: " + self->system().render(e);
+            *why = "rank " + std::to_string(r) + " " + doing + ": " + self->system().render(e);
           one();
         });
   }
+}
+
+// Phase one on every rank, then the decision recorded with the supervisor, then phase two.
+void install(balancer_pointer self, std::shared_ptr<rebalance_report> report, const placement_change& change,
+             clock::time_point began) {
+  auto next_steps = std::make_shared<std::vector<int64_t>>();
+  ask_every_rank<int64_t>(
+    self, "refused the placement",
+    [=](const ep_member_actor& rank) {
+      return self->request(rank, self->state.cfg.rank_timeout, placement_atom::value, change);
+    },
+    [=](int64_t next) { next_steps->push_back(next); },
+    [=](const std::string& why) {
+      if (!why.empty())
+        return abort_change(self, change, report, why, began);
+      const int64_t switch_step = *std::max_element(next_steps->begin(), next_steps->end()) +
+                                  placement_hold_steps;
+      keep_decision(self, change, false)
+        .then(
+          [=](bool recorded) {
+            if (!recorded)
+              return abort_change(self, change, report, "the group's membership changed meanwhile", began);
+            commit(self, report, change, switch_step, began);
+          },
+          [=](const caf::error& e) {
+            abort_change(self, change, report,
+                         "the decision could not be recorded: " + self->system().render(e), began);
+          });
+    });
+}
+
+// Every rank copies the experts the change gives it from peers that hold them (steps go on
+// meanwhile), then the change is installed; the bytes they copied are the report's.
+void move_experts(balancer_pointer self, std::shared_ptr<rebalance_report> report,
+                  const placement_change& change, clock::time_point began) {
+  report->moved_bytes = 0;
+  ask_every_rank<int64_t>(
+    self, "could not copy its experts",
+    [=](const ep_member_actor& rank) {
+      return self->request(rank, self->state.cfg.move_timeout, experts_atom::value, change);
+    },
+    [=](int64_t bytes) { report->moved_bytes += bytes; },
+    [=](const std::string& why) {
+      if (!why.empty())
+        return abort_change(self, change, report, why, began);
+      install(self, report, change, began);
+    });
 }
 
 // Plans from what the ranks said and installs the plan.
@@ -278,7 +310,7 @@ void plan_and_install(balancer_pointer self, group_view& view, clock::time_point
     return fail(std::string("no plan: ") + e.what());
   }
   report->moved_experts = plan.moved;
-  report->moved_bytes = plan.moved * st.cfg.expert_bytes;
+  report->moved_bytes = plan.moved * st.cfg.expert_bytes;  // until the ranks say what they copied
   report->plain_moved_bytes = plan.moved_plain * st.cfg.expert_bytes;
   report->balancedness_before = plan.balancedness_before;
   report->balancedness_after = plan.balancedness_after;
@@ -292,11 +324,11 @@ void plan_and_install(balancer_pointer self, group_view& view, clock::time_point
     if (!current.slot_expert[l].empty())
       (*placements)[l] = make_layer_placement(plan.slots[next_moe++], num_ranks, st.cfg.num_logical);
   report->epoch = current.epoch + 1;
-  install(self, report,
-          {.epoch = current.epoch + 1,
-           .membership_first_step = current.membership_first_step,
-           .placements = std::move(placements)},
-          began);
+  move_experts(self, report,
+               {.epoch = current.epoch + 1,
+                .membership_first_step = current.membership_first_step,
+                .placements = std::move(placements)},
+               began);
 }
 
 void start_rebalance(balancer_pointer self) {

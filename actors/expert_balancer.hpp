@@ -2,7 +2,9 @@
 // The expert-parallel load balancer (EPLB) of one EP group: it collects the tokens each rank's
 // gate routed to each expert, plans a new placement of the expert replicas
 // (actors/policy/expert_placement.hpp over DeepSeek's rebalance_experts) every interval_steps
-// steps of the group or when asked, and installs it while the group serves, in two phases:
+// steps of the group or when asked, and installs it while the group serves. First every rank
+// copies the experts the plan gives it and it lacks from peers that hold them, layer by layer,
+// as messages (actors/rank/expert_fetch.hpp), while steps go on; then two phases:
 //   1. prepare: every rank checks the placement fits and answers the step it begins next; it
 //      begins no step past that + placement_hold_steps until the outcome;
 //   2. the decision is recorded with the supervisor (which hands it to restarted ranks), then
@@ -57,6 +59,7 @@ struct expert_balancer_config {
   std::chrono::milliseconds check_period{1000};     // how often it looks at the group's steps
   std::chrono::milliseconds rank_timeout{5000};     // for the answers to questions and phase one
   std::chrono::milliseconds switch_timeout{30000};  // for every rank to begin the switch step
+  std::chrono::milliseconds move_timeout{120000};   // for every rank to copy the experts it lacks
 };
 
 [[nodiscard]] expert_balancer_actor spawn_expert_balancer(caf::actor_system& sys,

@@ -138,6 +138,7 @@ struct rank_stats {
   int64_t num_requests = 0;     // taken so far: prompts to prefill, requests admitted to decode
   bool step_in_flight = false;  // a step has begun and not finished (with or without requests)
   int64_t peer_wait_ms = 0;     // how long the step has been blocked on peers' payloads; 0: not
+  int64_t expert_bytes = 0;     // memory of the routed experts the rank holds (its own copies)
 };
 
 /// Tokens a rank's gate routed to each logical expert of each MoE layer (before a replica is
@@ -166,6 +167,14 @@ struct placement_change {
   uint64_t epoch = 0;
   int64_t membership_first_step = 0;
   std::shared_ptr<const std::vector<layer_placement>> placements;
+};
+
+/// One routed expert's weights on their way from a rank that holds it to one that will
+/// (encode_expert's bytes, kernels/model/held_experts.hpp).
+struct expert_blob {
+  int64_t layer = 0;
+  int32_t expert = 0;
+  std::vector<uint8_t> bytes;
 };
 
 /// What one rebalance of an expert-parallel group did (or, with `error`, why it did nothing).
@@ -207,7 +216,7 @@ typename Inspector::result_type inspect(Inspector& f, rank_bookings& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
   return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps,
-           x.num_preemptions, x.num_requests, x.step_in_flight, x.peer_wait_ms);
+           x.num_preemptions, x.num_requests, x.step_in_flight, x.peer_wait_ms, x.expert_bytes);
 }
 
 template <class Inspector>
@@ -219,6 +228,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, placement_report& x) {
   return f(caf::meta::type_name("placement_report"), x.epoch, x.slot_expert, x.membership_first_step,
            x.num_steps_run);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, expert_blob& x) {
+  return f(caf::meta::type_name("expert_blob"), x.layer, x.expert, x.bytes);
 }
 
 template <class Inspector>

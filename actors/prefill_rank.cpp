@@ -336,7 +336,8 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
                         0,
                         st.num_taken,
                         st.core->step_in_flight(),
-                        st.core->peer_wait_ms()};
+                        st.core->peer_wait_ms(),
+                        st.core->expert_bytes()};
     });
 }
 

@@ -66,7 +66,7 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
   for (size_t i = 0; i < g.ranks.size(); ++i) {
     const rank_stats& r = g.ranks[i];
     const rank_occupancy sampled = i < g.sampled.ranks.size() ? g.sampled.ranks[i] : rank_occupancy{};
-    pk.pack_map(11).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
+    pk.pack_map(12).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
     pk.pack("running").pack(r.num_running).pack("blocks").pack(r.num_blocks);
     pk.pack("free_blocks").pack(r.num_free_blocks);
     pk.pack("occupancy")
@@ -76,6 +76,7 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
     pk.pack("peak_running").pack(sampled.peak_running);
     pk.pack("steps").pack(r.num_steps);
     pk.pack("requests").pack(r.num_requests);
+    pk.pack("expert_bytes").pack(r.expert_bytes);
   }
 }
 

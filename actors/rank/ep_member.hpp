@@ -10,6 +10,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/rank/ep_rank_core.hpp"
+#include "actors/rank/expert_fetch.hpp"
 
 namespace moe {
 
@@ -39,7 +40,13 @@ using ep_member_actor = caf::typed_actor<
   // Abandons the prepared change of this epoch.
   caf::reacts_to<placement_atom, uint64_t>,
   // The placement in force: its epoch and, per layer, the physical -> logical rows.
-  caf::replies_to<placement_atom>::with<placement_report>>;
+  caf::replies_to<placement_atom>::with<placement_report>,
+  // Before phase one: copy the experts this change gives the rank and it lacks from peers that
+  // hold them (actors/rank/expert_fetch.hpp): the bytes copied, or why not (invalid: the change
+  // does not fit; unavailable: a peer did not send one).
+  caf::replies_to<experts_atom, placement_change>::with<int64_t>,
+  // A peer's fetch: this rank's copy of (layer, expert), or invalid if it holds none.
+  caf::replies_to<experts_atom, int64_t, int32_t>::with<expert_blob>>;
 
 /// A rank's behavior: the ep_member_actor handlers, forwarding to `self->state.core` (an
 /// ep_rank_core), followed by the rank's own handlers.
@@ -92,6 +99,28 @@ template <class Behavior, class Self, class... Handlers>
     },
     [=](placement_atom, uint64_t epoch) { self->state.core->abort_placement(epoch); },
     [=](placement_atom) { return report_placement(*self->state.core); },
+    [=](experts_atom, const placement_change& change) -> caf::result<int64_t> {
+      auto run = std::make_shared<expert_fetch_run>();
+      try {
+        run->todo = self->state.core->expert_fetches(change);
+      } catch (const std::invalid_argument& e) {
+        return caf::make_error(serve_errc::invalid, e.what());
+      }
+      run->epoch = change.epoch;
+      run->done = self->template make_response_promise<int64_t>();
+      auto rp = run->done;
+      fetch_next_layer<ep_member_actor>(self, std::move(run));
+      return rp;
+    },
+    [=](experts_atom, int64_t layer, int32_t expert) -> caf::result<expert_blob> {
+      const std::shared_ptr<const expert_copy> copy = self->state.core->copy_for_peer(layer, expert);
+      if (!copy)
+        return caf::make_error(serve_errc::invalid, "no copy of expert " + std::to_string(expert) +
+                                                      " of layer " + std::to_string(layer) + " here");
+      if (const copy_engine_actor& engine = self->state.core->copy_engine())
+        return self->delegate(engine, experts_atom::value, copy, layer, expert);
+      return expert_blob{.layer = layer, .expert = expert, .bytes = encode_expert(copy->weights)};
+    },
     own...,
   };
 }

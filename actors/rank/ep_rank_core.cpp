@@ -15,6 +15,8 @@ ep_rank_core::ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group
       rope_(make_rope_tables(model.weights->config)),
       load_window_(model.weights->config.num_moe_layers(),
                    std::max<int64_t>(1, model.weights->config.n_routed_experts), group_.expert_window_steps) {
+  if (group_.placements && !group_.experts)  // the experts its placement gives it, from the checkpoint
+    group_.experts = hold_experts_from(*model.weights, *group_.placements, group_.rank);
   if (group_.placements)
     for (size_t l = 0; l < group_.placements->size(); ++l)
       if (!(*group_.placements)[l].slot_expert.empty())
@@ -46,9 +48,16 @@ void ep_rank_core::take_membership(ep_membership m) {
   inbox_ = members_.inboxes[group_.rank];
   next_step_ = std::max(next_step_, members_.first_step);
   if (members_.placements) {  // the group's committed placement, from the first step on
+    if (members_.placements != group_.placements) {  // what this rank lacks from the checkpoint
+      group_.experts = hold_experts(*members_.placements, group_.rank, [&](int64_t l, int32_t e) {
+        std::shared_ptr<const expert_copy> c = copy_for_peer(l, e);
+        return c ? c : copy_expert(model_.weights->layers.at(static_cast<size_t>(l)).moe.experts.at(e));
+      });
+    }
     group_.placements = members_.placements;
     placement_epoch_ = members_.placement_epoch;
   }
+  staged_.clear();
   // A change planned for the membership before is abandoned. Whatever step it held is begun by
   // the caller: set_membership between two messages, or the owner after finish_step (its
   // results are not applied yet here, so no step may begin).
@@ -67,7 +76,7 @@ void ep_rank_core::release_hold() {
   maybe_start(work);
 }
 
-int64_t ep_rank_core::prepare_placement(placement_change change) {
+void ep_rank_core::check_change(const placement_change& change) const {
   if (!change.placements || change.placements->size() != model_.weights->layers.size())
     throw std::invalid_argument(
       "placement: " + std::to_string(change.placements ? change.placements->size() : 0) +
@@ -88,8 +97,86 @@ int64_t ep_rank_core::prepare_placement(placement_change change) {
     throw std::invalid_argument("placement: epoch " + std::to_string(prepared_->change.epoch) +
                                 " is committed from step " + std::to_string(*prepared_->switch_step) +
                                 " and this rank begins step " + std::to_string(next_step_) + " next");
+}
+
+expert_source ep_rank_core::held_or_staged() const {
+  return [this](int64_t l, int32_t e) -> std::shared_ptr<const expert_copy> {
+    if (std::shared_ptr<const expert_copy> c = group_.experts ? group_.experts->find(l, e) : nullptr)
+      return c;
+    const auto it = staged_.find({l, e});
+    return it == staged_.end() ? nullptr : it->second;
+  };
+}
+
+int64_t ep_rank_core::expert_bytes() const noexcept {
+  int64_t n = group_.experts ? group_.experts->memory_bytes() : 0;
+  for (const auto& [key, copy] : staged_)
+    n += copy->memory_bytes;
+  if (prepared_ && prepared_->experts)  // the copies a prepared change holds besides
+    for (size_t l = 0; l < prepared_->experts->layers.size(); ++l) {
+      const held_layer& next = prepared_->experts->layers[l];
+      for (size_t i = 0; i < next.experts.size(); ++i)
+        if (!group_.experts ||
+            group_.experts->find(static_cast<int64_t>(l), next.experts[i]) != next.copies[i])
+          n += next.copies[i]->memory_bytes;
+    }
+  return n;
+}
+
+std::vector<expert_fetch> ep_rank_core::expert_fetches(const placement_change& change) const {
+  check_change(change);
+  const expert_source mine = held_or_staged();
+  std::vector<expert_fetch> fetches;
+  for (size_t l = 0; l < change.placements->size(); ++l) {
+    if ((*change.placements)[l].slot_expert.empty())
+      continue;
+    for (const int32_t e : experts_of_rank((*change.placements)[l], group_.rank))
+      if (!mine(static_cast<int64_t>(l), e))
+        fetches.push_back({.layer = static_cast<int64_t>(l), .expert = e, .holder = holder_of(l, e)});
+  }
+  return fetches;
+}
+
+int64_t ep_rank_core::holder_of(size_t l, int32_t e) const {
+  const layer_placement& now = (*group_.placements)[l];
+  std::vector<int64_t> holders;  // slots ascending: a rank's slots are together
+  for (const int32_t slot : now.expert_slots.at(static_cast<size_t>(e)))
+    if (now.rank_of_slot(slot) != group_.rank &&
+        (holders.empty() || holders.back() != now.rank_of_slot(slot)))
+      holders.push_back(now.rank_of_slot(slot));
+  if (holders.empty())
+    throw std::invalid_argument("placement: no peer holds expert " + std::to_string(e) + " of layer " +
+                                std::to_string(l));
+  // spread one rank's fetches over the holders, and the ranks' over them too
+  return holders[static_cast<size_t>((group_.rank + e) % static_cast<int64_t>(holders.size()))];
+}
+
+int64_t ep_rank_core::stage_experts(
+  uint64_t epoch, const std::vector<std::pair<expert_fetch, std::shared_ptr<const expert_copy>>>& copies) {
+  staged_epoch_ = epoch;
+  int64_t bytes = 0;
+  for (const auto& [f, copy] : copies) {
+    bytes += copy->wire_bytes;
+    staged_[{f.layer, f.expert}] = copy;
+  }
+  return bytes;
+}
+
+std::shared_ptr<const expert_copy> ep_rank_core::copy_for_peer(int64_t layer, int32_t expert) const {
+  if (std::shared_ptr<const expert_copy> c = held_or_staged()(layer, expert))
+    return c;
+  return prepared_ && prepared_->experts ? prepared_->experts->find(layer, expert) : nullptr;
+}
+
+int64_t ep_rank_core::prepare_placement(placement_change change) {
+  check_change(change);
+  std::shared_ptr<const held_experts> experts = hold_experts(*change.placements, group_.rank,
+                                                             held_or_staged());
+  staged_.clear();  // the copies live on in `experts`
   const bool was_held = held();
-  prepared_ = prepared_placement{.change = std::move(change), .hold_from = next_step_ + placement_hold_steps};
+  prepared_ = prepared_placement{.change = std::move(change),
+                                 .experts = std::move(experts),
+                                 .hold_from = next_step_ + placement_hold_steps};
   if (was_held && !held())
     release_hold();
   return next_step_;
@@ -111,6 +198,8 @@ bool ep_rank_core::commit_placement(uint64_t epoch, int64_t switch_step, int64_t
 }
 
 void ep_rank_core::abort_placement(uint64_t epoch) {
+  if (staged_epoch_ == epoch)
+    staged_.clear();
   if (!prepared_ || prepared_->change.epoch != epoch || prepared_->switch_step)
     return;
   prepared_.reset();
@@ -154,6 +243,7 @@ void ep_rank_core::start_step() {
                      .attention = rank_model::forms};
   if (prepared_ && prepared_->switch_step && next_step_ >= *prepared_->switch_step) {
     group_.placements = prepared_->change.placements;  // the whole group switches at this step
+    group_.experts = prepared_->experts;               // and the copies it gave up are freed
     placement_epoch_ = prepared_->change.epoch;
     const std::function<void(bool)> in_force = std::move(prepared_->in_force);
     prepared_.reset();

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "actors/messages.hpp"
 #include "actors/policy/expert_load_window.hpp"
 #include "actors/policy/link_model.hpp"
+#include "actors/rank/copy_engine.hpp"
 #include "actors/rank/ep_inbox.hpp"
 #include "actors/rank/fault_point.hpp"
 #include "actors/rank/rank_model.hpp"
@@ -37,6 +39,7 @@ namespace moe {
 struct cluster_links {
   std::shared_ptr<link_model> links;      // null: messages go at once
   std::shared_ptr<trace_recorder> trace;  // null: no trace
+  copy_engine_actor copies;               // null: expert moves copy on the ranks' actor threads
 };
 
 /// A rank's group: its peers in rank order (itself included), their inboxes and global rank ids
@@ -55,10 +58,19 @@ struct ep_membership {
 };
 
 // A change of the group's expert placement (placement_change, actors/messages.hpp) runs in two
-// phases (the expert balancer runs them): prepare_placement on every member (each answers its
-// next step and begins no step past it + placement_hold_steps until the outcome), then
-// commit_placement(switch_step) on every member (each uses the new placement from that step
-// on), or abort_placement. A membership change under way abandons it.
+// phases (the expert balancer runs them), after every member has copied the experts it lacks
+// from peers that hold them (expert_fetches, stage_experts; steps go on meanwhile):
+// prepare_placement on every member (each answers its next step and begins no step past it +
+// placement_hold_steps until the outcome), then commit_placement(switch_step) on every member
+// (each uses the new placement and its held experts from that step on), or abort_placement. A
+// membership change under way abandons it.
+
+/// An expert a rank lacks for a placement change, and the group rank it copies it from.
+struct expert_fetch {
+  int64_t layer = 0;
+  int32_t expert = 0;
+  int64_t holder = 0;
+};
 
 /// How many steps past its answer a prepared rank may run before the commit: ranks of a group
 /// are at most a step apart, so the commit's switch step (the highest answer + this) is ahead
@@ -108,10 +120,26 @@ class ep_rank_core final : public pipeline_io {
     return pending_members_ ? pending_members_->first_step : members_.first_step;
   }
 
+  /// Bytes of the routed experts this rank holds: its own copies, staged and prepared ones too.
+  [[nodiscard]] int64_t expert_bytes() const noexcept;
+  /// The experts `change` gives this rank that it holds no copy of (held or staged), layer by
+  /// layer, each with a peer that holds it under the placement in force (spread over them).
+  /// Throws std::invalid_argument as prepare_placement for a change that does not fit.
+  [[nodiscard]] std::vector<expert_fetch> expert_fetches(const placement_change& change) const;
+  /// Keeps copies fetched for the change of `epoch` until it holds or is aborted: bytes of them.
+  int64_t stage_experts(
+    uint64_t epoch, const std::vector<std::pair<expert_fetch, std::shared_ptr<const expert_copy>>>& copies);
+  /// This rank's copy of an expert, for a peer that fetches it (held, staged or prepared); null.
+  [[nodiscard]] std::shared_ptr<const expert_copy> copy_for_peer(int64_t layer, int32_t expert) const;
+  /// Where expert moves make their bytes (null: on this rank's actor thread).
+  [[nodiscard]] const copy_engine_actor& copy_engine() const noexcept { return links_.copies; }
+  /// Group rank `r`'s actor.
+  [[nodiscard]] const caf::actor& peer(int64_t r) const { return members_.peers.at(static_cast<size_t>(r)); }
+
   /// Phase one of a placement change: checks it fits the group (std::invalid_argument naming
-  /// what does not) and was planned for this membership and a newer epoch, keeps it, and
-  /// answers the step this rank begins next; no step from that + placement_hold_steps begins
-  /// until commit or abort.
+  /// what does not), was planned for this membership and a newer epoch, and that this rank
+  /// holds a copy of every expert it gives it (staged); keeps it, and answers the step this
+  /// rank begins next; no step from that + placement_hold_steps begins until commit or abort.
   int64_t prepare_placement(placement_change change);
   /// Phase two: the prepared change of `epoch` holds from `switch_step` on (an idle group runs
   /// empty steps up to it); `in_force` is called with true when this rank begins that step, or
@@ -120,7 +148,7 @@ class ep_rank_core final : public pipeline_io {
   /// this rank is already past switch_step.
   bool commit_placement(uint64_t epoch, int64_t switch_step, int64_t membership_first_step,
                         std::function<void(bool)> in_force);
-  /// Drops the prepared change of `epoch` (if that one is prepared).
+  /// Drops the prepared change of `epoch` (if that one is prepared), and the copies staged for it.
   void abort_placement(uint64_t epoch);
 
   /// Starts the next step when none is in flight and `has_work` or a peer already began it.
@@ -181,14 +209,27 @@ class ep_rank_core final : public pipeline_io {
   /// A held step may go now: starts it if the owner had work when it was held.
   void release_hold();
 
+  /// Checks `change` fits the group, this membership and a newer epoch.
+  void check_change(const placement_change& change) const;
+  /// A peer holding expert `e` of layer `l` under the placement in force (spread over them);
+  /// std::invalid_argument if none.
+  [[nodiscard]] int64_t holder_of(size_t l, int32_t e) const;
+  /// Where a copy of an expert for a new placement comes from: held, then staged (for use
+  /// before this rank's state changes: it reads it).
+  [[nodiscard]] expert_source held_or_staged() const;
+
   struct prepared_placement {
     placement_change change;
-    int64_t hold_from = 0;               // no step from here until the outcome
-    std::optional<int64_t> switch_step;  // committed: the new placement from this step on
-    std::function<void(bool)> in_force;  // committed: told when it holds (or is dropped)
+    std::shared_ptr<const held_experts> experts;  // what this rank holds under it
+    int64_t hold_from = 0;                        // no step from here until the outcome
+    std::optional<int64_t> switch_step;           // committed: the new placement from this step on
+    std::function<void(bool)> in_force;           // committed: told when it holds (or is dropped)
   };
   std::optional<prepared_placement> prepared_;
   uint64_t placement_epoch_ = 0;
+  // copies fetched for a coming placement (stage_experts), and the change they are for
+  std::map<std::pair<int64_t, int32_t>, std::shared_ptr<const expert_copy>> staged_;
+  uint64_t staged_epoch_ = 0;
   bool held_with_work_ = false;  // maybe_start was held when the owner had work
 
   ep_membership members_;

@@ -41,6 +41,8 @@ step_pipeline::step_pipeline(int64_t step, const ep_group& group, const step_mod
   if (static_cast<int64_t>(micro_batches.size()) != group.num_micro_batches)
     throw std::logic_error("step_pipeline: " + std::to_string(micro_batches.size()) +
                            " micro-batches, the group runs " + std::to_string(group.num_micro_batches));
+  if (!group_.placements || !group_.experts || group_.experts->layers.size() != group_.placements->size())
+    throw std::logic_error("step_pipeline: the group's placements and held experts do not match");
   mbs_.resize(micro_batches.size());
   for (size_t m = 0; m < mbs_.size(); ++m) {
     mbs_[m].entries = std::move(micro_batches[m]);
@@ -191,8 +193,8 @@ void step_pipeline::enqueue_mlp(int64_t mb, int64_t l) {
         part.reserve(group.size());
         for (const size_t i : group)
           part.push_back(received[i]);
-        std::vector<std::shared_ptr<ep_combine>> answers = run_dispatched_experts(
-          *model_.device, model_.weights->layers[l].moe, (*group_.placements)[l], group_.rank, part, D);
+        std::vector<std::shared_ptr<ep_combine>> answers =
+          run_dispatched_experts(*model_.device, group_.experts->layers[l], group_.rank, part, D);
         for (size_t j = 0; j < group.size(); ++j) {
           answered[group[j]] = true;
           answer(group[j], std::move(answers[j]));

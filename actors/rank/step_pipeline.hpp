@@ -52,6 +52,8 @@ struct ep_group {
   int64_t num_ranks = 1;
   /// Per layer (empty placement for dense layers). Shared so a new plan can replace it between steps.
   std::shared_ptr<const std::vector<layer_placement>> placements;
+  /// The routed experts this rank holds under `placements`, in its own memory (hold_experts).
+  std::shared_ptr<const held_experts> experts;
   ep_precision ep;                // the topology picks FP8 dispatch + BF16 combine
   int64_t num_micro_batches = 2;  // the same on every rank of the group
   /// MLP: answer peers one by one, before this rank's own tokens, from this many rows per expert

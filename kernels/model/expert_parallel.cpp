@@ -40,6 +40,61 @@ layer_placement default_layer_placement(int64_t num_logical, int64_t num_redunda
   return make_layer_placement(std::move(slots), num_ranks, num_logical);
 }
 
+std::vector<int32_t> experts_of_rank(const layer_placement& p, int64_t rank) {
+  const auto slots = std::span(p.slot_expert).subspan(rank * p.slots_per_rank, p.slots_per_rank);
+  std::vector<int32_t> experts(slots.begin(), slots.end());
+  std::sort(experts.begin(), experts.end());
+  experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+  return experts;
+}
+
+std::shared_ptr<const held_experts> hold_experts(const std::vector<layer_placement>& placements, int64_t rank,
+                                                 const expert_source& source) {
+  auto held = std::make_shared<held_experts>();
+  held->layers.resize(placements.size());
+  for (size_t l = 0; l < placements.size(); ++l) {
+    const layer_placement& p = placements[l];
+    if (p.slot_expert.empty())
+      continue;
+    std::vector<int32_t> experts = experts_of_rank(p, rank);
+    std::vector<std::shared_ptr<const expert_copy>> copies;
+    for (const int32_t e : experts) {
+      copies.push_back(source(static_cast<int64_t>(l), e));
+      if (copies.back() == nullptr)
+        throw std::invalid_argument("rank " + std::to_string(rank) + " has no copy of expert " +
+                                    std::to_string(e) + " of layer " + std::to_string(l));
+    }
+    held->layers[l] = make_held_layer(std::move(experts), std::move(copies),
+                                      static_cast<int64_t>(p.expert_slots.size()));
+  }
+  return held;
+}
+
+std::shared_ptr<const held_experts> hold_experts_from(const model_weights& weights,
+                                                      const std::vector<layer_placement>& placements,
+                                                      int64_t rank) {
+  return hold_experts(placements, rank, [&](int64_t l, int32_t e) -> std::shared_ptr<const expert_copy> {
+    const auto& experts = weights.layers.at(static_cast<size_t>(l)).moe.experts;
+    if (e < 0 || static_cast<size_t>(e) >= experts.size())
+      return nullptr;
+    return copy_expert(experts[static_cast<size_t>(e)]);
+  });
+}
+
+std::vector<std::pair<int64_t, int32_t>> missing_experts(const held_experts& held,
+                                                         const std::vector<layer_placement>& placements,
+                                                         int64_t rank) {
+  std::vector<std::pair<int64_t, int32_t>> missing;
+  for (size_t l = 0; l < placements.size(); ++l) {
+    if (placements[l].slot_expert.empty())
+      continue;
+    for (const int32_t e : experts_of_rank(placements[l], rank))
+      if (held.find(static_cast<int64_t>(l), e) == nullptr)
+        missing.emplace_back(static_cast<int64_t>(l), e);
+  }
+  return missing;
+}
+
 std::vector<std::shared_ptr<ep_dispatch>> make_dispatches(const layer_placement& placement, ep_key key,
                                                           int64_t src_rank, std::span<const float> x,
                                                           std::span<const int32_t> topk_ids,
@@ -113,23 +168,23 @@ std::vector<std::vector<size_t>> answer_groups(std::span<const std::shared_ptr<c
   };
   std::stable_sort(all.begin(), all.end(), [&](size_t a, size_t b) { return ring(a) < ring(b); });
   std::vector<std::vector<size_t>> groups;
+  groups.reserve(all.size());
   for (const size_t i : all)
     groups.push_back({i});
   return groups;
 }
 
 std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
-  backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
+  backend& device, const held_layer& held, int64_t rank,
   std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden) {
   int64_t num_pairs = 0;
   for (const auto& d : received)
     num_pairs += d->num_pairs();
-  // every pair as its own row with top_k = 1, so each output row is one weighted expert output
+  // every pair as its own row with top_k = 1, so each output row is one weighted expert output;
+  // experts by their index among the held ones
   std::vector<float> x(static_cast<size_t>(num_pairs * hidden)), y(x.size()), rows;
   std::vector<int32_t> ids(static_cast<size_t>(num_pairs));
   std::vector<float> w(static_cast<size_t>(num_pairs));
-  const int64_t first_slot = rank * placement.slots_per_rank;
-  const auto owned = std::span(placement.slot_expert).subspan(first_slot, placement.slots_per_rank);
   int64_t p = 0;
   bool round_bf16 = false;
   for (const auto& d : received) {
@@ -138,11 +193,11 @@ std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
     round_bf16 = d->combine_type == payload_dtype::bf16;
     for (int64_t i = 0; i < d->num_pairs(); ++i, ++p) {
       const int32_t e = d->pair_expert[i];
-      if (std::find(owned.begin(), owned.end(), e) == owned.end())
+      if (!held.holds(e))
         throw std::logic_error("expert parallelism: rank " + std::to_string(rank) +
                                " got a token for expert " + std::to_string(e) + ", which it does not hold");
       std::copy_n(rows.data() + d->pair_row[i] * hidden, hidden, x.data() + p * hidden);
-      ids[p] = e;
+      ids[p] = held.local[e];
       w[p] = d->pair_weight[i];
     }
   }
@@ -154,9 +209,9 @@ std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
                         .num_tokens = num_pairs,
                         .hidden = hidden,
                         .top_k = 1,
-                        .experts = &weights.experts,
+                        .experts = &held.weights,
                         .expert_begin = 0,
-                        .expert_end = static_cast<int64_t>(weights.experts.size()),
+                        .expert_end = static_cast<int64_t>(held.weights.size()),
                         .round_outputs_bf16 = round_bf16});
   std::vector<std::shared_ptr<ep_combine>> answers;
   std::vector<float> sums;

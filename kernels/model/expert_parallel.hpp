@@ -10,12 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "kernels/backend.hpp"
 #include "kernels/model/dispatch_payload.hpp"
+#include "kernels/model/held_experts.hpp"
 #include "kernels/model/weights.hpp"
 
 namespace moe {
@@ -41,6 +43,25 @@ struct layer_placement {
 /// 0, 1, ... (the placement before any load is known).
 [[nodiscard]] layer_placement default_layer_placement(int64_t num_logical, int64_t num_redundant,
                                                       int64_t num_ranks);
+
+/// The logical experts rank `rank` holds under `p`: its slots' experts, ascending, each once.
+[[nodiscard]] std::vector<int32_t> experts_of_rank(const layer_placement& p, int64_t rank);
+
+/// Where a rank gets the copy of an expert it is to hold (layer, logical expert); null: nowhere.
+using expert_source = std::function<std::shared_ptr<const expert_copy>(int64_t layer, int32_t expert)>;
+
+/// What rank `rank` holds under `placements` (one per layer, empty on dense layers), each copy
+/// from `source`. Throws std::invalid_argument naming the first expert `source` has no copy of.
+[[nodiscard]] std::shared_ptr<const held_experts> hold_experts(const std::vector<layer_placement>& placements,
+                                                               int64_t rank, const expert_source& source);
+
+/// What rank `rank` holds under `placements`, copied from the model's (the checkpoint's) weights.
+[[nodiscard]] std::shared_ptr<const held_experts> hold_experts_from(
+  const model_weights& weights, const std::vector<layer_placement>& placements, int64_t rank);
+
+/// The (layer, expert) pairs rank `rank` must hold under `placements` that `held` has no copy of.
+[[nodiscard]] std::vector<std::pair<int64_t, int32_t>> missing_experts(
+  const held_experts& held, const std::vector<layer_placement>& placements, int64_t rank);
 
 /// Which message a step's exchange belongs to.
 struct ep_key {
@@ -90,12 +111,13 @@ struct dispatch_plan {
   std::span<const int32_t> topk_ids, std::span<const float> topk_weights, int64_t num_tokens, int64_t hidden,
   int64_t top_k, ep_precision ep, dispatch_plan& plan);
 
-/// The destination side: runs the routed experts over the pairs of every received dispatch in one
-/// batch and answers each (same order). Every pair's expert must live on `rank` (logic_error if not).
+/// The destination side: runs the routed experts `held` (rank `rank`'s, of the dispatches' layer)
+/// over the pairs of every received dispatch in one batch and answers each (same order). Every
+/// pair's expert must be held (logic_error if not).
 /// A per_rank answer to this rank's own dispatch stays fp32: it crosses no link, and a group of
 /// one rank then computes what routed_local does.
 [[nodiscard]] std::vector<std::shared_ptr<ep_combine>> run_dispatched_experts(
-  backend& device, const moe_weights& weights, const layer_placement& placement, int64_t rank,
+  backend& device, const held_layer& held, int64_t rank,
   std::span<const std::shared_ptr<const ep_dispatch>> received, int64_t hidden);
 
 /// Rows per expert slot every peer's dispatch must bring before answer_groups splits the expert

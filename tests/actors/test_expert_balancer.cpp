@@ -85,6 +85,49 @@ struct expert_balancer_case : recovery_case {
     return p;
   }
 
+  // Each rank of the group holds, in memory of its own, one copy of each expert its slots name
+  // (`copy_bytes` each); a copy it sends a peer is the checkpoint's expert, element for
+  // element; an expert it does not hold it refuses to send.
+  void check_held(const cluster& c, const std::string& kind, const placement_report& p, int64_t num_ranks,
+                  const model_weights& w, int64_t copy_bytes) {
+    for (int64_t r = 0; r < num_ranks; ++r) {
+      CAPTURE(r);
+      const auto rank =
+        caf::actor_cast<ep_member_actor>(ask<caf::actor>(c.supervisor, lookup_atom::value, kind, r));
+      REQUIRE(rank);
+      int64_t copies = 0;
+      for (size_t l = 0; l < p.slot_expert.size(); ++l) {
+        const std::vector<int32_t>& row = p.slot_expert[l];
+        if (row.empty())
+          continue;
+        const auto k = static_cast<int64_t>(row.size()) / num_ranks;
+        const std::set<int32_t> mine(row.begin() + r * k, row.begin() + (r + 1) * k);
+        copies += static_cast<int64_t>(mine.size());
+        const int32_t held = *mine.begin();
+        const expert_blob blob = ask<expert_blob>(rank, experts_atom::value, static_cast<int64_t>(l), held);
+        const std::shared_ptr<const expert_copy> copy = decode_expert(blob.bytes);
+        const mlp_weights& want = w.layers[l].moe.experts[static_cast<size_t>(held)];
+        int64_t differ = 0;
+        for (const auto& [got_p, want_p] : {std::pair{&copy->weights.gate_proj, &want.gate_proj},
+                                            std::pair{&copy->weights.up_proj, &want.up_proj},
+                                            std::pair{&copy->weights.down_proj, &want.down_proj}})
+          for (int64_t o = 0; o < want_p->out_features; ++o)
+            for (int64_t i = 0; i < want_p->in_features; ++i)
+              differ += got_p->at(o, i) != want_p->at(o, i) ? 1 : 0;
+        CHECK(differ == 0);
+        int32_t absent = 0;
+        while (mine.count(absent) != 0)
+          ++absent;
+        bool refused = false;
+        self->request(rank, 10s, experts_atom::value, static_cast<int64_t>(l), absent)
+          .receive([](const expert_blob&) {}, [&](caf::error&) { refused = true; });
+        CHECK(refused);
+      }
+      CHECK(ask<rank_stats>(caf::actor_cast<caf::actor>(rank), stats_atom::value).expert_bytes ==
+            copies * copy_bytes);
+    }
+  }
+
   // Every logical expert of every MoE layer has a slot, and each rank holds as many slots.
   static void check_covers(const placement_report& p, int64_t num_logical, int64_t num_slots) {
     int64_t num_moe = 0;
@@ -149,6 +192,10 @@ TEST_CASE_FIXTURE(expert_balancer_case,
   CHECK(decode_after.slot_expert != before.slot_expert);
   check_covers(decode_after, 16, 20);
   check_covers(prefill_after, 16, 20);
+  // a copy: each projection's f32 [I, D] or [D, I] at a 64-byte boundary of its own
+  const int64_t copy_bytes = 3 * ((expert_bytes / 3 + 63) / 64 * 64);
+  check_held(c, "decode_rank", decode_after, 4, *weights, copy_bytes);
+  check_held(c, "prefill_rank", prefill_after, 2, *weights, copy_bytes);
   check_queue_empty(c);
   // the stats name what happened
   expert_balancer_stats s;
@@ -247,4 +294,58 @@ TEST_CASE_FIXTURE(expert_balancer_case,
   CHECK(r.epoch >= after_kill.epoch);
   check_covers(last, 16, 20);
   check_queue_empty(c);
+}
+
+TEST_CASE_FIXTURE(expert_balancer_case,
+                  "expert moves: a rank copies what a change gives it from a peer that holds it, and "
+                  "prepares no change it lacks an expert of") {
+  auto tok = real_tokenizer();
+  if (!tok)
+    return;
+  auto weights = tiny_weights();
+  const topology_config topo = eplb_topology();
+  scoped_cluster c = spawn_cluster(sys, weights, tok, {.topology = topo, .reference = true});
+  const auto rank0 = caf::actor_cast<ep_member_actor>(
+    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("decode_rank"), int64_t{0}));
+  REQUIRE(rank0);
+  const placement_report now = ask<placement_report>(rank0, placement_atom::value);
+  // 20 slots over 4 ranks, slot s holding expert s mod 16: rank 0 holds 0-4, rank 1 5-9. The
+  // change swaps slots 0 and 5 of the first MoE layer: rank 0 then lacks expert 5, which only
+  // rank 1 holds.
+  const int64_t L = weights->config.first_k_dense_replace;
+  auto placements = std::make_shared<std::vector<layer_placement>>();
+  for (size_t l = 0; l < now.slot_expert.size(); ++l) {
+    std::vector<int32_t> row = now.slot_expert[l];
+    if (static_cast<int64_t>(l) == L)
+      std::swap(row[0], row[5]);
+    placements->push_back(row.empty() ? layer_placement{} : make_layer_placement(row, 4, 16));
+  }
+  const placement_change change{
+    .epoch = now.epoch + 1, .membership_first_step = now.membership_first_step, .placements = placements};
+  const int64_t held_before =
+    ask<rank_stats>(caf::actor_cast<caf::actor>(rank0), stats_atom::value).expert_bytes;
+  const auto refused = [&](auto... xs) {  // both messages answer an int64_t
+    std::string why;
+    self->request(rank0, 10s, xs...).receive([](int64_t) {}, [&](caf::error& e) { why = sys.render(e); });
+    return why;
+  };
+  CHECK(refused(placement_atom::value, change).find("no copy of expert 5 of layer") != std::string::npos);
+  const model_config& mc = weights->config;
+  const int64_t expert_bytes = 3 * mc.moe_intermediate_size * mc.hidden_size *
+                               dtype_size(weights->layers[L].moe.experts[0].gate_proj.type);
+  CHECK(ask<int64_t>(rank0, experts_atom::value, change) == expert_bytes);  // expert 5, from rank 1
+  const int64_t staged = ask<rank_stats>(caf::actor_cast<caf::actor>(rank0), stats_atom::value).expert_bytes;
+  CHECK(staged > held_before);
+  CHECK(ask<int64_t>(rank0, experts_atom::value, change) == 0);  // staged already: nothing to copy
+  // now it holds every expert of the change: phase one is answered; an abort drops the copies
+  CHECK(ask<int64_t>(rank0, placement_atom::value, change) >= 0);
+  CHECK(ask<rank_stats>(caf::actor_cast<caf::actor>(rank0), stats_atom::value).expert_bytes == staged);
+  self->send(rank0, placement_atom::value, change.epoch);
+  CHECK(ask<rank_stats>(caf::actor_cast<caf::actor>(rank0), stats_atom::value).expert_bytes == held_before);
+  // a change for another membership is refused before anything is copied
+  placement_change stale = change;
+  stale.membership_first_step += 1;
+  CHECK(refused(experts_atom::value, stale).find("another membership") != std::string::npos);
+  // the placement in force never changed
+  CHECK(ask<placement_report>(rank0, placement_atom::value).epoch == now.epoch);
 }

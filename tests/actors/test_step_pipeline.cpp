@@ -115,9 +115,10 @@ struct loop_transport {
         if (item.stage == stage_kind::logits)
           pipelines[c]->on_logits_done();
       } else {
-        auto [dest, msg] = std::move(in_flight[c - ios.size()]);
+        auto flight = std::move(in_flight[c - ios.size()]);
         in_flight.erase(in_flight.begin() + (c - static_cast<int64_t>(ios.size())));
-        std::visit([&](auto& p) { (void)ios[dest].box.put(std::move(p), ep_inbox::clock::now()); }, msg);
+        ep_inbox& box = ios[flight.first].box;
+        std::visit([&](auto& p) { (void)box.put(std::move(p), ep_inbox::clock::now()); }, flight.second);
       }
     }
     for (const rank_io& io : ios)  // nothing left waiting: no deadlock
@@ -238,6 +239,7 @@ TEST_CASE("step pipelines of an EP group equal a single rank's forward pass, in 
             const ep_group group{.rank = r,
                                  .num_ranks = R,
                                  .placements = placements,
+                                 .experts = hold_experts_from(w, *placements, r),
                                  .ep = ep,
                                  .num_micro_batches = num_mb,
                                  .answer_split_min_rows = split_min};
@@ -351,6 +353,7 @@ TEST_CASE("a stage that throws still takes part in the exchange: the group's ste
           const ep_group group{.rank = r,
                                .num_ranks = R,
                                .placements = placements,
+                               .experts = hold_experts_from(w, *placements, r),
                                .ep = {.dispatch = payload_dtype::fp8, .combine = payload_dtype::bf16},
                                .answer_split_min_rows = split_min};
           const step_model model{

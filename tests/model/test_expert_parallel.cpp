@@ -24,6 +24,14 @@ struct moe_layer_inputs {
   std::vector<float> exact_fp8_bf16, exact_bf16_bf16, exact_fp32;  // routed_local outputs
 };
 
+// The experts rank `rank` holds of layer `layer_idx` under `placement`, copied from the weights.
+held_layer held_of(const model_weights& w, int64_t layer_idx, const layer_placement& placement,
+                   int64_t rank) {
+  std::vector<layer_placement> placements(w.layers.size());
+  placements[static_cast<size_t>(layer_idx)] = placement;
+  return hold_experts_from(w, placements, rank)->layers[static_cast<size_t>(layer_idx)];
+}
+
 // Runs a prompt up to the first MoE layer's router and records routed_local's answers.
 moe_layer_inputs capture(const model_weights& w, backend& ref) {
   kv_cache cache(w.config.num_hidden_layers, 8, 4, w.config.kv_cache_dim());
@@ -79,7 +87,7 @@ std::vector<float> run_group(const model_weights& w, backend& ref, const moe_lay
     2, std::vector<std::shared_ptr<const ep_combine>>(R));
   for (int64_t r = 0; r < R; ++r) {
     std::shuffle(inbox[r].begin(), inbox[r].end(), rng);
-    auto combined = run_dispatched_experts(ref, w.layers[in.layer_idx].moe, placement, r, inbox[r], D);
+    auto combined = run_dispatched_experts(ref, held_of(w, in.layer_idx, placement, r), r, inbox[r], D);
     for (size_t i = 0; i < combined.size(); ++i) {
       CHECK(combined[i]->key == inbox[r][i]->key);
       answers[inbox[r][i]->src_rank][r] = combined[i];  // source s is rank s
@@ -183,7 +191,7 @@ TEST_CASE("the reduced combine: per-(token, rank) sums in rank order, whatever t
     dispatch_plan plan;
     auto d = make_dispatches(one, {}, 0, in.x, in.ids, in.weights, in.num_tokens, D, K, ep, plan);
     const std::vector<std::shared_ptr<const ep_dispatch>> got(d.begin(), d.end());
-    const auto answers = run_dispatched_experts(*ref, w.layers[in.layer_idx].moe, one, 0, got, D);
+    const auto answers = run_dispatched_experts(*ref, held_of(w, in.layer_idx, one, 0), 0, got, D);
     CHECK(answers[0]->outputs.num_rows == in.num_tokens);  // one row per token, not per pair
     std::vector<float> out(static_cast<size_t>(in.num_tokens * D));
     const std::vector<std::shared_ptr<const ep_combine>> back(answers.begin(), answers.end());
@@ -277,7 +285,7 @@ TEST_CASE("a dispatch to a rank that lacks the expert, and bad placements, are r
   dispatch_plan plan;
   auto d = make_dispatches(p, {}, 0, x, ids, wts, 1, D, 1, {}, plan);
   const std::vector<std::shared_ptr<const ep_dispatch>> wrong = {d[0]};
-  CHECK_THROWS_AS((void)run_dispatched_experts(*ref, w.layers[w.config.first_k_dense_replace].moe, p, 1,
+  CHECK_THROWS_AS((void)run_dispatched_experts(*ref, held_of(w, w.config.first_k_dense_replace, p, 1), 1,
                                                wrong, D),
                   std::logic_error);
   CHECK_THROWS_AS((void)make_layer_placement({0, 1, 2}, 2, 3), std::invalid_argument);     // 3 slots, 2 ranks

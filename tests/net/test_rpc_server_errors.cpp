@@ -186,7 +186,11 @@ TEST_CASE_FIXTURE(server_fixture, "stats and ready go through the cluster") {
   CHECK(m.at("input_tokens").as<int64_t>() == 3);
   CHECK(m.at("output_tokens").as<int64_t>() == 2);
   CHECK(m.at("ranks").via.array.size == 2);
-  for (const auto& rank : m.at("ranks").as<std::vector<std::map<std::string, msgpack::object>>>()) {
+  const auto ranks = m.at("ranks").as<std::vector<std::map<std::string, msgpack::object>>>();
+  // a group of one rank each: both hold every routed expert once, in memory of their own
+  CHECK(ranks[0].at("expert_bytes").as<int64_t>() > 0);
+  CHECK(ranks[0].at("expert_bytes").as<int64_t>() == ranks[1].at("expert_bytes").as<int64_t>());
+  for (const auto& rank : ranks) {
     CHECK(rank.at("occupancy_peak").as<double>() >= rank.at("occupancy_avg").as<double>());
     CHECK(rank.at("free_blocks").as<int64_t>() <= rank.at("blocks").as<int64_t>());
     // both prompts were prefilled; ready's one token came from prefill, so only one was decoded
@@ -223,7 +227,7 @@ TEST_CASE_FIXTURE(server_fixture, "random bytes from many clients never take the
     for (char& b : bytes)
       b = static_cast<char>(rng());
     if (i % 3 == 0)  // a valid request's prefix first
-      bytes = request_bytes(1, "generate", std::vector<int>{}).substr(0, 4) + bytes;
+      bytes.insert(0, request_bytes(1, "generate", std::vector<int>{}).substr(0, 4));
     try {
       c.send(bytes);
     } catch (const std::system_error&) {  // closed before all of it was sent
