@@ -24,7 +24,6 @@
 #include <iterator>
 #include <map>
 #include <numeric>
-#include <random>
 #include <string>
 
 #include "actors/system_config.hpp"
@@ -53,21 +52,6 @@ struct bench_options {
   uint64_t seed = 1;
   std::string trace_file;  // the last run's Chrome trace (overlap: one per phase)
 };
-
-std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int64_t output_len,
-                                          int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<request_spec> specs(static_cast<size_t>(count));
-  for (request_spec& s : specs) {
-    s.prompt_ids.push_back(0);
-    while (static_cast<int64_t>(s.prompt_ids.size()) < prompt_len)
-      s.prompt_ids.push_back(static_cast<int32_t>(1 + rng() % static_cast<uint64_t>(vocab - 1)));
-    s.sampling.temperature = 0.0f;
-    s.sampling.max_tokens = static_cast<int32_t>(output_len);
-    s.sampling.ignore_eos = true;
-  }
-  return specs;
-}
 
 struct level_result {
   double wall_s = 0, output_tok_s = 0, mean_ttft_s = 0, mean_tpot_s = 0;
@@ -132,7 +116,7 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
   configure_actor_system(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const cluster c = spawn_cluster(
-    sys, std::move(weights), s.tok,
+    sys, weights, s.tok,
     {.topology = topo, .reference = reference, .trace = true, .link_even_steps_only = link_even_steps_only});
   cluster_run run;
   try {
@@ -208,6 +192,7 @@ level_result run_level(const model_session& s, const std::shared_ptr<const model
     } else {
       auto med = [&](double level_result::phase_step::*f) {
         std::vector<double> v;
+        v.reserve(steps.size());
         for (const auto& st : steps)
           v.push_back(st.*f);
         return median(std::move(v));
@@ -394,6 +379,7 @@ void run(bench_options& o) {
   // steps on the link beside steps off it after the run's first (which pays its warm-up).
   constexpr int prefill_waves = 7;
   std::vector<std::vector<request_spec>> prefill_specs;
+  prefill_specs.reserve(prefill_waves);
   for (int i = 0; i < prefill_waves; ++i)
     prefill_specs.push_back(random_requests(topo.prefill_ranks, o.prompt_len, 1, vocab, o.seed + 1 + i));
   const int64_t num_prefill = topo.prefill_ranks;

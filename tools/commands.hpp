@@ -18,6 +18,7 @@ void add_logits(CLI::App& app);           // tools/logits.cpp
 void add_bench_model(CLI::App& app);      // tools/bench_model.cpp
 void add_bench_tokenizer(CLI::App& app);  // tools/bench_tokenizer.cpp
 void add_bench_cluster(CLI::App& app);    // tools/bench_cluster.cpp
+void add_bench_eplb(CLI::App& app);       // tools/bench_eplb.cpp: one expert rebalance while serving
 void add_serve(CLI::App& app);            // tools/serve.cpp
 void add_client(CLI::App& app);           // tools/client.cpp
 void add_bench(CLI::App& app);            // tools/bench.cpp: load generator against `serve`

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   moe::tools::add_bench_model(app);
   moe::tools::add_bench_tokenizer(app);
   moe::tools::add_bench_cluster(app);
+  moe::tools::add_bench_eplb(app);
   moe::tools::add_serve(app);
   moe::tools::add_client(app);
   moe::tools::add_bench(app);

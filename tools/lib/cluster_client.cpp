@@ -4,6 +4,7 @@
 #include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <map>
+#include <random>
 #include <stdexcept>
 
 #include "actors/errors.hpp"
@@ -74,6 +75,21 @@ cluster_run run_requests(caf::actor_system& sys, const cluster& c, const std::ve
   }
   run.wall_s = seconds(clock::now() - start);
   return run;
+}
+
+std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int64_t output_len,
+                                          int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<request_spec> specs(static_cast<size_t>(count));
+  for (request_spec& s : specs) {
+    s.prompt_ids.push_back(0);
+    while (static_cast<int64_t>(s.prompt_ids.size()) < prompt_len)
+      s.prompt_ids.push_back(static_cast<int32_t>(1 + rng() % static_cast<uint64_t>(vocab - 1)));
+    s.sampling.temperature = 0.0f;
+    s.sampling.max_tokens = static_cast<int32_t>(output_len);
+    s.sampling.ignore_eos = true;
+  }
+  return specs;
 }
 
 }  // namespace moe::tools

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +29,11 @@ struct cluster_run {
   double wall_s = 0.0;
   int64_t num_rejected = 0;  // "overloaded" answers (resubmitted)
 };
+
+/// `count` greedy requests of `prompt_len` random token ids (the first is 0) and exactly
+/// `output_len` output tokens (EOS ignored), the same for one `seed`.
+[[nodiscard]] std::vector<request_spec> random_requests(int64_t count, int64_t prompt_len, int64_t output_len,
+                                                        int64_t vocab, uint64_t seed);
 
 /// Runs `specs` through `c` with at most `concurrency` requests in flight; `on_text` (may be
 /// empty) receives request 0's text deltas as they stream. Throws std::runtime_error when the
