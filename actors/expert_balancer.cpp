@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <stdexcept>
 #include <variant>
 
@@ -33,6 +35,9 @@ struct expert_balancer_state {
   bool checking = false;               // a check's questions are out
   bool running = false;                // a rebalance runs; `waiters` get its report
   std::vector<caf::typed_response_promise<rebalance_report>> waiters;
+  // answers awaited from ranks, each failed when its rank goes down (await_answer)
+  std::map<uint64_t, std::pair<caf::actor_addr, std::function<void(const std::string&)>>> awaiting;
+  uint64_t next_await = 0;
   expert_balancer_stats stats;
   static inline const char* name = "expert_balancer";
 };
@@ -153,6 +158,32 @@ auto keep_decision(balancer_pointer self, const placement_change& change, bool r
                        renew);
 }
 
+// Calls exactly one of `on_value` and `on_fail` for a request to `rank`: with the answer, or
+// with why none came: an error, or the rank going down while it held the request (CAF 0.17
+// answers no error for a request its receiver dies holding; a move may take minutes).
+template <class T, class Handle, class OnValue, class OnFail>
+void await_answer(balancer_pointer self, const ep_member_actor& rank, Handle handle, OnValue on_value,
+                  OnFail on_fail) {
+  const uint64_t id = self->state.next_await++;
+  auto settled = std::make_shared<bool>(false);
+  auto fail = [=](const std::string& why) {
+    if (std::exchange(*settled, true))
+      return;
+    self->state.awaiting.erase(id);
+    on_fail(why);
+  };
+  self->state.awaiting.emplace(id,
+                               std::make_pair(rank.address(), std::function<void(const std::string&)>(fail)));
+  handle.then(
+    [=](T value) {
+      if (std::exchange(*settled, true))
+        return;
+      self->state.awaiting.erase(id);
+      on_value(value);
+    },
+    [=](const caf::error& e) { fail(self->system().render(e)); });
+}
+
 // Phase two: the decision is recorded; every rank switches at `switch_step`. A refusal renews
 // the group, whose new membership carries the recorded placement.
 void commit(balancer_pointer self, std::shared_ptr<rebalance_report> report, const placement_change& change,
@@ -183,10 +214,11 @@ void commit(balancer_pointer self, std::shared_ptr<rebalance_report> report, con
       one(false);
       continue;
     }
-    self
-      ->request(rank, st.cfg.switch_timeout, placement_atom::value, change.epoch, switch_step,
-                change.membership_first_step)
-      .then([one](bool ok) { one(ok); }, [one](const caf::error&) { one(false); });
+    await_answer<bool>(
+      self, rank,
+      self->request(rank, st.cfg.switch_timeout, placement_atom::value, change.epoch, switch_step,
+                    change.membership_first_step),
+      [one](bool ok) { one(ok); }, [one](const std::string&) { one(false); });
   }
 }
 
@@ -218,17 +250,17 @@ void ask_every_rank(balancer_pointer self, const char* doing, Ask ask, OnAnswer 
       one();
       continue;
     }
-    ask(st.ranks[r])
-      .then(
-        [=](T value) {
-          on_answer(value);
-          one();
-        },
-        [=](const caf::error& e) {
-          if (why->empty())
-            *why = "rank " + std::to_string(r) + " " + doing + ": " + self->system().render(e);
-          one();
-        });
+    await_answer<T>(
+      self, st.ranks[r], ask(st.ranks[r]),
+      [=](T value) {
+        on_answer(value);
+        one();
+      },
+      [=](const std::string& error) {
+        if (why->empty())
+          *why = "rank " + std::to_string(r) + " " + doing + ": " + error;
+        one();
+      });
   }
 }
 
@@ -389,9 +421,26 @@ expert_balancer_actor::behavior_type expert_balancer(balancer_pointer self,
                                                      const std::vector<caf::actor>& ranks,
                                                      expert_balancer_config cfg) {
   auto& st = self->state;
-  for (const caf::actor& r : ranks)
+  for (const caf::actor& r : ranks) {
     st.ranks.push_back(caf::actor_cast<ep_member_actor>(r));
+    if (r)
+      self->monitor(r);
+  }
   st.steps_seen.assign(st.ranks.size(), 0);
+  // a rank that goes down is being restarted (the supervisor introduces its successor): what
+  // was asked of it fails now, not at its timeout
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& st = self->state;
+    for (ep_member_actor& rank : st.ranks)
+      if (rank && rank.address() == down.source)
+        rank = nullptr;
+    std::vector<std::function<void(const std::string&)>> failed;
+    for (const auto& [id, awaited] : st.awaiting)
+      if (awaited.first == down.source)
+        failed.push_back(awaited.second);
+    for (const auto& fail : failed)
+      fail("went down");
+  });
   st.settings = {.target = "expert_balancer", .now = cfg.settings, .epoch = 0};
   st.settings.now.num_logical = cfg.num_logical;
   st.stats.role = cfg.role;
@@ -411,6 +460,8 @@ expert_balancer_actor::behavior_type expert_balancer(balancer_pointer self,
       if (index < 0 || index >= static_cast<int64_t>(st.ranks.size()))
         return;
       st.ranks[index] = caf::actor_cast<ep_member_actor>(fresh);
+      if (fresh)
+        self->monitor(fresh);
       st.steps_seen[index] = 0;
       if (st.settings.epoch > 0)
         tell_window(self, st.ranks[index]);
