@@ -6,6 +6,8 @@
 #include <span>
 #include <stdexcept>
 
+#include "actors/policy/assignment.hpp"
+
 namespace moe {
 
 namespace {
@@ -54,20 +56,7 @@ std::vector<int32_t> keep_in_place(const std::vector<int32_t>& from, std::vector
       for (const int32_t e : block_experts(to, b, k))
         overlap[b][r] += had.count(e);
   }
-  std::vector<int64_t> rank_of(num_ranks, -1);
-  std::vector<bool> rank_taken(num_ranks, false);
-  for (int64_t n = 0; n < num_ranks; ++n) {
-    int64_t best_b = -1, best_r = -1, best = -1;
-    for (int64_t b = 0; b < num_ranks; ++b)
-      for (int64_t r = 0; r < num_ranks && rank_of[b] < 0; ++r)
-        if (!rank_taken[r] && overlap[b][r] > best) {
-          best = overlap[b][r];
-          best_b = b;
-          best_r = r;
-        }
-    rank_of[best_b] = best_r;
-    rank_taken[best_r] = true;
-  }
+  const std::vector<int64_t> rank_of = best_assignment(overlap);  // the most replicas stay
   std::vector<int32_t> out(to.size(), -1);
   for (int64_t b = 0; b < num_ranks; ++b) {
     const int64_t r = rank_of[b];

@@ -27,9 +27,9 @@ namespace moe {
 
 /// `to` with its ranks' blocks of slots reordered over the ranks (a bijection: every rank still
 /// gets one block, so the loads per rank are the same multiset) so that as many of the experts
-/// each rank holds under `from` stay there: greedily, the (block, rank) pair that keeps the
-/// most experts first, ties to the lower block, then the lower rank. Within a rank, experts it
-/// already held keep their slot where they can.
+/// each rank holds under `from` stay there: the most that any such reordering keeps
+/// (best_assignment), so never fewer than `to` as laid out; among the best, a block stays on its
+/// own rank. Within a rank, experts it already held keep their slot where they can.
 [[nodiscard]] std::vector<int32_t> keep_in_place(const std::vector<int32_t>& from, std::vector<int32_t> to,
                                                  int64_t num_ranks);
 
