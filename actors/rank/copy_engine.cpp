@@ -2,6 +2,7 @@
 #include "actors/rank/copy_engine.hpp"
 
 #include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -47,5 +48,11 @@ copy_engine_actor::behavior_type copy_engine(copy_engine_actor::pointer self) {
 }  // namespace
 
 copy_engine_actor spawn_copy_engine(caf::actor_system& sys) { return sys.spawn<caf::detached>(copy_engine); }
+
+copy_engine_actor spawn_copy_engine_for(caf::actor_system& sys, const caf::actor& owner) {
+  copy_engine_actor engine = spawn_copy_engine(sys);
+  caf::anon_send(engine, watch_atom::value, owner);
+  return engine;
+}
 
 }  // namespace moe

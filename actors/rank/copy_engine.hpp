@@ -4,7 +4,8 @@
 // its own memory), as a GPU's copy engines move bytes beside its compute. On a CPU the ranks'
 // streams and the actors that drive their steps share the cores with these copies: at the
 // lowest priority the copies take the cycles the steps leave, so serving goes on at nearly its
-// pace while experts move (tools/bench_eplb.cpp measures it).
+// pace while experts move (tools/bench_eplb.cpp measures it). It holds no state: a rank that
+// finds it gone spawns one of its own (renew_copy_engine, actors/rank/expert_fetch.hpp).
 #pragma once
 
 #include <caf/actor.hpp>
@@ -30,6 +31,9 @@ using copy_engine_actor = caf::typed_actor<
 
 /// Spawns the engine on a thread of its own.
 [[nodiscard]] copy_engine_actor spawn_copy_engine(caf::actor_system& sys);
+
+/// A new engine for `owner` alone (a rank whose engine went away), quitting when it does.
+[[nodiscard]] copy_engine_actor spawn_copy_engine_for(caf::actor_system& sys, const caf::actor& owner);
 
 }  // namespace moe
 

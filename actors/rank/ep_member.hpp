@@ -117,9 +117,18 @@ template <class Behavior, class Self, class... Handlers>
       if (!copy)
         return caf::make_error(serve_errc::invalid, "no copy of expert " + std::to_string(expert) +
                                                       " of layer " + std::to_string(layer) + " here");
-      if (const copy_engine_actor& engine = self->state.core->copy_engine())
-        return self->delegate(engine, experts_atom::value, copy, layer, expert);
-      return expert_blob{.layer = layer, .expert = expert, .bytes = encode_expert(copy->weights)};
+      const copy_engine_actor engine = self->state.core->copy_engine();
+      if (!engine)
+        return expert_blob{.layer = layer, .expert = expert, .bytes = encode_expert(copy->weights)};
+      auto rp = self->template make_response_promise<expert_blob>();
+      self->request(engine, caf::infinite, experts_atom::value, copy, layer, expert)
+        .then([rp](expert_blob& blob) mutable { rp.deliver(std::move(blob)); },
+              [=](const caf::error&) mutable {  // encoding cannot fail: the engine is gone
+                renew_copy_engine(self, engine);
+                rp.deliver(
+                  expert_blob{.layer = layer, .expert = expert, .bytes = encode_expert(copy->weights)});
+              });
+      return rp;
     },
     own...,
   };

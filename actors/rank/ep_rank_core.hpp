@@ -133,6 +133,8 @@ class ep_rank_core final : public pipeline_io {
   [[nodiscard]] std::shared_ptr<const expert_copy> copy_for_peer(int64_t layer, int32_t expert) const;
   /// Where expert moves make their bytes (null: on this rank's actor thread).
   [[nodiscard]] const copy_engine_actor& copy_engine() const noexcept { return links_.copies; }
+  /// Makes expert moves' bytes on `engine` from now on (the one before went away).
+  void replace_copy_engine(copy_engine_actor engine) { links_.copies = std::move(engine); }
   /// Group rank `r`'s actor.
   [[nodiscard]] const caf::actor& peer(int64_t r) const { return members_.peers.at(static_cast<size_t>(r)); }
 

@@ -9,6 +9,7 @@
 #include <caf/error.hpp>
 #include <caf/typed_response_promise.hpp>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,6 +41,18 @@ struct expert_fetch_run {
 [[nodiscard]] std::shared_ptr<const expert_copy> expert_from_blob(const expert_fetch& f,
                                                                   const expert_blob& blob,
                                                                   std::string& error);
+
+/// Gives the rank a copy engine of its own when `gone`, the one it used, went away (killed, or
+/// quit): the copy that found it gone is made on the rank's thread, later ones on the new engine.
+template <class Self>
+void renew_copy_engine(Self self, const copy_engine_actor& gone) {
+  ep_rank_core& core = *self->state.core;
+  if (core.copy_engine() != gone)  // renewed already, by an earlier copy
+    return;
+  std::fprintf(stderr, "rank %lld: the copy engine went away: a new one for this rank\n",
+               static_cast<long long>(core.group().rank));
+  core.replace_copy_engine(spawn_copy_engine_for(self->system(), caf::actor_cast<caf::actor>(self)));
+}
 
 /// Asks for the next layer's copies (of peers as `Peer` handles), or stages them all when there
 /// is none left.
@@ -80,10 +93,18 @@ void fetch_next_layer(Self self, std::shared_ptr<expert_fetch_run> run) {
           if (blob.layer != f.layer || blob.expert != f.expert)
             return fail(expert_fetch_error(f, "got expert " + std::to_string(blob.expert) + " of layer " +
                                                 std::to_string(blob.layer)));
-          if (const copy_engine_actor& engine = self->state.core->copy_engine()) {
-            self->request(engine, caf::infinite, experts_atom::value, std::move(blob))
-              .then(got, [self, f, fail](const caf::error& e) {
-                fail(expert_fetch_error(f, self->system().render(e)));
+          if (const copy_engine_actor engine = self->state.core->copy_engine()) {
+            auto sent = std::make_shared<expert_blob>(std::move(blob));
+            self->request(engine, caf::infinite, experts_atom::value, *sent)
+              .then(got, [self, f, fail, got, engine, sent](const caf::error& e) {
+                if (e != caf::sec::request_receiver_down)  // bytes the engine refused
+                  return fail(expert_fetch_error(f, self->system().render(e)));
+                renew_copy_engine(self, engine);
+                std::string why;
+                std::shared_ptr<const expert_copy> copy = expert_from_blob(f, *sent, why);
+                if (!copy)
+                  return fail(why);
+                got(std::move(copy));
               });
             return;
           }

@@ -298,7 +298,7 @@ TEST_CASE_FIXTURE(expert_balancer_case,
 
 TEST_CASE_FIXTURE(expert_balancer_case,
                   "expert moves: a rank copies what a change gives it from a peer that holds it, and "
-                  "prepares no change it lacks an expert of") {
+                  "prepares no change it lacks an expert of; a killed copy engine is made again") {
   auto tok = real_tokenizer();
   if (!tok)
     return;
@@ -348,4 +348,15 @@ TEST_CASE_FIXTURE(expert_balancer_case,
   CHECK(refused(experts_atom::value, stale).find("another membership") != std::string::npos);
   // the placement in force never changed
   CHECK(ask<placement_report>(rank0, placement_atom::value).epoch == now.epoch);
+  // with the cluster's copy engine killed, the holder encodes and rank 0 decodes on their own
+  // threads, each making itself a new engine: the same copy comes
+  REQUIRE(c.copy_engine);
+  self->monitor(c.copy_engine);
+  self->send_exit(c.copy_engine, caf::exit_reason::kill);
+  self->receive([](const caf::down_msg&) {},
+                caf::after(10s) >> [] { FAIL("the copy engine did not go down"); });
+  CHECK(ask<int64_t>(rank0, experts_atom::value, change) == expert_bytes);
+  CHECK(ask<rank_stats>(caf::actor_cast<caf::actor>(rank0), stats_atom::value).expert_bytes == staged);
+  self->send(rank0, placement_atom::value, change.epoch);
+  CHECK(ask<int64_t>(rank0, experts_atom::value, change) == expert_bytes);  // on the new engines
 }

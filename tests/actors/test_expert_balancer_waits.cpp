@@ -26,8 +26,8 @@ caf::behavior stand_in_rank(caf::event_based_actor* self, bool dies_when_moving)
       return placement_report{.epoch = 0, .slot_expert = {{}, {0, 1, 2, 3}}, .num_steps_run = 5};
     },
     [](expert_load_atom) {
-      return expert_load{.num_layers = 1, .num_experts = 4, .window_steps = 10, .steps_covered = 5,
-                         .counts = {8, 8, 1, 1}};
+      return expert_load{
+        .num_layers = 1, .num_experts = 4, .window_steps = 10, .steps_covered = 5, .counts = {8, 8, 1, 1}};
     },
     [](expert_load_atom, int64_t) { return true; },
     [=](experts_atom, const placement_change&) -> caf::result<int64_t> {
