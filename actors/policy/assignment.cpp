@@ -14,9 +14,7 @@ std::vector<int64_t> best_assignment(const std::vector<std::vector<int64_t>>& ga
       throw std::invalid_argument("best_assignment: a row of " + std::to_string(row.size()) +
                                   " gains in a matrix of " + std::to_string(n) + " rows");
   // costs to minimize: the gain scaled past any sum of tie-breaks, less 1 on the diagonal
-  const auto cost = [&](int64_t i, int64_t j) {
-    return -(gain[i][j] * (n + 1) + (i == j ? 1 : 0));
-  };
+  const auto cost = [&](int64_t i, int64_t j) { return -(gain[i][j] * (n + 1) + (i == j ? 1 : 0)); };
   // the shortest augmenting path form, rows and columns 1-based, column 0 a virtual start
   constexpr int64_t inf = std::numeric_limits<int64_t>::max() / 4;
   std::vector<int64_t> u(n + 1, 0), v(n + 1, 0), row_of(n + 1, 0), way(n + 1, 0);
