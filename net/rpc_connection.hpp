@@ -1,69 +1,43 @@
 // net/rpc_connection.hpp
-// One client connection, on the server's io thread: reads into a frame_decoder, answers or
-// forwards each message by method (once its role allows it, net/auth.hpp), writes responses in
-// order through a bounded queue, and closes on a timeout, an undecodable stream, a reader too
-// slow for its write buffer or too many wrong auth tokens. Its bridge actor talks to the cluster;
-// when the bridge dies (a crash, fault injection) the generates it carried are answered 503
-// (retryable; their sessions free what the cluster held) and a new bridge serves what follows.
+// One MessagePack-RPC client connection, on the server's io thread: reads into a frame_decoder,
+// hands each message to its rpc_session (which answers or forwards it by method), writes the
+// answers in order through a bounded queue, and closes on a timeout, an undecodable stream, a
+// reader too slow for its write buffer or too many wrong auth tokens.
 #pragma once
 
 #include <array>
 #include <asio.hpp>
-#include <caf/actor.hpp>
 #include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_set>
 
-#include "net/auth.hpp"
 #include "net/rpc_frame.hpp"
-#include "net/rpc_server.hpp"
+#include "net/rpc_session.hpp"
 
 namespace moe::net {
 
-/// What every connection of one server shares.
-struct server_shared {
-  std::shared_ptr<asio::io_context> io;
-  caf::actor_system& sys;
-  std::shared_ptr<const serving_target> target;
-  std::shared_ptr<server_counters> counters;
-  server_limits limits;
-  auth_keys keys;
-  bool fault_injection = false;  // admin.actors and admin.kill answer (404 otherwise)
-};
-
-class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
+class rpc_connection : public session_sink, public std::enable_shared_from_this<rpc_connection> {
  public:
   rpc_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared);
-  ~rpc_connection();
+  ~rpc_connection() override;
 
-  /// Spawns the bridge actor and starts reading (io thread).
+  /// Starts its session (and bridge actor) and reading (io thread).
   void start();
   /// Closes the socket and cancels the connection's requests (io thread).
   void close();
   /// Shutting down: answers every generate in flight with `error`, then closes once written
   /// (its bridge cancels them all).
   void shed(const rpc_error& error);
-  /// From any thread: queues `bytes` for writing; `finished` leaves the in-flight set, and a
-  /// `probe`'s answer (ready, stats) the probes in flight.
-  void deliver(msgpack::sbuffer bytes, std::optional<uint32_t> finished, bool probe = false);
+  /// Queues `bytes` for writing (io thread; the session's answers).
+  void write(msgpack::sbuffer bytes) override;
+  void close_after_writes() override;
 
  private:
-  void start_bridge();
-  // A bridge died: its generates in flight get a 503 and a new bridge takes the connection on.
-  void on_bridge_down(const caf::actor_addr& bridge, const caf::error& reason);
   void read();
   void on_read(std::error_code ec, size_t num_bytes);
-  void handle(rpc_message& message);
-  void handle_request(rpc_request& request);
-  void handle_generate(rpc_request& request);
-  void handle_auth(rpc_request& request);
-  void write(msgpack::sbuffer bytes);
   void write_next();
-  void close_after_writes();
-  void forget_in_flight();
   void arm_timer(bool message_started);
 
   // NOTE: shared_ holds the io_context, so it comes first: members are destroyed in reverse order,
@@ -80,11 +54,7 @@ class rpc_connection : public std::enable_shared_from_this<rpc_connection> {
   bool writing_ = false;
   bool closing_ = false;  // close once the queued replies are written
   bool closed_ = false;
-  std::unordered_set<uint32_t> in_flight_;  // generate msgids not answered yet
-  size_t probes_in_flight_ = 0;             // ready / stats asked of the cluster, not answered
-  auth_role role_;                          // what the last successful auth granted
-  int num_auth_failures_ = 0;
-  caf::actor bridge_;
+  std::shared_ptr<rpc_session> session_;
 };
 
 }  // namespace moe::net
