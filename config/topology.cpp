@@ -25,7 +25,7 @@ namespace {
 using field_ref = std::variant<int64_t*, double*, bool*, std::string*>;
 
 // Every TOML key, as "section.key", and the field of `c` it sets.
-std::array<std::pair<std::string_view, field_ref>, 29> fields_of(topology_config& c) {
+std::array<std::pair<std::string_view, field_ref>, 30> fields_of(topology_config& c) {
   return {{
     {"prefill.ranks", &c.prefill_ranks},
     {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
@@ -52,6 +52,7 @@ std::array<std::pair<std::string_view, field_ref>, 29> fields_of(topology_config
     {"link_model.inter_node_bandwidth_gb_s", &c.inter_node.bandwidth_gb_s},
     {"server.host", &c.host},
     {"server.port", &c.port},
+    {"server.http_port", &c.http_port},
     {"fault_tolerance.max_restarts", &c.max_restarts},
     {"fault_tolerance.restart_period_s", &c.restart_period_s},
     {"fault_tolerance.stall_timeout_s", &c.stall_timeout_s},
@@ -232,6 +233,12 @@ void validate(const topology_config& c) {
     invalid("server.host", "--host", "must not be empty");
   if (c.port < 0 || c.port > 65535)
     invalid("server.port", "--port", "must be in 0..65535, got " + std::to_string(c.port));
+  if (c.http_port < -1 || c.http_port > 65535 || (c.http_port == -1 && c.port == 65535))
+    invalid("server.http_port", "--http-port",
+            "must be in 0..65535 (0: off) or -1 (the port after --port), got " + std::to_string(c.http_port) +
+              (c.http_port == -1 ? " with --port 65535" : ""));
+  if (c.http_port > 0 && c.http_port == c.port)
+    invalid("server.http_port", "--http-port", "must differ from --port " + std::to_string(c.port));
   if (!std::isfinite(c.new_token_ratio) || c.new_token_ratio <= 0.0 || c.new_token_ratio > 1.0)
     invalid("scheduler.new_token_ratio", "--new-token-ratio",
             "must be a number in (0, 1], got " + std::to_string(c.new_token_ratio));

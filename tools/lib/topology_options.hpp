@@ -30,6 +30,7 @@ struct topology_options {
   std::optional<double> restart_period_s, stall_timeout_s;
   std::optional<std::string> host;
   std::optional<int64_t> port;
+  std::optional<int64_t> http_port;
 };
 
 /// Adds --config and the topology flags listed in config/topology.toml; --host and --port only
