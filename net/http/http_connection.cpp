@@ -5,6 +5,7 @@
 // requests the session answers at once does not recurse.
 #include "net/http/http_connection.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <string_view>
@@ -13,7 +14,7 @@
 #include "net/http/http_response.hpp"
 #include "net/http/json_values.hpp"
 #include "net/http/openai_request.hpp"
-#include "net/server_log.hpp"
+#include "net/serving_metrics.hpp"
 
 namespace moe::net {
 namespace {
@@ -149,7 +150,9 @@ void http_connection::read() {
   if (reading_paused_)
     return;
   socket_.async_read_some(asio::buffer(read_buffer_),
-                          [self = shared_from_this()](std::error_code ec, size_t n) { self->on_read(ec, n); });
+                          [self = shared_from_this()](std::error_code ec, size_t n) {
+                            self->on_read(ec, n);
+                          });
 }
 
 void http_connection::on_read(std::error_code ec, size_t num_bytes) {
@@ -222,29 +225,36 @@ void http_connection::route(http_request& request) {
   exchange ex{.keep_alive = current_keep_alive_};
   current_ = ex;  // errors below answer it
   auto role = role_of(request, shared_->keys);
+  const bool open = path == "/health" || path == "/metrics";  // as vLLM's: scrapers send no key
   if (auto* err = std::get_if<rpc_error>(&role)) {
-    if (path != "/health")
+    if (!open)
       return fail(*err);
-    role = auth_role::none;  // open without auth
+    role = auth_role::none;
   }
-  session_->set_role(std::get<auth_role>(role));
+  session_->set_role(path == "/metrics" ? std::max(std::get<auth_role>(role), auth_role::client)
+                                        : std::get<auth_role>(role));
   current_.reset();
   const std::string& model = shared_->target->model_name;
   auto method_not_allowed = [&](std::string_view allowed) {
     current_ = ex;
-    send(http_response(405, json_type,
-                       dump_json(error_json(make_error(rpc_errc::invalid_request,
-                                                       "method: " + method + " is not allowed on " +
-                                                         std::string(path) + " (use " + std::string(allowed) +
-                                                         ")"))),
-                       ex.keep_alive, "Allow: " + std::string(allowed) + "\r\n"));
+    send(http_response(
+      405, json_type,
+      dump_json(error_json(make_error(rpc_errc::invalid_request, "method: " + method + " is not allowed on " +
+                                                                   std::string(path) + " (use " +
+                                                                   std::string(allowed) + ")"))),
+      ex.keep_alive, "Allow: " + std::string(allowed) + "\r\n"));
     finish({});
   };
-  if (path == "/health" || path == "/ready" || path == "/stats" || path == "/v1/models") {
+  if (path == "/health" || path == "/ready" || path == "/stats" || path == "/v1/models" ||
+      path == "/metrics") {
     if (!get)
       return method_not_allowed("GET");
-    ex.kind = path == "/v1/models" ? answer_kind::models : answer_kind::plain;
-    const std::string wire = path == "/v1/models" ? "models" : std::string(path.substr(1));
+    ex.kind = path == "/v1/models" ? answer_kind::models
+              : path == "/metrics" ? answer_kind::metrics
+                                   : answer_kind::plain;
+    const std::string wire = path == "/v1/models" ? "models"
+                             : path == "/metrics" ? "stats"
+                                                  : std::string(path.substr(1));
     return call(wire, no_params(), ex);
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
@@ -266,7 +276,8 @@ void http_connection::route(http_request& request) {
       return call(tok ? "tokenize" : "detokenize", std::get<msgpack::sbuffer>(params), ex);
     }
     const bool chat = path == "/v1/chat/completions";
-    auto generate = translate_generate(value, chat ? openai_endpoint::chat : openai_endpoint::completions, model);
+    auto generate = translate_generate(value, chat ? openai_endpoint::chat : openai_endpoint::completions,
+                                       model);
     if (auto* err = std::get_if<rpc_error>(&generate))
       return fail(*err);
     auto& t = std::get<translated_generate>(generate);
@@ -359,6 +370,10 @@ void http_connection::answer(const rpc_response& response) {
       break;
     case answer_kind::tokenize: body = tokenize_json(result, static_cast<int64_t>(target.max_context)); break;
     case answer_kind::detokenize: body = {{"prompt", to_json(result)}}; break;
+    case answer_kind::metrics:
+      return finish(http_response(
+        200, "text/plain; version=0.0.4; charset=utf-8",
+        render_metrics(result, shared_->counters->histograms.get(), target.model_name), ex.keep_alive));
     case answer_kind::plain: body = to_json(result); break;
   }
   finish(http_response(200, json_type, dump_json(body), ex.keep_alive));
@@ -440,17 +455,17 @@ void http_connection::arm_timer() {
       if (self->current_)
         return self->close();  // nothing can be answered out of turn
       self->pending_.clear();
-      self->send(http_error_response(make_error(static_cast<rpc_errc>(408),
-                                                "request: not received whole within " +
-                                                  std::to_string(l.read_timeout.count()) + " ms"),
-                                     /*keep_alive=*/false));
+      self->send(http_error_response(
+        make_error(static_cast<rpc_errc>(408),
+                   "request: not received whole within " + std::to_string(l.read_timeout.count()) + " ms"),
+        /*keep_alive=*/false));
       return self->close_after_writes();
     }
     if (self->writing_ && now - self->write_progress_ >= l.idle_timeout)
       return self->close();  // a reader that stopped reading
     if (self->current_ || !self->pending_.empty() || self->writing_ || self->session_->busy())
       return self->arm_timer();  // busy, not idle
-    self->close();  // keep-alive timeout
+    self->close();               // keep-alive timeout
   });
 }
 

@@ -41,7 +41,7 @@ class http_connection : public session_sink, public std::enable_shared_from_this
 
  private:
   /// How the wire's result is rendered.
-  enum class answer_kind : uint8_t { generate, models, tokenize, detokenize, plain };
+  enum class answer_kind : uint8_t { generate, models, tokenize, detokenize, metrics, plain };
   struct exchange {
     uint32_t msgid = 0;
     answer_kind kind = answer_kind::plain;
@@ -80,7 +80,7 @@ class http_connection : public session_sink, public std::enable_shared_from_this
   bool current_keep_alive_ = true;
   uint32_t next_msgid_ = 0;
   std::chrono::steady_clock::time_point request_started_;  // first bytes of a partial request
-  bool reading_paused_ = false;  // too many pipelined requests waiting
+  bool reading_paused_ = false;                            // too many pipelined requests waiting
   std::deque<std::string> write_queue_;
   size_t queued_bytes_ = 0;
   std::chrono::steady_clock::time_point write_progress_;

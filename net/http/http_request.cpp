@@ -38,7 +38,8 @@ struct http_request_parser::state {
     head_bytes += n;
     if (head_bytes <= limits.max_head_bytes)
       return true;
-    error = http_parse_error{431, "the request head is over " + std::to_string(limits.max_head_bytes) + " bytes"};
+    error = http_parse_error{431,
+                             "the request head is over " + std::to_string(limits.max_head_bytes) + " bytes"};
     return false;
   }
 
@@ -89,7 +90,8 @@ struct http_request_parser::state {
       state& s = of(p);
       if (p->http_major != 1) {
         s.error = http_parse_error{505, "HTTP/" + std::to_string(p->http_major) + "." +
-                                          std::to_string(p->http_minor) + " is not supported (HTTP/1.x only)"};
+                                          std::to_string(p->http_minor) +
+                                          " is not supported (HTTP/1.x only)"};
         return -1;
       }
       if ((p->flags & F_CONTENTLENGTH) && p->content_length > s.limits.max_body_bytes) {
@@ -111,7 +113,8 @@ struct http_request_parser::state {
     settings.on_body = [](http_parser* p, const char* at, size_t n) {
       state& s = of(p);
       if (s.current.body.size() + n > s.limits.max_body_bytes) {
-        s.error = http_parse_error{413, "the body is over " + std::to_string(s.limits.max_body_bytes) + " bytes"};
+        s.error = http_parse_error{413,
+                                   "the body is over " + std::to_string(s.limits.max_body_bytes) + " bytes"};
         return 1;
       }
       s.current.body.append(at, n);
@@ -131,7 +134,8 @@ http_request_parser::http_request_parser(http_limits limits) : state_(std::make_
 
 http_request_parser::~http_request_parser() = default;
 
-std::optional<http_parse_error> http_request_parser::feed(std::string_view bytes, std::vector<http_request>& out) {
+std::optional<http_parse_error> http_request_parser::feed(std::string_view bytes,
+                                                          std::vector<http_request>& out) {
   state& s = *state_;
   if (s.error)
     return s.error;

@@ -31,8 +31,8 @@ struct http_request {
   std::string target;  // "/v1/completions?x=1": the request-target as sent
   int version_minor = 1;
   std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;         // chunked bodies joined
-  bool keep_alive = true;   // HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive
+  std::string body;        // chunked bodies joined
+  bool keep_alive = true;  // HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive
   /// The first header named `name` (lower case), or null.
   [[nodiscard]] const std::string* header(std::string_view name) const;
   /// The target without its query string.

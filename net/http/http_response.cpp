@@ -54,7 +54,8 @@ std::string http_response(int status, std::string_view content_type, std::string
 }
 
 std::string http_stream_head(int status, std::string_view content_type, bool keep_alive) {
-  return head(status, content_type, keep_alive) + "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
+  return head(status, content_type, keep_alive) +
+         "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
 }
 
 std::string http_chunk(std::string_view data) {
@@ -74,8 +75,8 @@ std::string http_error_response(const rpc_error& error, bool keep_alive) {
     extra = "Retry-After: " + std::to_string((*error.retry_after_ms + 999) / 1000) + "\r\n";
   if (error.code == rpc_errc::auth)
     extra += "WWW-Authenticate: Bearer\r\n";
-  return http_response(static_cast<int>(error.code), "application/json", dump_json(error_json(error)), keep_alive,
-                       extra);
+  return http_response(static_cast<int>(error.code), "application/json", dump_json(error_json(error)),
+                       keep_alive, extra);
 }
 
 }  // namespace moe::net

@@ -13,9 +13,17 @@ using json = nlohmann::json;
 
 /// Keys passed to generate as they are (the wire checks them: vLLM's names are its names).
 constexpr std::array passed_through = {
-  "temperature", "top_p",          "top_k",           "min_p",
-  "seed",        "stop",           "stop_token_ids",  "presence_penalty",
-  "frequency_penalty",             "repetition_penalty", "ignore_eos",
+  "temperature",
+  "top_p",
+  "top_k",
+  "min_p",
+  "seed",
+  "stop",
+  "stop_token_ids",
+  "presence_penalty",
+  "frequency_penalty",
+  "repetition_penalty",
+  "ignore_eos",
 };
 
 bool is_passed_through(std::string_view key) {
@@ -59,7 +67,8 @@ std::variant<std::string, rpc_error> content_text(const json& content, const std
     const std::string part_field = field + "[" + std::to_string(i) + "]";
     if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
         !part["text"].is_string())
-      return bad_field(part_field, "{\"type\": \"text\", \"text\": string} (only text parts are served)", part);
+      return bad_field(part_field, "{\"type\": \"text\", \"text\": string} (only text parts are served)",
+                       part);
     text += part["text"].get<std::string>();
   }
   return text;
@@ -122,7 +131,8 @@ std::optional<rpc_error> default_only(const json& body, std::string_view key, co
   auto it = body.find(key);
   if (it == body.end() || it->is_null() || *it == allowed)
     return std::nullopt;
-  return make_error(rpc_errc::invalid_request, std::string(key) + ": only " + std::string(what) + " is supported");
+  return make_error(rpc_errc::invalid_request,
+                    std::string(key) + ": only " + std::string(what) + " is supported");
 }
 
 msgpack::sbuffer params_of(const json& map) {
@@ -186,8 +196,8 @@ std::variant<translated_generate, rpc_error> translate_generate(const json& body
         else if (option == "continuous_usage_stats" && v.is_boolean() && !v.get<bool>())
           continue;
         else
-          return bad_field("stream_options." + option, option == "include_usage" ? "a boolean" : "include_usage",
-                           v);
+          return bad_field("stream_options." + option,
+                           option == "include_usage" ? "a boolean" : "include_usage", v);
       }
     } else if (key == "n") {
       if (!value.is_null() && value != 1)
@@ -242,7 +252,8 @@ std::variant<translated_generate, rpc_error> translate_generate(const json& body
   return out;
 }
 
-std::variant<msgpack::sbuffer, rpc_error> translate_tokenize(const json& body, std::string_view served_model) {
+std::variant<msgpack::sbuffer, rpc_error> translate_tokenize(const json& body,
+                                                             std::string_view served_model) {
   if (auto err = check_object(body))
     return *err;
   if (auto err = check_model(body, served_model))
@@ -258,7 +269,8 @@ std::variant<msgpack::sbuffer, rpc_error> translate_tokenize(const json& body, s
   return params_of(wire);
 }
 
-std::variant<msgpack::sbuffer, rpc_error> translate_detokenize(const json& body, std::string_view served_model) {
+std::variant<msgpack::sbuffer, rpc_error> translate_detokenize(const json& body,
+                                                               std::string_view served_model) {
   if (auto err = check_object(body))
     return *err;
   if (auto err = check_model(body, served_model))

@@ -110,11 +110,13 @@ json usage_json(const msgpack::object& result) {
   const msgpack::object* usage = find(result, "usage");
   const int64_t prompt = usage ? integer(find(*usage, "prompt_tokens")) : 0;
   const int64_t completion = usage ? integer(find(*usage, "completion_tokens")) : 0;
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  return {
+    {"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
 }
 
 json envelope(const openai_answer& answer, std::string_view object) {
-  return {{"id", answer.id}, {"object", object}, {"created", answer.created}, {"model", answer.request.model}};
+  return {
+    {"id", answer.id}, {"object", object}, {"created", answer.created}, {"model", answer.request.model}};
 }
 
 bool is_chat(const openai_answer& answer) { return answer.request.endpoint == openai_endpoint::chat; }
@@ -150,8 +152,9 @@ json completion_json(const openai_answer& answer, const msgpack::object& result,
   else
     choice["text"] = text;
   const msgpack::object* logprobs = find(result, "logprobs");
-  choice["logprobs"] = answer.request.logprobs && logprobs ? logprobs_json(answer.request.endpoint, logprobs, tok)
-                                                           : json(nullptr);
+  choice["logprobs"] = answer.request.logprobs && logprobs
+                         ? logprobs_json(answer.request.endpoint, logprobs, tok)
+                         : json(nullptr);
   choice["finish_reason"] = str(find(result, "finish_reason"));
   json out = envelope(answer, chat ? "chat.completion" : "text_completion");
   out["choices"] = json::array({std::move(choice)});

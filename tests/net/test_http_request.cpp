@@ -79,11 +79,10 @@ TEST_CASE("http: pipelined requests come out in order and a partial one is mid_r
 }
 
 TEST_CASE("http: a chunked body is joined") {
-  const std::string chunked =
-    "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-    "5\r\n{\"pro\r\n"
-    "a\r\nmpt\":\"hi\"}\r\n"
-    "0\r\n\r\n";
+  const std::string chunked = "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "5\r\n{\"pro\r\n"
+                              "a\r\nmpt\":\"hi\"}\r\n"
+                              "0\r\n\r\n";
   const auto requests = parse_all(chunked, {}, 3);
   REQUIRE(requests.size() == 1);
   CHECK(requests[0].body == "{\"prompt\":\"hi\"}");
@@ -118,14 +117,15 @@ TEST_CASE("http: limits: head bytes and header count are 431, a body over the li
   // declared: refused at the head, before any body byte is held
   const http_parse_error declared = refused("POST / HTTP/1.1\r\nContent-Length: 17\r\n\r\n", limits);
   CHECK(declared.status == 413);
-  const http_parse_error chunked =
-    refused("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\n1\r\nx\r\n", limits);
+  const http_parse_error chunked = refused(
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\n1\r\nx\r\n", limits);
   CHECK(chunked.status == 413);
   // at the limits exactly: accepted
   CHECK(parse_all("POST / HTTP/1.1\r\nContent-Length: 16\r\n\r\n0123456789abcdef", limits).size() == 1);
 }
 
-TEST_CASE("http: bytes that are not HTTP are a 400, an upgrade a 501, HTTP/9 a 505, and nothing after is parsed") {
+TEST_CASE(
+  "http: bytes that are not HTTP are a 400, an upgrade a 501, HTTP/9 a 505, and nothing after is parsed") {
   CHECK(refused("HELLO\r\n\r\n").status == 400);
   CHECK(refused("GET / HTTP/9.9\r\n\r\n").status == 505);
   CHECK(refused("GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n").status == 400);

@@ -98,8 +98,8 @@ TEST_CASE("openai: stream and stream_options") {
   CHECK(t.wire.stream);
   CHECK(t.request.include_usage);
   CHECK_FALSE(accepted(R"({"prompt": "x", "stream": false})", completions).wire.stream);
-  CHECK(refused(R"({"prompt": "x", "stream_options": {"include_usage": 1}})", completions).message.starts_with(
-    "stream_options.include_usage:"));
+  CHECK(refused(R"({"prompt": "x", "stream_options": {"include_usage": 1}})", completions)
+          .message.starts_with("stream_options.include_usage:"));
 }
 
 TEST_CASE("openai: chat messages, content parts, max_completion_tokens and logprobs") {
@@ -118,7 +118,8 @@ TEST_CASE("openai: chat messages, content parts, max_completion_tokens and logpr
   REQUIRE(t.wire.sampling.logprobs);
   CHECK(*t.wire.sampling.logprobs == 3);
   CHECK(t.request.logprobs);
-  const translated no_top = accepted(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", chat);
+  const translated no_top = accepted(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})",
+                                     chat);
   REQUIRE(no_top.wire.sampling.logprobs);
   CHECK(*no_top.wire.sampling.logprobs == 0);
   CHECK_FALSE(accepted(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})", chat)
@@ -126,7 +127,8 @@ TEST_CASE("openai: chat messages, content parts, max_completion_tokens and logpr
 }
 
 TEST_CASE("openai: refusals name their field with the wire's codes") {
-  auto check = [](const std::string& body, openai_endpoint endpoint, rpc_errc code, const std::string& field) {
+  auto check = [](const std::string& body, openai_endpoint endpoint, rpc_errc code,
+                  const std::string& field) {
     const rpc_error e = refused(body, endpoint);
     CAPTURE(body);
     CAPTURE(e.message);
@@ -141,21 +143,22 @@ TEST_CASE("openai: refusals name their field with the wire's codes") {
   check(R"({"prompt": "x", "max_token": 3})", completions, rpc_errc::invalid_request, "max_token");
   check(R"({"max_tokens": 3})", completions, rpc_errc::invalid_request, "prompt");
   check(R"({"prompt": "x"})", chat, rpc_errc::invalid_request, "prompt");  // chat has messages
-  check(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", chat, rpc_errc::invalid_request,
-        "top_logprobs");
-  check(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", chat, rpc_errc::invalid_request,
-        "messages[0].content[0]");
+  check(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", chat,
+        rpc_errc::invalid_request, "top_logprobs");
+  check(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", chat,
+        rpc_errc::invalid_request, "messages[0].content[0]");
   // the wire's validator, through the translation
   check(R"({"prompt": "x", "max_tokens": 0})", completions, rpc_errc::validation, "max_tokens");
   check(R"({"prompt": "x", "temperature": "hot"})", completions, rpc_errc::validation, "temperature");
   check(R"({"prompt": "x", "top_p": 0})", completions, rpc_errc::validation, "top_p");
   check(R"({"prompt": "x", "seed": -1})", completions, rpc_errc::validation, "seed");
-  check(R"({"messages": [{"role": "robot", "content": "x"}]})", chat, rpc_errc::validation, "messages[0].role");
+  check(R"({"messages": [{"role": "robot", "content": "x"}]})", chat, rpc_errc::validation,
+        "messages[0].role");
 }
 
 TEST_CASE("openai: tokenize and detokenize bodies as the wire's params") {
-  auto t = translate_tokenize(json::parse(R"({"model": "tiny", "prompt": "Hi", "add_special_tokens": false})"),
-                              served);
+  auto t = translate_tokenize(
+    json::parse(R"({"model": "tiny", "prompt": "Hi", "add_special_tokens": false})"), served);
   REQUIRE(std::holds_alternative<msgpack::sbuffer>(t));
   const auto& tb = std::get<msgpack::sbuffer>(t);
   const json tokenize_params = to_json(msgpack::unpack(tb.data(), tb.size()).get());

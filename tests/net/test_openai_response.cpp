@@ -43,8 +43,12 @@ std::string result_bytes(bool with_logprobs) {
   });
 }
 
-openai_answer answer_for(openai_endpoint endpoint, bool stream = false, bool usage = false, bool logprobs = false) {
-  return {.request = {.endpoint = endpoint, .stream = stream, .include_usage = usage, .logprobs = logprobs,
+openai_answer answer_for(openai_endpoint endpoint, bool stream = false, bool usage = false,
+                         bool logprobs = false) {
+  return {.request = {.endpoint = endpoint,
+                      .stream = stream,
+                      .include_usage = usage,
+                      .logprobs = logprobs,
                       .model = "tiny"},
           .id = "cmpl-1",
           .created = 1700000000};
@@ -77,8 +81,8 @@ TEST_CASE("openai: logprobs in each endpoint's shape, token strings from the tok
   }
   const std::string t5 = tok->decode({5}), t7 = tok->decode({7});
   const msgpack::object_handle r = unpack_one(result_bytes(true));
-  const json completion =
-    completion_json(answer_for(openai_endpoint::completions, false, false, true), r.get(), *tok);
+  const json completion = completion_json(answer_for(openai_endpoint::completions, false, false, true),
+                                          r.get(), *tok);
   const json& lp = completion["choices"][0]["logprobs"];
   CHECK(lp["tokens"] == json::array({t5}));
   CHECK(lp["token_logprobs"] == json::array({-0.5}));
@@ -102,9 +106,8 @@ TEST_CASE("openai: stream chunks, the role on chat's first, and the chunks that 
     return;
   }
   auto token = [](uint64_t seq, const std::string& text) {
-    return unpack_one(packed([&](packer& pk) {
-      pk.pack_array(4).pack(9).pack(seq).pack(std::vector<int>{5}).pack(text);
-    }));
+    return unpack_one(
+      packed([&](packer& pk) { pk.pack_array(4).pack(9).pack(seq).pack(std::vector<int>{5}).pack(text); }));
   };
   const auto first = token(0, "He"), second = token(1, "llo");
   const openai_answer chat = answer_for(openai_endpoint::chat, true, true);
