@@ -233,10 +233,9 @@ void validate(const topology_config& c) {
     invalid("server.host", "--host", "must not be empty");
   if (c.port < 0 || c.port > 65535)
     invalid("server.port", "--port", "must be in 0..65535, got " + std::to_string(c.port));
-  if (c.http_port < -1 || c.http_port > 65535 || (c.http_port == -1 && c.port == 65535))
+  if (c.http_port < -1 || c.http_port > 65535)
     invalid("server.http_port", "--http-port",
-            "must be in 0..65535 (0: off) or -1 (the port after --port), got " + std::to_string(c.http_port) +
-              (c.http_port == -1 ? " with --port 65535" : ""));
+            "must be in 0..65535 (0: off) or -1 (the port after --port), got " + std::to_string(c.http_port));
   if (c.http_port > 0 && c.http_port == c.port)
     invalid("server.http_port", "--http-port", "must differ from --port " + std::to_string(c.port));
   if (!std::isfinite(c.new_token_ratio) || c.new_token_ratio <= 0.0 || c.new_token_ratio > 1.0)

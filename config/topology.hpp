@@ -49,7 +49,8 @@ struct topology_config {
   link_spec inter_node = default_inter_node_link;
   std::string host = "127.0.0.1";
   int64_t port = 8765;
-  int64_t http_port = -1;  // the HTTP front: -1 the port after `port` (any free one when port is 0); 0 off
+  int64_t http_port =
+    -1;  // the HTTP front: -1 the port after `port` (any free one when port is 0 or 65535); 0 off
   // Fault tolerance. The defaults let a chaos test kill some actor every 0.3 s and still stop a
   // crash loop within a few seconds.
   int64_t max_restarts = 5;       // restarts of one actor within restart_period_s, then escalate

@@ -79,10 +79,10 @@ void run(serve_options& o) {
     target.model_name = std::filesystem::path(o.model_dir).parent_path().filename().string();
   {
     std::optional<uint16_t> http_port;  // off at 0
-    if (topo.http_port != 0)
-      http_port = static_cast<uint16_t>(topo.http_port > 0 ? topo.http_port
-                                        : topo.port == 0   ? 0
-                                                           : topo.port + 1);
+    if (topo.http_port > 0)
+      http_port = static_cast<uint16_t>(topo.http_port);
+    else if (topo.http_port == -1)  // the port after --port; any free one after 0 or 65535
+      http_port = static_cast<uint16_t>(topo.port == 0 || topo.port == 65535 ? 0 : topo.port + 1);
     net::rpc_server server(sys, target,
                            {.host = topo.host,
                             .port = static_cast<uint16_t>(topo.port),

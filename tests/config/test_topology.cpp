@@ -111,6 +111,7 @@ inter_node_bandwidth_gb_s = 0
 [server]
 host = "0.0.0.0"
 port = 9000
+http_port = 0
 [fault_tolerance]
 max_restarts = 7
 restart_period_s = 1.5
@@ -141,6 +142,7 @@ max_migrations = 2
   want.inter_node = {3.0, 0.0};  // an integer is a fine number
   want.host = "0.0.0.0";
   want.port = 9000;
+  want.http_port = 0;
   want.new_token_ratio = 0.5;
   want.max_restarts = 7;
   want.restart_period_s = 1.5;
@@ -256,6 +258,9 @@ TEST_CASE("topology validate: each rule names its key and flag") {
     {[](auto& c) { c.host.clear(); }, "server.host (--host) must not be empty"},
     {[](auto& c) { c.port = 65536; }, "server.port (--port) must be in 0..65535, got 65536"},
     {[](auto& c) { c.port = -1; }, "server.port"},
+    {[](auto& c) { c.http_port = -2; }, "server.http_port (--http-port) must be in 0..65535 (0: off) or -1"},
+    {[](auto& c) { c.http_port = 65536; }, "server.http_port (--http-port)"},
+    {[](auto& c) { c.http_port = c.port; }, "server.http_port (--http-port) must differ from --port 8765"},
     {[](auto& c) { c.new_token_ratio = 0.0; },
      "scheduler.new_token_ratio (--new-token-ratio) must be a number in (0, 1]"},
     {[](auto& c) { c.new_token_ratio = 1.5; }, "scheduler.new_token_ratio"},
@@ -293,6 +298,10 @@ TEST_CASE("topology validate: the edges of each range are valid") {
   CHECK_NOTHROW(moe::validate(cfg));
   cfg.port = 65535;
   cfg.dispatch_dtype = "bf16";
+  CHECK_NOTHROW(moe::validate(cfg));  // --http-port -1: any free port after 65535
+  cfg.http_port = 0;
+  CHECK_NOTHROW(moe::validate(cfg));
+  cfg.http_port = 65534;
   CHECK_NOTHROW(moe::validate(cfg));
   cfg.prefill_ranks = cfg.decode_ranks = cfg.ranks_per_node = cfg.threads_per_rank = 1024;
   cfg.max_running_requests = cfg.max_queued_requests = cfg.max_context = int64_t{1} << 24;
@@ -376,6 +385,8 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
                                        "0.0.0.0",
                                        "--port",
                                        "9000",
+                                       "--http-port",
+                                       "9100",
                                        "--new-token-ratio",
                                        "0.25",
                                        "--max-restarts",
@@ -413,6 +424,7 @@ TEST_CASE("topology flags: none give the defaults, and every flag sets its field
   want.inter_node = {3.0, 0.0};
   want.host = "0.0.0.0";
   want.port = 9000;
+  want.http_port = 9100;
   want.new_token_ratio = 0.25;
   want.max_restarts = 9;
   want.restart_period_s = 4.0;
