@@ -19,6 +19,7 @@
 #include "net/generate_reply.hpp"
 #include "net/prompt_tokens.hpp"
 #include "net/rpc_frame.hpp"
+#include "net/serving_metrics.hpp"
 
 namespace moe::net {
 namespace {
@@ -56,7 +57,7 @@ struct in_flight {
   bool cancel_requested = false;
   std::optional<uint64_t> request_id;
   int64_t prompt_tokens = 0;
-  clock::time_point arrival, first_token;
+  clock::time_point arrival, first_token, last_token;
   bool has_first_token = false;
   request_spec spec;        // kept: the request is resumed from it when what holds it is lost
   resume_state progress;    // what was streamed so far
@@ -114,7 +115,7 @@ void maybe_quit(bridge_pointer self) {
 void fail(bridge_pointer self, uint32_t msgid, const rpc_error& error) {
   auto& st = self->state;
   st.by_msgid.erase(msgid);
-  ++st.cfg.counters->num_failed;
+  count_failed(*st.cfg.counters, error.code);
   st.cfg.counters->notify_request_ended();
   if (!st.closed)
     st.cfg.reply(encode_error(msgid, error), msgid);
@@ -124,10 +125,14 @@ void fail(bridge_pointer self, uint32_t msgid, const rpc_error& error) {
 void on_chunk(bridge_pointer self, uint32_t msgid, const stream_chunk& chunk) {
   auto& st = self->state;
   in_flight& f = st.by_msgid.at(msgid);
+  const auto now = clock::now();
   if (!f.has_first_token) {
-    f.first_token = clock::now();
+    f.first_token = now;
     f.has_first_token = true;
+  } else if (st.cfg.counters->histograms && !chunk.token_ids.empty()) {
+    observe_token_gap(*st.cfg.counters->histograms, seconds(now - f.last_token), chunk.token_ids.size());
   }
+  f.last_token = now;
   f.progress.output_ids.insert(f.progress.output_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
   f.progress.logprobs.insert(f.progress.logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
   f.progress.next_seq = chunk.seq + 1;
@@ -157,6 +162,10 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
     return fail(self, msgid, make_error(rpc_errc::internal, "generate: " + r.error));
   if (r.reason == finish_reason::abort)
     ++st.cfg.counters->num_cancelled;
+  else if (r.reason == finish_reason::stop)
+    ++st.cfg.counters->num_stopped;
+  else if (r.reason == finish_reason::length)
+    ++st.cfg.counters->num_length;
   const auto now = clock::now();
   const auto first = f.has_first_token ? f.first_token : now;
   const auto prefill_start = r.prefill_start.value_or(now);  // never started: queued throughout
@@ -169,6 +178,11 @@ void on_result(bridge_pointer self, uint32_t msgid, session_result& r) {
   if (f.logprobs)
     result.logprobs = std::move(r.logprobs);
   result.usage.completion_tokens = static_cast<int64_t>(result.output_ids.size());
+  if (st.cfg.counters->histograms)
+    observe_request(*st.cfg.counters->histograms, {.queue_s = result.timings.queue,
+                                                   .ttft_s = result.timings.ttft,
+                                                   .e2e_s = seconds(now - f.arrival),
+                                                   .has_first_token = f.has_first_token});
   if (result.usage.completion_tokens > 1 && result.timings.decode > 0) {
     st.cfg.counters->sum_request_tok_per_s += static_cast<double>(result.usage.completion_tokens - 1) /
                                               result.timings.decode;

@@ -17,6 +17,7 @@
 #include "net/http/http_response.hpp"
 #include "net/rpc_connection.hpp"
 #include "net/server_log.hpp"
+#include "net/serving_metrics.hpp"
 #include "net/stats_sampler.hpp"
 
 namespace moe::net {
@@ -188,6 +189,7 @@ rpc_server::rpc_server(caf::actor_system& sys, serving_target target, server_con
   // Actors only once nothing can throw: the actor system waits for them at shutdown.
   auto served = std::make_shared<const serving_target>(std::move(target));
   auto counters = std::make_shared<server_counters>();
+  counters->histograms = make_request_histograms();
   impl_->shared = std::make_shared<server_shared>(
     server_shared{impl_->io, sys, served, counters, cfg.limits, std::move(cfg.keys), cfg.fault_injection});
   impl_->stats_sampler = supervise_stats_sampler(

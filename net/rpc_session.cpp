@@ -15,6 +15,7 @@
 #include "net/admin_rebalance.hpp"
 #include "net/rpc_methods.hpp"
 #include "net/server_probes.hpp"
+#include "net/serving_metrics.hpp"
 
 namespace moe::net {
 namespace {
@@ -84,9 +85,8 @@ void rpc_session::write(msgpack::sbuffer bytes) {
 }
 
 void rpc_session::start_bridge() {
-  bridge_ = spawn_connection_bridge(shared_->sys, {.target = shared_->target,
-                                                   .counters = shared_->counters,
-                                                   .reply = replies()});
+  bridge_ = spawn_connection_bridge(
+    shared_->sys, {.target = shared_->target, .counters = shared_->counters, .reply = replies()});
   if (const supervisor_actor& supervisor = shared_->target->handles.supervisor)  // listed, killable
     caf::anon_send(supervisor, attach_atom::value, std::string(bridge_kind), bridge_);
   std::weak_ptr<rpc_session> weak = shared_from_this();
@@ -105,7 +105,7 @@ void rpc_session::on_bridge_down(const caf::actor_addr& bridge, const caf::error
   const rpc_error error = make_unavailable("generate: the connection's bridge to the cluster was lost (" +
                                              shared_->sys.render(reason) + ")",
                                            bridge_lost_retry_ms);
-  shared_->counters->num_failed += static_cast<int64_t>(in_flight_.size());
+  count_failed(*shared_->counters, error.code, static_cast<int64_t>(in_flight_.size()));
   for (const uint32_t msgid : in_flight_)
     write(encode_error(msgid, error));
   forget_in_flight();
@@ -197,8 +197,7 @@ void rpc_session::handle_request(rpc_request& request) {
         if (auto* err = std::get_if<rpc_error>(&req))
           return write(encode_error(msgid, *err));
         const auto& k = std::get<admin_kill_request>(req);
-        return spawn_admin_kill(shared_->sys, shared_->target, msgid, k.kind, k.index,
-                                replies());
+        return spawn_admin_kill(shared_->sys, shared_->target, msgid, k.kind, k.index, replies());
       }
       case rpc_method::admin_configure:
       case rpc_method::admin_drain:
@@ -209,16 +208,14 @@ void rpc_session::handle_request(rpc_request& request) {
         if (auto* err = std::get_if<rpc_error>(&req))
           return write(encode_error(msgid, *err));
         return spawn_admin_configure(shared_->sys, shared_->target, msgid,
-                                     std::get<admin_configure_request>(std::move(req)),
-                                     replies());
+                                     std::get<admin_configure_request>(std::move(req)), replies());
       }
       case rpc_method::admin_rebalance: {
         auto roles = parse_admin_rebalance(request.params);
         if (auto* err = std::get_if<rpc_error>(&roles))
           return write(encode_error(msgid, *err));
         return spawn_admin_rebalance(shared_->sys, shared_->target, msgid,
-                                     std::get<std::vector<std::string>>(std::move(roles)),
-                                     replies());
+                                     std::get<std::vector<std::string>>(std::move(roles)), replies());
       }
       case rpc_method::detokenize: {
         request_limits limits = shared_->limits.requests;
@@ -237,14 +234,11 @@ void rpc_session::handle_request(rpc_request& request) {
     switch (*method) {
       case rpc_method::models: return write(encode_models(msgid, target));
       case rpc_method::admin_config:
-        return spawn_admin_config(shared_->sys, shared_->target, msgid,
-                                  replies());
+        return spawn_admin_config(shared_->sys, shared_->target, msgid, replies());
       case rpc_method::admin_expert_load:
-        return spawn_admin_expert_load(shared_->sys, shared_->target, msgid,
-                                       replies());
+        return spawn_admin_expert_load(shared_->sys, shared_->target, msgid, replies());
       case rpc_method::admin_actors:
-        return spawn_admin_actors(shared_->sys, shared_->target, msgid,
-                                  replies());
+        return spawn_admin_actors(shared_->sys, shared_->target, msgid, replies());
       case rpc_method::health: return write(encode_health(msgid, *shared_->counters));
       case rpc_method::ready:
       case rpc_method::stats:
@@ -255,8 +249,7 @@ void rpc_session::handle_request(rpc_request& request) {
                                                 overloaded_retry_ms)));
         ++probes_in_flight_;
         if (*method == rpc_method::ready)
-          return spawn_ready_probe(shared_->sys, shared_->target, msgid,
-                                   replies(/*probe=*/true));
+          return spawn_ready_probe(shared_->sys, shared_->target, msgid, replies(/*probe=*/true));
         return spawn_stats_probe(shared_->sys, shared_->target, shared_->counters, msgid,
                                  replies(/*probe=*/true));
       default: return;

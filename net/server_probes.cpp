@@ -12,6 +12,7 @@
 
 #include "actors/errors.hpp"
 #include "net/rpc_frame.hpp"
+#include "net/serving_metrics.hpp"
 #include "net/stats_sampler.hpp"
 
 namespace moe::net {
@@ -117,7 +118,7 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, cons
   msgpack::packer<msgpack::sbuffer> pk(out);
   const double uptime = seconds_since(c.start);
   const int64_t num_rated = c.num_rated_requests.load();
-  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(16);
+  pk.pack_array(4).pack_uint8(1).pack_uint32(msgid).pack_nil().pack_map(18);
   pk.pack("uptime_s").pack_double(uptime);
   pk.pack("requests").pack(c.num_requests.load());
   pk.pack("failed").pack(c.num_failed.load());
@@ -129,6 +130,16 @@ msgpack::sbuffer encode_stats(uint32_t msgid, const serving_target& target, cons
   pk.pack("mean_request_output_tok_per_s")
     .pack_double(num_rated > 0 ? c.sum_request_tok_per_s.load() / num_rated : 0.0);
   pk.pack("connections").pack(c.num_connections.load());
+  pk.pack("finished")
+    .pack_map(4)
+    .pack("stop")
+    .pack(c.num_stopped.load())
+    .pack("length")
+    .pack(c.num_length.load());
+  pk.pack("abort").pack(c.num_cancelled.load()).pack("error").pack(c.num_failed.load());
+  pk.pack("rejected").pack_map(static_cast<uint32_t>(rejected_reasons.size()));
+  for (size_t i = 0; i < rejected_reasons.size(); ++i)
+    pk.pack(rejected_reasons[i]).pack(c.num_rejected[i].load());
   pk.pack("window");
   pack_window(pk, g.sampled.window);
   pk.pack("queue").pack_map(4);

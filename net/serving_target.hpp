@@ -3,6 +3,7 @@
 // counters it keeps since start, shared by its io thread and its bridge actors.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,6 +15,8 @@
 #include "actors/cluster.hpp"
 
 namespace moe::net {
+
+struct request_histograms;  // net/serving_metrics.hpp
 
 struct serving_target {
   cluster handles;
@@ -29,6 +32,10 @@ struct server_counters {
   std::atomic<int64_t> num_requests{0};   // generate requests admitted
   std::atomic<int64_t> num_failed{0};     // valid generates answered with an error (429, 413, 500, ...)
   std::atomic<int64_t> num_cancelled{0};  // ended with finish_reason abort
+  std::atomic<int64_t> num_stopped{0};    // ended with finish_reason stop (EOS, a stop string or id)
+  std::atomic<int64_t> num_length{0};     // ended with finish_reason length
+  /// Failed generates by the wire's error type (net/serving_metrics.hpp: rejected_reasons).
+  std::array<std::atomic<int64_t>, 6> num_rejected{};
   std::atomic<int64_t> input_tokens{0};
   std::atomic<int64_t> output_tokens{0};
   std::atomic<double> sum_request_tok_per_s{0.0};  // decode tok/s of each request with 2+ tokens
@@ -41,6 +48,9 @@ struct server_counters {
   std::atomic<int64_t> num_reprefilled_tokens{0};   // prefilled again after a migration or preemption
   std::atomic<int64_t> num_generates_in_flight{0};  // accepted by a connection, not answered yet
   std::atomic<bool> draining{false};                // shutting down: new generates get a 503
+  /// Latency histograms (TTFT, inter-token, end to end, queue), observed by the bridges; null:
+  /// none kept.
+  std::shared_ptr<request_histograms> histograms;
 
   /// Wakes wait_for callers; a bridge calls it once a request's counters are final, a
   /// connection once a generate is answered or it is gone.

@@ -7,7 +7,9 @@ cd "$root"
 
 packages=(build-essential cmake pkg-config ccache git
           libcaf-dev libasio-dev libmsgpack-cxx-dev doctest-dev libpcre2-dev nlohmann-json3-dev
-          libcli11-dev libspdlog-dev libtomlplusplus-dev libhttp-parser-dev python3-numpy python3-msgpack
+          libcli11-dev libspdlog-dev libtomlplusplus-dev libhttp-parser-dev prometheus-cpp-dev
+          python3-numpy python3-msgpack
+          prometheus                      # the real Prometheus (and promtool) the metrics test scrapes with
           libdnnl-dev                     # oneDNN: only moeserve-gemm-vs-onednn, the measured comparison
           clang libclang-rt-14-dev        # clang + libFuzzer: tests/fuzz
           clang-format clang-tidy)        # tools/format.sh, tools/lint.sh

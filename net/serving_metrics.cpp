@@ -1,0 +1,199 @@
+// net/serving_metrics.cpp
+#include "net/serving_metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <span>
+#include <vector>
+
+namespace moe::net {
+
+namespace {
+
+// vLLM's buckets (vllm/engine/metrics.py)
+const prometheus::Histogram::BucketBoundaries ttft_buckets = {
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+  1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const prometheus::Histogram::BucketBoundaries itl_buckets = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
+                                                             0.3,  0.4,   0.5,  0.75,  1.0,  2.5,  5.0,
+                                                             7.5,  10.0,  20.0, 40.0,  80.0};
+const prometheus::Histogram::BucketBoundaries request_buckets = {
+  0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,  15.0,   20.0,
+  30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+const msgpack::object* find(const msgpack::object& map, std::string_view key) {
+  if (map.type != msgpack::type::MAP)
+    return nullptr;
+  for (const msgpack::object_kv& kv : std::span(map.via.map.ptr, map.via.map.size))
+    if (kv.key.type == msgpack::type::STR && std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key)
+      return &kv.val;
+  return nullptr;
+}
+
+double number(const msgpack::object* v) {
+  if (!v)
+    return 0.0;
+  switch (v->type) {
+    case msgpack::type::POSITIVE_INTEGER: return static_cast<double>(v->via.u64);
+    case msgpack::type::NEGATIVE_INTEGER: return static_cast<double>(v->via.i64);
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return v->via.f64;
+    default: return 0.0;
+  }
+}
+
+double at(const msgpack::object& map, std::initializer_list<std::string_view> path) {
+  const msgpack::object* v = &map;
+  for (const std::string_view key : path) {
+    v = find(*v, key);
+    if (!v)
+      return 0.0;
+  }
+  return number(v);
+}
+
+std::span<const msgpack::object> array_at(const msgpack::object* v) {
+  if (!v || v->type != msgpack::type::ARRAY)
+    return {};
+  return {v->via.array.ptr, v->via.array.size};
+}
+
+std::span<const msgpack::object_kv> map_at(const msgpack::object* v) {
+  if (!v || v->type != msgpack::type::MAP)
+    return {};
+  return {v->via.map.ptr, v->via.map.size};
+}
+
+std::string str(const msgpack::object& v) {
+  return v.type == msgpack::type::STR ? std::string(v.via.str.ptr, v.via.str.size) : std::string();
+}
+
+/// One scrape's counters and gauges, set from `stats`.
+struct scrape {
+  std::string model;
+  prometheus::Registry registry;  // Merge: a family registered again is the same family
+
+  void counter(const std::string& name, const std::string& help, double value, prometheus::Labels labels = {}) {
+    labels.emplace("model_name", model);
+    prometheus::BuildCounter().Name("moeserve:" + name).Help(help).Register(registry).Add(labels).Increment(value);
+  }
+  void gauge(const std::string& name, const std::string& help, double value, prometheus::Labels labels = {}) {
+    labels.emplace("model_name", model);
+    prometheus::BuildGauge().Name("moeserve:" + name).Help(help).Register(registry).Add(labels).Set(value);
+  }
+};
+
+}  // namespace
+
+struct request_histograms {
+  prometheus::Registry registry;
+  prometheus::Histogram* ttft = nullptr;
+  prometheus::Histogram* itl = nullptr;
+  prometheus::Histogram* e2e = nullptr;
+  prometheus::Histogram* queue = nullptr;
+};
+
+std::shared_ptr<request_histograms> make_request_histograms() {
+  auto h = std::make_shared<request_histograms>();
+  auto add = [&](const char* name, const char* help, const prometheus::Histogram::BucketBoundaries& buckets) {
+    return &prometheus::BuildHistogram().Name(name).Help(help).Register(h->registry).Add({}, buckets);
+  };
+  h->ttft = add("moeserve:time_to_first_token_seconds", "Seconds from a request's arrival to its first token.",
+                ttft_buckets);
+  h->itl = add("moeserve:inter_token_latency_seconds", "Seconds between a request's successive output tokens.",
+               itl_buckets);
+  h->e2e = add("moeserve:e2e_request_latency_seconds", "Seconds from a request's arrival to its answer.",
+               request_buckets);
+  h->queue = add("moeserve:request_queue_time_seconds",
+                 "Seconds from a request's arrival to its first prefill step.", request_buckets);
+  return h;
+}
+
+void observe_request(request_histograms& h, const request_times& t) {
+  h.queue->Observe(t.queue_s);
+  if (t.has_first_token)
+    h.ttft->Observe(t.ttft_s);
+  h.e2e->Observe(t.e2e_s);
+}
+
+void observe_token_gap(request_histograms& h, double gap_s, size_t num_tokens) {
+  for (size_t i = 0; i < num_tokens; ++i)
+    h.itl->Observe(gap_s / static_cast<double>(num_tokens));
+}
+
+size_t rejected_index(rpc_errc code) noexcept {
+  switch (code) {
+    case rpc_errc::overloaded: return 0;
+    case rpc_errc::unavailable: return 1;
+    case rpc_errc::too_large: return 2;
+    case rpc_errc::validation: return 3;
+    case rpc_errc::internal: return 4;
+    default: return 5;
+  }
+}
+
+void count_failed(server_counters& c, rpc_errc code, int64_t n) {
+  c.num_failed += n;
+  c.num_rejected[rejected_index(code)] += n;
+}
+
+std::string render_metrics(const msgpack::object& stats, const request_histograms* histograms,
+                           std::string_view model_name) {
+  scrape s;
+  s.model = model_name;
+  const auto& st = stats;
+  s.gauge("num_requests_running", "Requests on the ranks (prefilling or decoding).", at(st, {"queue", "running"}));
+  s.gauge("num_requests_waiting", "Requests in the queue, not admitted yet.", at(st, {"queue", "queued"}));
+  s.counter("prompt_tokens_total", "Prompt tokens of the requests admitted.", at(st, {"input_tokens"}));
+  s.counter("generation_tokens_total", "Tokens generated.", at(st, {"output_tokens"}));
+  s.counter("request_success_total", "Requests that finished, by finish reason.", at(st, {"finished", "stop"}),
+            {{"finished_reason", "stop"}});
+  s.counter("request_success_total", "Requests that finished, by finish reason.", at(st, {"finished", "length"}),
+            {{"finished_reason", "length"}});
+  s.counter("request_success_total", "Requests that finished, by finish reason.", at(st, {"finished", "abort"}),
+            {{"finished_reason", "abort"}});
+  for (const msgpack::object_kv& kv : map_at(find(st, "rejected")))
+    s.counter("requests_rejected_total", "Generate requests answered with an error, by its type.", number(&kv.val),
+              {{"reason", str(kv.key)}});
+  s.counter("num_preemptions_total", "Requests preempted by a decode rank out of KV blocks.",
+            at(st, {"recovery", "preemptions"}));
+  s.counter("migrations_total", "Placements again of requests whose rank or session was lost.",
+            at(st, {"recovery", "migrations"}));
+  s.gauge("connections", "Open client connections (MessagePack-RPC and HTTP).", at(st, {"connections"}));
+  for (const msgpack::object& rank : array_at(find(st, "ranks"))) {
+    const prometheus::Labels labels{{"rank", std::to_string(static_cast<int64_t>(at(rank, {"rank"})))},
+                                    {"role", find(rank, "role") ? str(*find(rank, "role")) : std::string()}};
+    s.gauge("kv_cache_usage_perc", "KV cache blocks in use on a rank (1 = full).", at(rank, {"occupancy"}), labels);
+    s.gauge("rank_requests_running", "Requests running on a rank.", at(rank, {"running"}), labels);
+    s.counter("rank_steps_total", "Forward steps a rank has run.", at(rank, {"steps"}), labels);
+  }
+  for (const msgpack::object_kv& kv : map_at(find(find(st, "recovery") ? *find(st, "recovery") : st, "restarts")))
+    s.counter("actor_restarts_total", "Restarts of supervised actors, by kind.", number(&kv.val),
+              {{"kind", str(kv.key)}});
+  for (const msgpack::object_kv& kv : map_at(find(st, "experts"))) {
+    const std::string role = str(kv.key);
+    s.counter("rebalances_total", "Expert rebalances (EPLB) put in force, by EP group.",
+              at(kv.val, {"rebalances"}), {{"role", role}});
+    s.counter("rebalances_failed_total", "Expert rebalances that failed or timed out.", at(kv.val, {"failed"}),
+              {{"role", role}});
+    s.counter("expert_moved_bytes_total", "Bytes of expert weights copied between ranks.",
+              at(kv.val, {"moved_bytes"}), {{"role", role}});
+    const auto layers = array_at(find(kv.val, "balancedness"));
+    for (size_t layer = 0; layer < layers.size(); ++layer)  // bounded: one per MoE layer
+      s.gauge("expert_balancedness", "Mean over max tokens per rank of a MoE layer (1 = even).",
+              number(&layers[layer]), {{"role", role}, {"layer", std::to_string(layer)}});
+  }
+  std::vector<prometheus::MetricFamily> families = s.registry.Collect();
+  if (histograms) {
+    std::vector<prometheus::MetricFamily> h = histograms->registry.Collect();
+    families.insert(families.end(), std::make_move_iterator(h.begin()), std::make_move_iterator(h.end()));
+  }
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace moe::net

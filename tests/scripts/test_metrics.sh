@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# tests/scripts/test_metrics.sh
+# GET /metrics of `moeserve serve` (tiny model, loopback): after a load of completions and one
+# refused for its context, promtool (Debian's prometheus) checks the text, the counters equal
+# what `stats` (/stats) says, the histograms counted every request, and a real `prometheus`
+# process started here scrapes the server every second until a PromQL query through its HTTP API
+# returns the tokens generated. Everything started here is stopped at the end.
+# Run by CTest as: bash test_metrics.sh <path-to-moeserve> <build-dir>
+set -uo pipefail
+moeserve=${1:?usage: test_metrics.sh <moeserve> [build-dir]}
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+  echo "skipped: Debian's prometheus (promtool, prometheus) is not installed (tools/setup.sh installs it)"
+  exit 0
+fi
+tmp=$(mktemp -d)
+server_pid="" prom_pid=""
+cleanup() {
+  for pid in $prom_pid $server_pid; do
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$moeserve" make-model --preset tiny --seed 3 --out "$tmp/tiny" >/dev/null 2>&1 || fail "make-model"
+mkfifo "$tmp/server_out"
+"$moeserve" serve --model "$tmp/tiny" --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 \
+  --dispatch-dtype fp32 --reference --port 0 --log-stats-interval 0 >"$tmp/server_out" 2>&1 &
+server_pid=$!
+exec 3<"$tmp/server_out"
+read -r -t 120 -u 3 line || fail "no listening line from the server"
+read -r -t 10 -u 3 line || fail "no HTTP line from the server"
+[[ $line =~ HTTP\ on\ http://127\.0\.0\.1:([0-9]+) ]] || fail "unexpected second line: $line"
+port=${BASH_REMATCH[1]}
+cat <&3 >/dev/null &
+base="http://127.0.0.1:$port"
+
+for i in 1 2 3 4; do
+  curl -sf "$base/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"Hello number $i\", \"max_tokens\": $((2 + i)), \"temperature\": 0, \"ignore_eos\": true}" \
+    >/dev/null || fail "completion $i"
+done
+# prompt + max_tokens past the 1024-token context: refused by the bridge, counted as validation
+status=$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Hello", "max_tokens": 1023}')
+[[ $status == 422 ]] || fail "a request past the context: $status"
+
+curl -sf "$base/metrics" >"$tmp/metrics.txt" || fail "GET /metrics"
+curl -sf "$base/stats" >"$tmp/stats.json" || fail "GET /stats"
+# promtool: the text must parse and pass every lint but the one against ':' in names, which
+# vLLM's names ("vllm:...", here "moeserve:...") break by design
+promtool check metrics <"$tmp/metrics.txt" >"$tmp/promtool.out" 2>&1
+status=$?
+other=$(grep -v "metric names should not contain ':'" "$tmp/promtool.out")
+[[ ($status -eq 0 || $status -eq 3) && -z $other ]] || fail "promtool check metrics: exit $status: $other"
+echo "ok: promtool check metrics: $(grep -c '^# TYPE' "$tmp/metrics.txt") families, only the ':' naming lint"
+
+/usr/bin/python3 - "$tmp/metrics.txt" "$tmp/stats.json" <<'PY' || fail "metrics against stats"
+import json, re, sys
+text = open(sys.argv[1]).read()
+stats = json.load(open(sys.argv[2]))
+samples = {}
+for line in text.splitlines():
+    if line.startswith("#") or not line.strip():
+        continue
+    name, value = line.rsplit(" ", 1)
+    samples[name] = float(value)
+def value(name, **labels):
+    hits = [v for k, v in samples.items()
+            if k.split("{")[0] == name and all(f'{l}="{x}"' in k for l, x in labels.items())]
+    if len(hits) != 1:
+        sys.exit(f"FAIL: {name} {labels}: {len(hits)} samples")
+    return hits[0]
+checks = [
+    ("moeserve:generation_tokens_total", {}, stats["output_tokens"], 3 + 4 + 5 + 6),
+    ("moeserve:prompt_tokens_total", {}, stats["input_tokens"], None),
+    ("moeserve:request_success_total", {"finished_reason": "length"}, stats["finished"]["length"], 4),
+    ("moeserve:requests_rejected_total", {"reason": "validation"}, stats["rejected"]["validation"], 1),
+    ("moeserve:num_requests_running", {}, stats["queue"]["running"], 0),
+    ("moeserve:e2e_request_latency_seconds_count", {}, 4, None),
+    ("moeserve:time_to_first_token_seconds_count", {}, 4, None),
+    ("moeserve:inter_token_latency_seconds_count", {}, 2 + 3 + 4 + 5, None),
+    ("moeserve:kv_cache_usage_perc", {"rank": "1", "role": "decode"}, 0.0, None),
+]
+for name, labels, from_stats, by_hand in checks:
+    got = value(name, **labels)
+    if got != from_stats or (by_hand is not None and got != by_hand):
+        sys.exit(f"FAIL: {name}{labels} = {got}, stats {from_stats}, by hand {by_hand}")
+buckets = [v for k, v in samples.items() if k.startswith("moeserve:time_to_first_token_seconds_bucket")]
+if len(buckets) != 23 or max(buckets) != 4:
+    sys.exit(f"FAIL: TTFT buckets {buckets}")
+print(f"ok: /metrics equals /stats: {int(value('moeserve:generation_tokens_total'))} tokens, "
+      f"4 successes, 1 rejected, histograms of 4 requests and {2 + 3 + 4 + 5} token gaps")
+PY
+
+prom_port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$tmp/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: moeserve
+    static_configs:
+      - targets: ["127.0.0.1:$port"]
+YML
+prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
+  --web.listen-address="127.0.0.1:$prom_port" >"$tmp/prometheus.log" 2>&1 &
+prom_pid=$!
+expected=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_tokens"])' "$tmp/stats.json")
+got=""
+for _ in $(seq 60); do
+  got=$(curl -s "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode 'query=moeserve:generation_tokens_total' |
+    /usr/bin/python3 -c 'import json,sys
+r = json.load(sys.stdin)["data"]["result"]
+print(r[0]["value"][1] if r else "")' 2>/dev/null)
+  [[ $got == "$expected" ]] && break
+  sleep 0.5
+done
+[[ $got == "$expected" ]] || fail "prometheus: moeserve:generation_tokens_total = '$got', expected $expected ($(tail -3 "$tmp/prometheus.log"))"
+echo "ok: a real prometheus scraped /metrics: PromQL moeserve:generation_tokens_total = $got"
