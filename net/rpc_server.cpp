@@ -110,6 +110,10 @@ struct rpc_server::impl {
       if (accept_failing)
         server_log().info("accepting connections again");
       accept_failing = false;
+      // streamed tokens go out at once: Nagle would hold a small write behind an unacknowledged
+      // one (an HTTP stream's head) for the client's delayed ACK, ~40 ms
+      std::error_code ignored;
+      socket.set_option(asio::ip::tcp::no_delay(true), ignored);
       if (&from == &http_acceptor)
         admit_http(std::move(socket));
       else

@@ -16,15 +16,16 @@ namespace moe::net {
 namespace {
 
 // vLLM's buckets (vllm/engine/metrics.py)
-const prometheus::Histogram::BucketBoundaries ttft_buckets = {
-  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-  1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
-const prometheus::Histogram::BucketBoundaries itl_buckets = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
-                                                             0.3,  0.4,   0.5,  0.75,  1.0,  2.5,  5.0,
-                                                             7.5,  10.0,  20.0, 40.0,  80.0};
-const prometheus::Histogram::BucketBoundaries request_buckets = {
-  0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,  15.0,   20.0,
-  30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const prometheus::Histogram::BucketBoundaries ttft_buckets = {0.001, 0.005, 0.01,  0.02,  0.04, 0.06,
+                                                              0.08,  0.1,   0.25,  0.5,   0.75, 1.0,
+                                                              2.5,   5.0,   7.5,   10.0,  20.0, 40.0,
+                                                              80.0,  160.0, 640.0, 2560.0};
+const prometheus::Histogram::BucketBoundaries itl_buckets = {
+  0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+const prometheus::Histogram::BucketBoundaries request_buckets = {0.3,   0.5,    0.8,   1.0,   1.5,   2.0,
+                                                                 2.5,   5.0,    10.0,  15.0,  20.0,  30.0,
+                                                                 40.0,  50.0,   60.0,  120.0, 240.0, 480.0,
+                                                                 960.0, 1920.0, 7680.0};
 
 const msgpack::object* find(const msgpack::object& map, std::string_view key) {
   if (map.type != msgpack::type::MAP)
@@ -78,9 +79,15 @@ struct scrape {
   std::string model;
   prometheus::Registry registry;  // Merge: a family registered again is the same family
 
-  void counter(const std::string& name, const std::string& help, double value, prometheus::Labels labels = {}) {
+  void counter(const std::string& name, const std::string& help, double value,
+               prometheus::Labels labels = {}) {
     labels.emplace("model_name", model);
-    prometheus::BuildCounter().Name("moeserve:" + name).Help(help).Register(registry).Add(labels).Increment(value);
+    prometheus::BuildCounter()
+      .Name("moeserve:" + name)
+      .Help(help)
+      .Register(registry)
+      .Add(labels)
+      .Increment(value);
   }
   void gauge(const std::string& name, const std::string& help, double value, prometheus::Labels labels = {}) {
     labels.emplace("model_name", model);
@@ -103,10 +110,10 @@ std::shared_ptr<request_histograms> make_request_histograms() {
   auto add = [&](const char* name, const char* help, const prometheus::Histogram::BucketBoundaries& buckets) {
     return &prometheus::BuildHistogram().Name(name).Help(help).Register(h->registry).Add({}, buckets);
   };
-  h->ttft = add("moeserve:time_to_first_token_seconds", "Seconds from a request's arrival to its first token.",
-                ttft_buckets);
-  h->itl = add("moeserve:inter_token_latency_seconds", "Seconds between a request's successive output tokens.",
-               itl_buckets);
+  h->ttft = add("moeserve:time_to_first_token_seconds",
+                "Seconds from a request's arrival to its first token.", ttft_buckets);
+  h->itl = add("moeserve:inter_token_latency_seconds",
+               "Seconds between a request's successive output tokens.", itl_buckets);
   h->e2e = add("moeserve:e2e_request_latency_seconds", "Seconds from a request's arrival to its answer.",
                request_buckets);
   h->queue = add("moeserve:request_queue_time_seconds",
@@ -147,19 +154,20 @@ std::string render_metrics(const msgpack::object& stats, const request_histogram
   scrape s;
   s.model = model_name;
   const auto& st = stats;
-  s.gauge("num_requests_running", "Requests on the ranks (prefilling or decoding).", at(st, {"queue", "running"}));
+  s.gauge("num_requests_running", "Requests on the ranks (prefilling or decoding).",
+          at(st, {"queue", "running"}));
   s.gauge("num_requests_waiting", "Requests in the queue, not admitted yet.", at(st, {"queue", "queued"}));
   s.counter("prompt_tokens_total", "Prompt tokens of the requests admitted.", at(st, {"input_tokens"}));
   s.counter("generation_tokens_total", "Tokens generated.", at(st, {"output_tokens"}));
-  s.counter("request_success_total", "Requests that finished, by finish reason.", at(st, {"finished", "stop"}),
-            {{"finished_reason", "stop"}});
-  s.counter("request_success_total", "Requests that finished, by finish reason.", at(st, {"finished", "length"}),
-            {{"finished_reason", "length"}});
-  s.counter("request_success_total", "Requests that finished, by finish reason.", at(st, {"finished", "abort"}),
-            {{"finished_reason", "abort"}});
+  s.counter("request_success_total", "Requests that finished, by finish reason.",
+            at(st, {"finished", "stop"}), {{"finished_reason", "stop"}});
+  s.counter("request_success_total", "Requests that finished, by finish reason.",
+            at(st, {"finished", "length"}), {{"finished_reason", "length"}});
+  s.counter("request_success_total", "Requests that finished, by finish reason.",
+            at(st, {"finished", "abort"}), {{"finished_reason", "abort"}});
   for (const msgpack::object_kv& kv : map_at(find(st, "rejected")))
-    s.counter("requests_rejected_total", "Generate requests answered with an error, by its type.", number(&kv.val),
-              {{"reason", str(kv.key)}});
+    s.counter("requests_rejected_total", "Generate requests answered with an error, by its type.",
+              number(&kv.val), {{"reason", str(kv.key)}});
   s.counter("num_preemptions_total", "Requests preempted by a decode rank out of KV blocks.",
             at(st, {"recovery", "preemptions"}));
   s.counter("migrations_total", "Placements again of requests whose rank or session was lost.",
@@ -168,19 +176,21 @@ std::string render_metrics(const msgpack::object& stats, const request_histogram
   for (const msgpack::object& rank : array_at(find(st, "ranks"))) {
     const prometheus::Labels labels{{"rank", std::to_string(static_cast<int64_t>(at(rank, {"rank"})))},
                                     {"role", find(rank, "role") ? str(*find(rank, "role")) : std::string()}};
-    s.gauge("kv_cache_usage_perc", "KV cache blocks in use on a rank (1 = full).", at(rank, {"occupancy"}), labels);
+    s.gauge("kv_cache_usage_perc", "KV cache blocks in use on a rank (1 = full).", at(rank, {"occupancy"}),
+            labels);
     s.gauge("rank_requests_running", "Requests running on a rank.", at(rank, {"running"}), labels);
     s.counter("rank_steps_total", "Forward steps a rank has run.", at(rank, {"steps"}), labels);
   }
-  for (const msgpack::object_kv& kv : map_at(find(find(st, "recovery") ? *find(st, "recovery") : st, "restarts")))
+  for (const msgpack::object_kv& kv :
+       map_at(find(find(st, "recovery") ? *find(st, "recovery") : st, "restarts")))
     s.counter("actor_restarts_total", "Restarts of supervised actors, by kind.", number(&kv.val),
               {{"kind", str(kv.key)}});
   for (const msgpack::object_kv& kv : map_at(find(st, "experts"))) {
     const std::string role = str(kv.key);
     s.counter("rebalances_total", "Expert rebalances (EPLB) put in force, by EP group.",
               at(kv.val, {"rebalances"}), {{"role", role}});
-    s.counter("rebalances_failed_total", "Expert rebalances that failed or timed out.", at(kv.val, {"failed"}),
-              {{"role", role}});
+    s.counter("rebalances_failed_total", "Expert rebalances that failed or timed out.",
+              at(kv.val, {"failed"}), {{"role", role}});
     s.counter("expert_moved_bytes_total", "Bytes of expert weights copied between ranks.",
               at(kv.val, {"moved_bytes"}), {{"role", role}});
     const auto layers = array_at(find(kv.val, "balancedness"));

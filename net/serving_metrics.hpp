@@ -35,8 +35,8 @@ void observe_token_gap(request_histograms& h, double gap_s, size_t num_tokens);
 
 /// The wire's error types a failed generate is counted under in server_counters::num_rejected
 /// (and `stats`' rejected, and requests_rejected_total{reason}).
-inline constexpr std::array<std::string_view, 6> rejected_reasons = {
-  "overloaded", "unavailable", "too_large", "validation", "internal", "other"};
+inline constexpr std::array<std::string_view, 6> rejected_reasons = {"overloaded", "unavailable", "too_large",
+                                                                     "validation", "internal",    "other"};
 [[nodiscard]] size_t rejected_index(rpc_errc code) noexcept;
 /// A valid generate answered with an error: num_failed and num_rejected by its type.
 void count_failed(server_counters& c, rpc_errc code, int64_t n = 1);

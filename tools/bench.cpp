@@ -35,7 +35,37 @@ struct bench_options {
   int64_t num_connections = 0;
   std::string prompt;
   std::string json_file;
+  std::string base_url = "http://127.0.0.1:8766/v1";
 };
+
+/// "http://HOST:PORT/PATH" (PORT 80 when not given, PATH /v1 when empty) into the config.
+void set_base_url(const std::string& url, bench_config& cfg) {
+  constexpr std::string_view scheme = "http://";
+  if (!url.starts_with(scheme))
+    throw input_error("--base-url: expected http://HOST:PORT/PATH, got \"" + url +
+                      "\" (https is not supported)");
+  const std::string rest = url.substr(scheme.size());
+  const size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  std::string path = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!path.empty() && path.back() == '/')
+    path.pop_back();
+  cfg.base_path = path.empty() ? "/v1" : path;
+  const size_t colon = authority.rfind(':');
+  cfg.host = authority.substr(0, colon);
+  if (cfg.host.empty())
+    throw input_error("--base-url: no host in \"" + url + "\"");
+  if (colon == std::string::npos) {
+    cfg.port = 80;
+    return;
+  }
+  char* end = nullptr;
+  const std::string port = authority.substr(colon + 1);
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 1 || p > 65535)
+    throw input_error("--base-url: expected a port in 1..65535, got \"" + port + "\"");
+  cfg.port = static_cast<uint16_t>(p);
+}
 
 /// A request rate: a positive number of requests per second, or inf.
 const CLI::Validator request_rate_check(
@@ -62,6 +92,15 @@ const CLI::Validator range_ratio_check(
 /// The run's settings from the flags given (the rules --help states).
 bench_config resolve(const CLI::App& cmd, bench_options& o) {
   bench_config cfg = o.cfg;
+  if (cfg.backend == "openai") {
+    if (cmd.count("--host") > 0 || cmd.count("--port") > 0)
+      throw input_error("--host/--port: the openai backend takes --base-url");
+    set_base_url(o.base_url, cfg);
+  } else if (cmd.count("--base-url") > 0) {
+    throw input_error("--base-url: needs --backend openai (moeserve's wire takes --host and --port)");
+  } else if (cmd.count("--vocab-size") > 0) {
+    throw input_error("--vocab-size: needs --backend openai (moeserve's models answer says it)");
+  }
   const bool by_rate = cmd.count("--request-rate") > 0;
   cfg.request_rate = by_rate ? o.request_rate : std::numeric_limits<double>::infinity();
   if (!by_rate)
@@ -122,9 +161,11 @@ class progress_line {
 void run(const CLI::App& cmd, bench_options& o) {
   const bench_config cfg = resolve(cmd, o);
   const std::string cap = cfg.max_concurrency ? std::to_string(*cfg.max_concurrency) : "none";
-  std::fprintf(stderr, "bench: %s:%u, request rate %g, max concurrency %s, %lld connections\n",
-               cfg.host.c_str(), static_cast<unsigned>(cfg.port), cfg.request_rate, cap.c_str(),
-               static_cast<long long>(cfg.num_connections));
+  const std::string where = cfg.backend == "openai" ? "http://" + cfg.host + ":" + std::to_string(cfg.port) +
+                                                        cfg.base_path + " (openai)"
+                                                    : cfg.host + ":" + std::to_string(cfg.port);
+  std::fprintf(stderr, "bench: %s, request rate %g, max concurrency %s, %lld connections\n", where.c_str(),
+               cfg.request_rate, cap.c_str(), static_cast<long long>(cfg.num_connections));
   std::ofstream json_out;  // opened first: a bad path fails before the run, not after
   if (!o.json_file.empty()) {
     json_out.open(o.json_file);
@@ -173,7 +214,23 @@ void add_bench(CLI::App& app) {
               "zeros (vLLM counts one gap per chunk), so a request's gaps add up to its decode time.\n"
               "Rejected: requests answered with error code 429 (overloaded), also counted as failed.\n"
               "Migrated: results carrying `migrated: true`; the server does not send that key yet,\n"
-              "so it is 0 today.");
+              "so it is 0 today.\n"
+              "--backend openai: one request per connection at a time (the connections cap the\n"
+              "concurrency); ITL one gap per SSE chunk with text; output tokens from the usage chunk\n"
+              "(stream_options.include_usage), else the chunks; --duration cancels by closing.");
+  cmd
+    ->add_option("--backend", o->cfg.backend,
+                 "moeserve: MessagePack-RPC (--host, --port); openai: streamed /v1/completions of any "
+                 "OpenAI-compatible server (--base-url), moeserve's HTTP front, llama-server or vLLM "
+                 "(default moeserve)")
+    ->check(CLI::IsMember({"moeserve", "openai"}));
+  cmd->add_option("--base-url", o->base_url,
+                  "openai: the API's root (default http://127.0.0.1:8766/v1, moeserve's HTTP front)");
+  cmd
+    ->add_option("--vocab-size", o->cfg.vocab_size,
+                 "openai: draw prompt ids below this when the server's /v1/models does not say its "
+                 "vocabulary (vLLM's does not)")
+    ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   cmd->add_option("--host", o->cfg.host, "server address (default 127.0.0.1)");
   cmd->add_option("--port", o->cfg.port, "server port (default 8765)")->check(CLI::Range(1, 65535));
   cmd

@@ -5,6 +5,7 @@
 #include "tools/bench_runner.hpp"
 
 #include <asio.hpp>
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +45,8 @@ struct connection {
   bool write_scheduled = false;  // a flush is posted or a write in progress
   bool open = true;
   int64_t num_in_flight = 0;    // generates
+  http_response_reader http;    // openai: the responses
+  uint32_t http_msgid = 0;      // openai: the request in flight (models or a generate), 0: none
   std::string note_kind, note;  // the server's "error" notification, if it sent one
 };
 
@@ -53,12 +56,19 @@ struct in_flight_generate {
   connection* conn = nullptr;
   steady::time_point sent, last_token;
   bool got_token = false;
+  int http_status = 0;     // openai: the response's status
+  int64_t num_chunks = 0;  // openai: events with text, when no usage comes
   bool cancelled = false;  // by us, after --duration and the grace period
 };
 
 /// The lengths must fit the context whatever is drawn (else the server answers 413/422).
 /// `prompt_tokens`: the server's count of a --prompt.
 void check_fits(const load_shape& shape, const served_model& model, int64_t prompt_tokens) {
+  if (model.vocab_size < 1)
+    throw input_error("models: the server does not say its vocabulary (vocab_size " +
+                      std::to_string(model.vocab_size) + "): give --vocab-size");
+  if (model.max_context == 0)
+    return;  // an OpenAI server that does not say: its own errors will tell
   const length_range in = length_range_of(shape.input_len, shape.range_ratio);
   const length_range out = length_range_of(shape.output_len, shape.range_ratio);
   const int64_t longest = (shape.prompt ? prompt_tokens : in.max) + out.max;
@@ -68,8 +78,6 @@ void check_fits(const load_shape& shape, const served_model& model, int64_t prom
                                     : "--input-len/--output-len") +
                       "/--range-ratio: requests of up to " + std::to_string(longest) +
                       " tokens do not fit the model's context of " + std::to_string(model.max_context));
-  if (model.vocab_size < 1)
-    throw input_error("models: vocab_size " + std::to_string(model.vocab_size));
 }
 
 class load_run {
@@ -81,13 +89,20 @@ class load_run {
     connect_all();
     for (auto& c : conns_)
       read(*c);
-    if (!cfg_.api_key.empty())  // answered before anything after it on each connection
+    if (openai()) {
+      models_msgid_ = next_msgid_++;
+      conns_.front()->http_msgid = models_msgid_;
+      send(*conns_.front(), models_http_request(host_header(), cfg_.base_path, cfg_.api_key));
+    } else if (!cfg_.api_key.empty()) {  // answered before anything after it on each connection
       for (auto& c : conns_) {
         auth_msgids_.insert(next_msgid_);
         send(*c, auth_frame(next_msgid_++, cfg_.api_key));
       }
-    models_msgid_ = next_msgid_++;
-    send(*conns_.front(), models_frame(models_msgid_));
+    }
+    if (!openai()) {
+      models_msgid_ = next_msgid_++;
+      send(*conns_.front(), models_frame(models_msgid_));
+    }
     deadline_timer_.expires_after(models_wait);
     deadline_timer_.async_wait([this](std::error_code ec) {
       if (!ec && !started_)
@@ -117,7 +132,12 @@ class load_run {
     }
   }
 
+  [[nodiscard]] bool openai() const { return cfg_.backend == "openai"; }
+  [[nodiscard]] std::string host_header() const { return cfg_.host + ":" + std::to_string(cfg_.port); }
+
   void start(int64_t prompt_tokens) {
+    if (cfg_.vocab_size > 0)
+      model_.vocab_size = cfg_.vocab_size;
     check_fits(cfg_.shape, model_, prompt_tokens);
     source_.emplace(cfg_.shape, model_.vocab_size, cfg_.seed);
     arrivals_.emplace(cfg_.request_rate, cfg_.seed + arrival_seed_offset);
@@ -147,11 +167,12 @@ class load_run {
   }
   [[nodiscard]] double elapsed_s() const { return seconds_between(start_, steady::now()); }
 
-  /// The open connection with the fewest generates in flight, or nullptr.
+  /// The open connection with the fewest generates in flight (openai: an idle one), or nullptr.
   connection* least_loaded() {
     connection* best = nullptr;
     for (auto& c : conns_)
-      if (c->open && (best == nullptr || c->num_in_flight < best->num_in_flight))
+      if (c->open && (best == nullptr || c->num_in_flight < best->num_in_flight) &&
+          (!openai() || c->http_msgid == 0))
         best = c.get();
     return best;
   }
@@ -161,6 +182,8 @@ class load_run {
     while (more_to_issue() && !at_cap()) {
       connection* conn = least_loaded();
       if (conn == nullptr) {
+        if (openai() && std::any_of(conns_.begin(), conns_.end(), [](const auto& c) { return c->open; }))
+          break;               // each open one is busy: the next answer issues again
         stop_issuing_ = true;  // every connection is gone
         break;
       }
@@ -188,15 +211,24 @@ class load_run {
       in_flight_generate{.record_idx = records_.size() - 1, .conn = &conn, .sent = now, .last_token = now});
     ++conn.num_in_flight;
     ++issued_;
+    if (openai()) {
+      conn.http_msgid = msgid;
+      return send(conn, completion_http_request(host_header(), cfg_.base_path, cfg_.api_key, model_.id, req,
+                                                cfg_.shape));
+    }
     send(conn, generate_frame(msgid, req, cfg_.shape));
   }
 
   // --- the wire ------------------------------------------------------------------------------
 
   void send(connection& conn, const msgpack::sbuffer& bytes) {
+    send(conn, std::string_view(bytes.data(), bytes.size()));
+  }
+
+  void send(connection& conn, std::string_view bytes) {
     if (!conn.open)
       return;
-    conn.queued.append(bytes.data(), bytes.size());
+    conn.queued.append(bytes);
     if (!conn.write_scheduled) {
       conn.write_scheduled = true;
       asio::post(io_, [this, c = &conn] { flush(*c); });
@@ -227,6 +259,17 @@ class load_run {
       if (ec)
         return close_connection(*c,
                                 ec == asio::error::eof ? "the server closed the connection" : ec.message());
+      if (openai()) {
+        std::vector<http_event> events;
+        if (auto err = c->http.feed(std::string_view(c->read_buffer.data(), n), events))
+          return close_connection(*c, *err, "protocol");
+        for (http_event& e : events) {
+          on_http(*c, e);
+          if (!c->open || done_)
+            return;
+        }
+        return read(*c);
+      }
       for (net::rpc_message& message : c->decoder.feed(std::string_view(c->read_buffer.data(), n))) {
         handle(*c, message);
         if (!c->open || done_)
@@ -258,8 +301,13 @@ class load_run {
   /// [2, "token", [msgid, seq, token_ids, text_delta]]
   void on_token(const net::rpc_notification& note) {
     const std::optional<token_note> token = read_token(note);
-    const auto it = token ? generates_.find(token->msgid) : generates_.end();
-    if (it == generates_.end() || token->num_tokens == 0)
+    if (token)
+      on_tokens(token->msgid, token->num_tokens);
+  }
+
+  void on_tokens(uint32_t msgid, uint32_t num_tokens) {
+    const auto it = generates_.find(msgid);
+    if (it == generates_.end() || num_tokens == 0)
       return;
     in_flight_generate& g = it->second;
     bench_record& rec = records_[g.record_idx];
@@ -268,9 +316,69 @@ class load_run {
       rec.itl_s.push_back(seconds_between(g.last_token, now));
     else
       rec.ttft_s = seconds_between(g.sent, now);
-    rec.itl_s.insert(rec.itl_s.end(), token->num_tokens - 1, 0.0);  // tokens that came together
+    rec.itl_s.insert(rec.itl_s.end(), num_tokens - 1, 0.0);  // tokens that came together
     g.got_token = true;
     g.last_token = now;
+  }
+
+  /// openai: a response's head, one of its events, or its end.
+  void on_http(connection& conn, http_event& e) {
+    const uint32_t msgid = conn.http_msgid;
+    if (msgid == models_msgid_ && !started_) {
+      if (e.what != http_event::kind::body_end)
+        return;
+      conn.http_msgid = 0;
+      if (e.status != 200)
+        throw input_error("models: the server answered " + std::to_string(e.status) + ": " +
+                          read_error_message(e.data));
+      model_ = read_models_json(e.data);
+      return start(0);
+    }
+    const auto it = generates_.find(msgid);
+    if (it == generates_.end())
+      return;
+    in_flight_generate& g = it->second;
+    bench_record& rec = records_[g.record_idx];
+    switch (e.what) {
+      case http_event::kind::head: g.http_status = e.status; return;
+      case http_event::kind::data: {
+        const completion_chunk c = read_completion_chunk(e.data);
+        if (c.error && rec.error.empty()) {
+          rec.error_kind = "stream";
+          rec.error = *c.error;
+        }
+        if (c.prompt_tokens)
+          rec.prompt_tokens = *c.prompt_tokens;
+        if (c.completion_tokens)
+          rec.output_tokens = *c.completion_tokens;
+        if (c.finish_reason && (*c.finish_reason == "abort" || *c.finish_reason == "error") &&
+            rec.error.empty()) {
+          rec.error_kind = "finish_reason";
+          rec.error = "finish_reason: " + *c.finish_reason;
+        }
+        if (c.has_text) {
+          ++g.num_chunks;
+          on_tokens(msgid, 1);  // one gap per chunk, as vLLM counts
+        }
+        return;
+      }
+      case http_event::kind::body_end: {
+        conn.http_msgid = 0;
+        rec.e2e_s = seconds_between(g.sent, steady::now());
+        if (!g.got_token)
+          rec.ttft_s = rec.e2e_s;
+        if (g.http_status != 200) {
+          rec.error_kind = std::to_string(g.http_status);
+          rec.error = read_error_message(e.data);
+        } else if (rec.error.empty()) {
+          if (rec.output_tokens == 0)
+            rec.output_tokens = g.num_chunks;  // a server without the usage chunk
+          rec.success = true;
+        }
+        settle(it);
+        return dispatch();
+      }
+    }
   }
 
   void on_response(const net::rpc_response& r) {
@@ -330,7 +438,7 @@ class load_run {
       auto next = std::next(it);
       if (it->second.conn == &conn) {
         bench_record& rec = records_[it->second.record_idx];
-        rec.error_kind = conn.note.empty() ? kind : conn.note_kind;
+        rec.error_kind = it->second.cancelled ? "cancelled" : conn.note.empty() ? kind : conn.note_kind;
         rec.error = conn.note.empty() ? reason : conn.note;
         settle(it);
       }
@@ -356,10 +464,18 @@ class load_run {
 
   /// Sends `cancel` for every generate still running; gives up on their answers after a while.
   void cancel_in_flight() {
-    for (auto& [msgid, g] : generates_) {
+    for (auto& [msgid, g] : generates_)
       g.cancelled = true;
-      send(*g.conn, cancel_frame(next_msgid_++, msgid));
+    if (openai()) {  // an HTTP request is cancelled by closing its connection
+      std::vector<connection*> busy;
+      for (auto& [msgid, g] : generates_)
+        busy.push_back(g.conn);
+      for (connection* c : busy)
+        close_connection(*c, "still running after --duration and the grace period", "cancelled");
+      return finish_if_done();
     }
+    for (auto& [msgid, g] : generates_)
+      send(*g.conn, cancel_frame(next_msgid_++, msgid));
     deadline_timer_.expires_after(cancel_wait);
     deadline_timer_.async_wait([this](std::error_code ec) {
       if (ec)

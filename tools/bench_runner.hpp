@@ -13,6 +13,7 @@
 
 #include "tools/bench_load.hpp"
 #include "tools/bench_stats.hpp"
+#include "tools/bench_openai.hpp"
 #include "tools/bench_wire.hpp"
 
 namespace moe::tools {
@@ -28,7 +29,13 @@ struct bench_config {
   int64_t num_connections = 8;  // requests go to the one with fewest in flight
   load_shape shape;
   uint64_t seed = 0;    // prompts, lengths and arrivals
-  std::string api_key;  // non-empty: every connection sends `auth` first
+  std::string api_key;  // non-empty: every connection sends `auth` first (openai: a Bearer header)
+  /// moeserve: MessagePack-RPC, requests multiplexed on each connection; openai: HTTP/1.1
+  /// streamed /v1/completions of any OpenAI-compatible server, one request per connection at a
+  /// time (so the connections are the concurrency).
+  std::string backend = "moeserve";
+  std::string base_path = "/v1";  // openai: where completions and models are
+  int64_t vocab_size = 0;         // openai: the ids' range when the server does not say; 0: ask it
 };
 
 /// Where a run stands (reported about once a second).

@@ -222,7 +222,8 @@ json models_json(const msgpack::object& models, int64_t created) {
                     {"object", "model"},
                     {"created", created},
                     {"owned_by", "moeserve"},
-                    {"max_model_len", integer(find(m, "max_context"))}});
+                    {"max_model_len", integer(find(m, "max_context"))},
+                    {"vocab_size", integer(find(m, "vocab_size"))}});
   return {{"object", "list"}, {"data", std::move(data)}};
 }
 

@@ -48,7 +48,8 @@ struct openai_answer {
 [[nodiscard]] std::string sse_event(const nlohmann::json& data);
 inline constexpr const char* sse_done = "data: [DONE]\n\n";
 
-/// models' result [{id, max_context, vocab_size}] as {"object": "list", "data": [...]}.
+/// models' result [{id, max_context, vocab_size}] as {"object": "list", "data": [{id, object,
+/// created, owned_by, max_model_len (vLLM's), vocab_size}]}.
 [[nodiscard]] nlohmann::json models_json(const msgpack::object& models, int64_t created);
 
 /// tokenize's result (ids) as vLLM's {count, max_model_len, tokens}.

@@ -3,7 +3,8 @@
 # The HTTP front of `moeserve serve` (tiny model, ephemeral loopback ports, an api key and an
 # admin key) driven by Python's http.client and raw sockets (tests/scripts/http_checks.py): the
 # OpenAI endpoints against the greedy text of `moeserve generate`, streams, errors, auth, admin,
-# keep-alive, pipelining, the request limits and a disconnect that frees KV; then the server
+# keep-alive, pipelining, the request limits and a disconnect that frees KV; `moeserve bench`
+# over both fronts (--backend moeserve and --backend openai); then the server
 # stops on SIGTERM. Run by CTest as: bash test_http.sh <path-to-moeserve> <build-dir>
 set -uo pipefail
 moeserve=${1:?usage: test_http.sh <moeserve> [build-dir]}
@@ -34,7 +35,8 @@ MOESERVE_API_KEY=key-$$ MOESERVE_ADMIN_KEY=admin-$$ "$moeserve" serve --model "$
 server_pid=$!
 exec 3<"$tmp/server_out"
 read -r -t 120 -u 3 line || fail "no listening line from the server"
-[[ $line == *"listening on 127.0.0.1:"* ]] || fail "unexpected first line: $line"
+[[ $line =~ listening\ on\ 127\.0\.0\.1:([0-9]+) ]] || fail "unexpected first line: $line"
+wire_port=${BASH_REMATCH[1]}
 read -r -t 10 -u 3 line || fail "no HTTP line from the server"
 [[ $line =~ HTTP\ on\ http://127\.0\.0\.1:([0-9]+) ]] || fail "unexpected second line: $line"
 http_port=${BASH_REMATCH[1]}
@@ -43,6 +45,17 @@ cat <&3 >"$tmp/server.log" &   # keeps the pipe drained
 
 timeout -k 5 240 /usr/bin/python3 "$root/tests/scripts/http_checks.py" "$http_port" "key-$$" "admin-$$" tiny \
   "$tmp/gen.out" || fail "http checks (server log: $(tail -5 "$tmp/server.log"))"
+
+# the same load through both fronts: `moeserve bench` over the wire and as an OpenAI client
+for backend in moeserve openai; do
+  if [[ $backend == openai ]]; then where=(--backend openai --base-url "http://127.0.0.1:$http_port/v1"); else
+    where=(--port "$wire_port"); fi
+  MOESERVE_API_KEY=key-$$ timeout -k 5 120 "$moeserve" bench "${where[@]}" --num-prompts 6 --concurrency 3 \
+    --input-len 16 --output-len 8 >"$tmp/bench.out" 2>"$tmp/bench.err" || fail "bench $backend: $(cat "$tmp/bench.err")"
+  grep -q "Successful requests: *6" "$tmp/bench.out" && grep -q "Total generated tokens: *48" "$tmp/bench.out" ||
+    fail "bench $backend: $(cat "$tmp/bench.out")"
+  echo "ok: bench --backend $backend: $(grep "Output token throughput" "$tmp/bench.out")"
+done
 
 kill -TERM "$server_pid"
 wait "$server_pid"
