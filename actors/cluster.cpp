@@ -8,6 +8,7 @@
 
 #include "actors/expert_balancer.hpp"
 #include "actors/watchdog.hpp"
+#include "config/thread_split.hpp"
 #include "kernels/model/dispatch_payload.hpp"
 #include "kernels/model/kv_cache.hpp"
 
@@ -138,8 +139,8 @@ void tell_expert_balancer(const caf::actor& balancer, size_t r, const caf::actor
 // How a rank is spawned again: what spawn_cluster gave it the first time.
 struct rank_recipe {
   std::shared_ptr<const model_weights> weights;
-  rank_model_config cfg;
-  ep_group prefill_group, decode_group;  // `rank` set per restart
+  rank_model_config prefill_cfg, decode_cfg;  // their threads differ (config/thread_split.hpp)
+  ep_group prefill_group, decode_group;       // `rank` set per restart
   cluster_links links;
   std::shared_ptr<group_roster> prefill_roster, decode_roster;
 };
@@ -268,7 +269,8 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
          [&sys, recipe, r](const child_lookup&) {
            ep_group g = recipe.prefill_group;
            g.rank = static_cast<int64_t>(r);
-           return untyped(spawn_prefill_rank(sys, recipe.weights, recipe.cfg, std::move(g), recipe.links));
+           return untyped(
+             spawn_prefill_rank(sys, recipe.weights, recipe.prefill_cfg, std::move(g), recipe.links));
          },
        .introduce =
          [r, roster = recipe.prefill_roster](const caf::actor& fresh, const child_lookup& current) {
@@ -288,7 +290,8 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
          [&sys, recipe, r](const child_lookup&) {
            ep_group g = recipe.decode_group;
            g.rank = static_cast<int64_t>(r);
-           return untyped(spawn_decode_rank(sys, recipe.weights, recipe.cfg, std::move(g), recipe.links));
+           return untyped(
+             spawn_decode_rank(sys, recipe.weights, recipe.decode_cfg, std::move(g), recipe.links));
          },
        .introduce =
          [r, roster = recipe.decode_roster](const caf::actor& fresh, const child_lookup& current) {
@@ -336,14 +339,17 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                     topo.page_size, w.config.kv_cache_dim(), "--kv-blocks (kv_cache.blocks)");
   ep_group prefill_group = make_group(w, topo, topo.prefill_ranks);
   ep_group decode_group = make_group(w, topo, topo.decode_ranks);
+  const thread_split threads = threads_per_rank(topo);
   const rank_model_config rank_cfg{.reference = cfg.reference,
-                                   .num_threads = static_cast<int>(topo.threads_per_rank),
+                                   .num_threads = static_cast<int>(threads.prefill),
                                    .num_kv_blocks = topo.kv_blocks,
                                    .block_size = topo.page_size,
                                    .max_context = topo.max_context,
                                    .chunk_size = topo.chunked_prefill_size,
                                    .max_prefill_tokens = topo.max_prefill_tokens,
                                    .synchronous_stream = cfg.synchronous_streams};
+  rank_model_config decode_rank_cfg = rank_cfg;
+  decode_rank_cfg.num_threads = static_cast<int>(threads.decode);
   cluster c;
   if (cfg.trace)
     c.trace = std::make_shared<trace_recorder>(true);
@@ -364,7 +370,7 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   }
   for (int64_t r = 0; r < topo.decode_ranks; ++r) {
     decode_group.rank = r;
-    c.decode_ranks.push_back(spawn_decode_rank(sys, weights, rank_cfg, decode_group, links));
+    c.decode_ranks.push_back(spawn_decode_rank(sys, weights, decode_rank_cfg, decode_group, links));
     if (c.trace)
       c.trace->name_rank(topo.prefill_ranks + r, "decode_rank " + std::to_string(r));
   }
@@ -399,7 +405,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   c.queue = spawn_request_queue(sys, queue_cfg, caf::actor_cast<caf::actor>(c.prefill_balancer));
   caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
   const rank_recipe recipe{.weights = weights,
-                           .cfg = rank_cfg,
+                           .prefill_cfg = rank_cfg,
+                           .decode_cfg = decode_rank_cfg,
                            .prefill_group = prefill_group,
                            .decode_group = decode_group,
                            .links = links,

@@ -200,7 +200,7 @@ void validate(const topology_config& c) {
   in_range(c.prefill_ranks, 1, max_ranks, "prefill.ranks", "--prefill-ranks");
   in_range(c.decode_ranks, 1, max_ranks, "decode.ranks", "--decode-ranks");
   in_range(c.ranks_per_node, 1, max_ranks, "cluster.ranks_per_node", "--ranks-per-node");
-  in_range(c.threads_per_rank, 1, 1024, "cluster.threads_per_rank", "--threads-per-rank");
+  in_range(c.threads_per_rank, 0, 1024, "cluster.threads_per_rank", "--threads-per-rank");
   in_range(c.redundant_experts, 0, max_count, "expert_parallel.redundant_experts", "--redundant-experts");
   in_range(c.chunked_prefill_size, 1, max_count, "prefill.chunked_prefill_size", "--chunked-prefill-size");
   in_range(c.max_prefill_tokens, 1, max_count, "prefill.max_prefill_tokens", "--max-prefill-tokens");

@@ -12,6 +12,7 @@
 
 #include "actors/cluster.hpp"
 #include "actors/system_config.hpp"
+#include "config/thread_split.hpp"
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
 #include "net/server_log.hpp"
@@ -100,6 +101,8 @@ void run(serve_options& o) {
     if (server.http_port() != 0)
       std::printf("moeserve: HTTP on http://%s:%u (OpenAI-compatible /v1, /health, /ready, /admin)\n",
                   topo.host.c_str(), static_cast<unsigned>(server.http_port()));
+    std::printf("moeserve: threads: %s%s\n", describe(detect_usable_cores(), threads_per_rank(topo)).c_str(),
+                topo.threads_per_rank > 0 ? " (--threads-per-rank)" : "");
     std::fflush(stdout);
     if (static_cast<int64_t>(target.max_context) < topo.max_context)  // vLLM refuses; we say so
       net::server_log().warn("serving a context of {} tokens, less than --max-context {}: the model's "

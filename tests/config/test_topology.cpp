@@ -213,7 +213,7 @@ TEST_CASE("topology validate: each rule names its key and flag") {
     {[](auto& c) { c.prefill_ranks = 0; }, "prefill.ranks (--prefill-ranks) must be >= 1, got 0"},
     {[](auto& c) { c.decode_ranks = -1; }, "decode.ranks (--decode-ranks)"},
     {[](auto& c) { c.ranks_per_node = 0; }, "cluster.ranks_per_node (--ranks-per-node)"},
-    {[](auto& c) { c.threads_per_rank = 0; }, "cluster.threads_per_rank (--threads-per-rank)"},
+    {[](auto& c) { c.threads_per_rank = -1; }, "cluster.threads_per_rank (--threads-per-rank)"},
     {[](auto& c) { c.redundant_experts = -1; }, "expert_parallel.redundant_experts"},
     {[](auto& c) { c.chunked_prefill_size = 0; }, "prefill.chunked_prefill_size"},
     {[](auto& c) { c.max_prefill_tokens = 511; },

@@ -69,8 +69,11 @@ void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
                 "(DeepEP: one sum per token and rank, fewer bytes); default " +
                   d.combine)
     ->check(CLI::IsMember({"exact", "reduced"}));
-  app.add_option("--threads-per-rank", o.threads_per_rank,
-                 with_default("CPU threads per rank", d.threads_per_rank));
+  app
+    .add_option("--threads-per-rank", o.threads_per_rank,
+                "CPU threads per rank, or auto: the cores this process may use (affinity mask, cgroup "
+                "quota) split among the ranks, at least one each (default auto)")
+    ->transform(CLI::Transformer({{"auto", "0"}}));
   app
     .add_option("--link-model", o.link_model,
                 with_default("charge EP messages link latency and bandwidth: on|off",
