@@ -179,8 +179,10 @@ std::variant<translated_generate, rpc_error> translate_generate(const json& body
       wire["messages"] = std::get<json>(std::move(messages));
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
       if (!value.is_null() && (key == "max_completion_tokens" || !body.contains("max_completion_tokens") ||
-                               body["max_completion_tokens"].is_null()))
+                               body["max_completion_tokens"].is_null())) {
         wire["max_tokens"] = value;  // max_completion_tokens wins: OpenAI's newer name
+        out.request.max_tokens_given = true;
+      }
     } else if (key == "stream") {
       if (!value.is_null() && !value.is_boolean())
         return bad_field("stream", "a boolean", value);

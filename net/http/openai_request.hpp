@@ -24,9 +24,10 @@ enum class openai_endpoint : uint8_t { completions, chat };
 struct openai_request {
   openai_endpoint endpoint = openai_endpoint::completions;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
-  bool logprobs = false;       // asked for: the answer carries them in the endpoint's shape
-  std::string model;           // as the answer names it: the served model's name
+  bool include_usage = false;     // stream_options.include_usage: a last chunk with the usage
+  bool logprobs = false;          // asked for: the answer carries them in the endpoint's shape
+  bool max_tokens_given = false;  // max_tokens or max_completion_tokens (chat: else the context's rest)
+  std::string model;              // as the answer names it: the served model's name
 };
 
 struct translated_generate {
@@ -36,7 +37,8 @@ struct translated_generate {
 
 /// `body` of a completions or chat request as generate's params. `served_model`: the one name
 /// a request may give (another is a 404). OpenAI's defaults where they differ from the wire's:
-/// max_tokens 16 for completions, the rest of the context for chat (max_tokens left out).
+/// max_tokens 16 for completions; for chat the wire's 16 too, which the caller replaces with the
+/// rest of the context once it knows the prompt's length (max_tokens_given false).
 [[nodiscard]] std::variant<translated_generate, rpc_error> translate_generate(const nlohmann::json& body,
                                                                               openai_endpoint endpoint,
                                                                               std::string_view served_model);

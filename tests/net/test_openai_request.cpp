@@ -115,11 +115,13 @@ TEST_CASE("openai: chat messages, content parts, max_completion_tokens and logpr
   CHECK(t.wire.messages[1].role == "user");
   CHECK(t.wire.messages[1].content == "Hi there");
   CHECK(t.wire.sampling.max_tokens == 9);  // max_completion_tokens wins
+  CHECK(t.request.max_tokens_given);
   REQUIRE(t.wire.sampling.logprobs);
   CHECK(*t.wire.sampling.logprobs == 3);
   CHECK(t.request.logprobs);
   const translated no_top = accepted(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})",
                                      chat);
+  CHECK_FALSE(no_top.request.max_tokens_given);  // the server fills in the context's rest
   REQUIRE(no_top.wire.sampling.logprobs);
   CHECK(*no_top.wire.sampling.logprobs == 0);
   CHECK_FALSE(accepted(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})", chat)

@@ -190,6 +190,18 @@ if joined != message:
     fail(f"chat stream {joined!r} != {message!r}")
 ok(f"chat: streamed equals non-streamed ({message!r})")
 
+# --- chat without max_tokens: OpenAI's default, the rest of the context
+long_messages = [{"role": "user", "content": "a " * 990}]
+status, _, counted = request("POST", "/tokenize", {"messages": long_messages})
+if status != 200:
+    fail(f"/tokenize of messages: {status} {counted}")
+status, _, data = request("POST", "/v1/chat/completions", {"messages": long_messages, "temperature": 0,
+                                                           "ignore_eos": True})
+if status != 200 or data["usage"]["prompt_tokens"] != counted["count"] or \
+        data["usage"]["completion_tokens"] != 1024 - counted["count"] or data["choices"][0]["finish_reason"] != "length":
+    fail(f"chat without max_tokens after a {counted['count']}-token prompt: {status} {data}")
+ok(f"chat without max_tokens: {data['usage']['completion_tokens']} tokens, the rest of the 1024-token context")
+
 # --- errors in OpenAI's shape, with the wire's codes
 expect_error(404, *request("POST", "/v1/completions", dict(body, model="gpt-4"))[::2], "model",
              "an unknown model")
