@@ -23,26 +23,25 @@ std::string head(const std::string& method, const std::string& path, const std::
 
 }  // namespace
 
-std::string models_http_request(const std::string& host, const std::string& base_path, const std::string& api_key) {
+std::string models_http_request(const std::string& host, const std::string& base_path,
+                                const std::string& api_key) {
   return head("GET", base_path + "/models", host, api_key) + "\r\n";
 }
 
 std::string completion_http_request(const std::string& host, const std::string& base_path,
-                                    const std::string& api_key, const std::string& model, const bench_request& req,
-                                    const load_shape& shape) {
-  json body = {{"model", model},
-               {"max_tokens", req.output_len},
-               {"temperature", 0},
-               {"ignore_eos", true},
-               {"stream", true},
-               {"stream_options", {{"include_usage", true}}}};
+                                    const std::string& api_key, const std::string& model,
+                                    const bench_request& req, const load_shape& shape) {
+  json body = {{"model", model},   {"max_tokens", req.output_len},
+               {"temperature", 0}, {"ignore_eos", true},
+               {"stream", true},   {"stream_options", {{"include_usage", true}}}};
   if (shape.prompt)
     body["prompt"] = *shape.prompt;
   else
     body["prompt"] = req.input_ids;
   const std::string text = body.dump();
   return head("POST", base_path + "/completions", host, api_key) +
-         "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
+         "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" +
+         text;
 }
 
 struct http_response_reader::state {
@@ -80,7 +79,8 @@ struct http_response_reader::state {
         line.pop_back();
       if (line.empty()) {  // the event ends
         if (!event_data.empty())
-          out->push_back({http_event::kind::data, static_cast<int>(parser.status_code), std::move(event_data)});
+          out->push_back(
+            {http_event::kind::data, static_cast<int>(parser.status_code), std::move(event_data)});
         event_data.clear();
       } else if (line.starts_with("data:")) {
         std::string_view v = std::string_view(line).substr(5);
@@ -197,13 +197,15 @@ completion_chunk read_completion_chunk(const std::string& data) {
   }
   if (j.contains("error")) {
     const json& e = j["error"];
-    c.error = e.is_object() && e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>()
-                                                                                  : e.dump();
+    c.error = e.is_object() && e.contains("message") && e["message"].is_string()
+                ? e["message"].get<std::string>()
+                : e.dump();
     return c;
   }
   if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
     const json& choice = j["choices"][0];
-    if (choice.contains("text") && choice["text"].is_string() && !choice["text"].get_ref<const std::string&>().empty())
+    if (choice.contains("text") && choice["text"].is_string() &&
+        !choice["text"].get_ref<const std::string&>().empty())
       c.has_text = true;
     if (choice.contains("finish_reason") && choice["finish_reason"].is_string())
       c.finish_reason = choice["finish_reason"].get<std::string>();

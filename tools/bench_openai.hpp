@@ -56,8 +56,8 @@ class http_response_reader {
 
 /// What one SSE event of a completion stream says.
 struct completion_chunk {
-  bool done = false;        // data: [DONE]
-  bool has_text = false;    // a choice with non-empty text: a token arrived
+  bool done = false;                                        // data: [DONE]
+  bool has_text = false;                                    // a choice with non-empty text: a token arrived
   std::optional<int64_t> prompt_tokens, completion_tokens;  // its usage, if any
   std::optional<std::string> finish_reason;
   std::optional<std::string> error;  // {"error": {...}} in the stream

@@ -47,11 +47,13 @@ TEST_CASE("bench openai: a streamed completion request") {
 
 TEST_CASE("bench openai: SSE over chunked bodies in any pieces, then an error response on the same stream") {
   const std::string sse = "data: {\"a\":1}\n\ndata: [DONE]\n\n";
-  const std::string stream = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                             chunk(sse.substr(0, 7)) + chunk(sse.substr(7)) + "0\r\n\r\n";
+  const std::string stream =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+    chunk(sse.substr(0, 7)) + chunk(sse.substr(7)) + "0\r\n\r\n";
   const std::string error_body = "{\"error\":{\"message\":\"queue full\"}}";
-  const std::string error = "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: " +
-                            std::to_string(error_body.size()) + "\r\n\r\n" + error_body;
+  const std::string error =
+    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: " +
+    std::to_string(error_body.size()) + "\r\n\r\n" + error_body;
   for (size_t piece : {size_t{1}, size_t{5}, size_t{4096}}) {
     CAPTURE(piece);
     const auto events = read_all(stream + error, piece);
@@ -90,8 +92,8 @@ TEST_CASE("bench openai: completion chunks: text, usage, finish reason, errors, 
   const auto empty = read_completion_chunk(R"({"choices":[{"index":0,"text":"","finish_reason":"length"}]})");
   CHECK_FALSE(empty.has_text);
   CHECK(empty.finish_reason == "length");
-  const auto usage =
-    read_completion_chunk(R"({"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}})");
+  const auto usage = read_completion_chunk(
+    R"({"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}})");
   CHECK(usage.prompt_tokens == 7);
   CHECK(usage.completion_tokens == 3);
   CHECK(read_completion_chunk(R"({"error":{"message":"boom"}})").error == "boom");
