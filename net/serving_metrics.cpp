@@ -8,6 +8,8 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "net/http/wire_values.hpp"
+
 #include <span>
 #include <vector>
 
@@ -27,52 +29,17 @@ const prometheus::Histogram::BucketBoundaries request_buckets = {0.3,   0.5,    
                                                                  40.0,  50.0,   60.0,  120.0, 240.0, 480.0,
                                                                  960.0, 1920.0, 7680.0};
 
-const msgpack::object* find(const msgpack::object& map, std::string_view key) {
-  if (map.type != msgpack::type::MAP)
-    return nullptr;
-  for (const msgpack::object_kv& kv : std::span(map.via.map.ptr, map.via.map.size))
-    if (kv.key.type == msgpack::type::STR && std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key)
-      return &kv.val;
-  return nullptr;
-}
-
-double number(const msgpack::object* v) {
-  if (!v)
-    return 0.0;
-  switch (v->type) {
-    case msgpack::type::POSITIVE_INTEGER: return static_cast<double>(v->via.u64);
-    case msgpack::type::NEGATIVE_INTEGER: return static_cast<double>(v->via.i64);
-    case msgpack::type::FLOAT32:
-    case msgpack::type::FLOAT64: return v->via.f64;
-    default: return 0.0;
-  }
-}
-
 double at(const msgpack::object& map, std::initializer_list<std::string_view> path) {
   const msgpack::object* v = &map;
   for (const std::string_view key : path) {
-    v = find(*v, key);
+    v = find_key(*v, key);
     if (!v)
       return 0.0;
   }
-  return number(v);
+  return number_of(v);
 }
 
-std::span<const msgpack::object> array_at(const msgpack::object* v) {
-  if (!v || v->type != msgpack::type::ARRAY)
-    return {};
-  return {v->via.array.ptr, v->via.array.size};
-}
-
-std::span<const msgpack::object_kv> map_at(const msgpack::object* v) {
-  if (!v || v->type != msgpack::type::MAP)
-    return {};
-  return {v->via.map.ptr, v->via.map.size};
-}
-
-std::string str(const msgpack::object& v) {
-  return v.type == msgpack::type::STR ? std::string(v.via.str.ptr, v.via.str.size) : std::string();
-}
+std::string text(const msgpack::object& v) { return text_of(&v); }
 
 /// One scrape's counters and gauges, set from `stats`.
 struct scrape {
@@ -165,38 +132,38 @@ std::string render_metrics(const msgpack::object& stats, const request_histogram
             at(st, {"finished", "length"}), {{"finished_reason", "length"}});
   s.counter("request_success_total", "Requests that finished, by finish reason.",
             at(st, {"finished", "abort"}), {{"finished_reason", "abort"}});
-  for (const msgpack::object_kv& kv : map_at(find(st, "rejected")))
+  for (const msgpack::object_kv& kv : map_items(find_key(st, "rejected")))
     s.counter("requests_rejected_total", "Generate requests answered with an error, by its type.",
-              number(&kv.val), {{"reason", str(kv.key)}});
+              number_of(&kv.val), {{"reason", text(kv.key)}});
   s.counter("num_preemptions_total", "Requests preempted by a decode rank out of KV blocks.",
             at(st, {"recovery", "preemptions"}));
   s.counter("migrations_total", "Placements again of requests whose rank or session was lost.",
             at(st, {"recovery", "migrations"}));
   s.gauge("connections", "Open client connections (MessagePack-RPC and HTTP).", at(st, {"connections"}));
-  for (const msgpack::object& rank : array_at(find(st, "ranks"))) {
+  for (const msgpack::object& rank : array_items(find_key(st, "ranks"))) {
     const prometheus::Labels labels{{"rank", std::to_string(static_cast<int64_t>(at(rank, {"rank"})))},
-                                    {"role", find(rank, "role") ? str(*find(rank, "role")) : std::string()}};
+                                    {"role", text_of(find_key(rank, "role"))}};
     s.gauge("kv_cache_usage_perc", "KV cache blocks in use on a rank (1 = full).", at(rank, {"occupancy"}),
             labels);
     s.gauge("rank_requests_running", "Requests running on a rank.", at(rank, {"running"}), labels);
     s.counter("rank_steps_total", "Forward steps a rank has run.", at(rank, {"steps"}), labels);
   }
-  for (const msgpack::object_kv& kv :
-       map_at(find(find(st, "recovery") ? *find(st, "recovery") : st, "restarts")))
-    s.counter("actor_restarts_total", "Restarts of supervised actors, by kind.", number(&kv.val),
-              {{"kind", str(kv.key)}});
-  for (const msgpack::object_kv& kv : map_at(find(st, "experts"))) {
-    const std::string role = str(kv.key);
+  const msgpack::object* recovery = find_key(st, "recovery");
+  for (const msgpack::object_kv& kv : map_items(recovery ? find_key(*recovery, "restarts") : nullptr))
+    s.counter("actor_restarts_total", "Restarts of supervised actors, by kind.", number_of(&kv.val),
+              {{"kind", text(kv.key)}});
+  for (const msgpack::object_kv& kv : map_items(find_key(st, "experts"))) {
+    const std::string role = text(kv.key);
     s.counter("rebalances_total", "Expert rebalances (EPLB) put in force, by EP group.",
               at(kv.val, {"rebalances"}), {{"role", role}});
     s.counter("rebalances_failed_total", "Expert rebalances that failed or timed out.",
               at(kv.val, {"failed"}), {{"role", role}});
     s.counter("expert_moved_bytes_total", "Bytes of expert weights copied between ranks.",
               at(kv.val, {"moved_bytes"}), {{"role", role}});
-    const auto layers = array_at(find(kv.val, "balancedness"));
+    const auto layers = array_items(find_key(kv.val, "balancedness"));
     for (size_t layer = 0; layer < layers.size(); ++layer)  // bounded: one per MoE layer
       s.gauge("expert_balancedness", "Mean over max tokens per rank of a MoE layer (1 = even).",
-              number(&layers[layer]), {{"role", role}, {"layer", std::to_string(layer)}});
+              number_of(&layers[layer]), {{"role", role}, {"layer", std::to_string(layer)}});
   }
   std::vector<prometheus::MetricFamily> families = s.registry.Collect();
   if (histograms) {

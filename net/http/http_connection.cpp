@@ -23,8 +23,7 @@ namespace {
 using clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-constexpr size_t queued_reply_overhead = 64;  // as the wire's
-constexpr size_t max_pipelined = 32;          // parsed requests waiting; then reading pauses
+constexpr size_t max_pipelined = 32;  // parsed requests waiting; then reading pauses
 constexpr std::string_view json_type = "application/json";
 // After a last answer, how long what the client still sends is read and dropped before the
 // socket closes: closing with unread bytes would reset the connection, and a client could lose
@@ -81,38 +80,17 @@ std::variant<auth_role, rpc_error> role_of(const http_request& request, const au
 }  // namespace
 
 http_connection::http_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared)
-    : shared_(std::move(shared)), socket_(std::move(socket)), timer_(socket_.get_executor()),
-      parser_(shared_->limits.http) {
-  ++shared_->counters->num_connections;
-  ++shared_->counters->num_accepted;
-}
-
-http_connection::~http_connection() {
-  --shared_->counters->num_connections;
-  shared_->counters->notify_request_ended();
-}
+    : client_connection(std::move(socket), std::move(shared)), parser_(shared_->limits.http) {}
 
 void http_connection::start() {
-  session_ = std::make_shared<rpc_session>(shared_, weak_from_this());
-  session_->start();
+  start_session();
   arm_timer();
   read();
 }
 
-void http_connection::close() {
-  if (closed_)
-    return;
-  closed_ = true;
-  std::error_code ignored;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
-  timer_.cancel();
-  write_queue_.clear();
-  queued_bytes_ = 0;
+void http_connection::on_closed() {
   pending_.clear();
   current_.reset();
-  if (session_)
-    session_->close();
 }
 
 void http_connection::shed(const rpc_error& error) {
@@ -128,30 +106,29 @@ void http_connection::shed(const rpc_error& error) {
   close_after_writes();
 }
 
-void http_connection::close_after_writes() {
-  closing_ = true;
-  if (!writing_)
-    linger();
-}
-
-void http_connection::linger() {
+void http_connection::on_written_closing() {
   if (closed_ || lingering_)
     return;
   lingering_ = true;
   std::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
   timer_.expires_after(linger_time);
-  timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+  timer_.async_wait([self = self<http_connection>()](std::error_code ec) {
     if (!ec)
       self->close();
   });
+}
+
+void http_connection::on_written() {
+  if (!current_ && pending_.empty())
+    arm_timer();  // idle now: the keep-alive timeout runs
 }
 
 void http_connection::read() {
   if (reading_paused_)
     return;
   socket_.async_read_some(asio::buffer(read_buffer_),
-                          [self = shared_from_this()](std::error_code ec, size_t n) {
+                          [self = self<http_connection>()](std::error_code ec, size_t n) {
                             self->on_read(ec, n);
                           });
 }
@@ -423,45 +400,7 @@ void http_connection::finish(std::string bytes) {
   if (!keep_alive)
     return close_after_writes();
   arm_timer();
-  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->next(); });
-}
-
-void http_connection::send(std::string bytes) {
-  if (closed_ || bytes.empty())
-    return;
-  const size_t cost = bytes.size() + queued_reply_overhead;
-  if (queued_bytes_ + cost > shared_->limits.max_write_buffer)
-    return close();  // a reader too slow: drop it
-  queued_bytes_ += cost;
-  write_queue_.push_back(std::move(bytes));
-  if (!writing_)
-    write_next();
-}
-
-void http_connection::write_next() {
-  if (write_queue_.empty()) {
-    writing_ = false;
-    if (closing_)
-      linger();
-    else if (!current_ && pending_.empty())
-      arm_timer();  // idle now: the keep-alive timeout runs
-    return;
-  }
-  if (!writing_)
-    write_progress_ = clock::now();
-  writing_ = true;
-  const std::string& front = write_queue_.front();
-  asio::async_write(socket_, asio::buffer(front.data(), front.size()),
-                    [self = shared_from_this()](std::error_code ec, size_t) {
-                      if (self->closed_)
-                        return;
-                      if (ec)
-                        return self->close();
-                      self->write_progress_ = clock::now();
-                      self->queued_bytes_ -= self->write_queue_.front().size() + queued_reply_overhead;
-                      self->write_queue_.pop_front();
-                      self->write_next();
-                    });
+  asio::post(socket_.get_executor(), [self = self<http_connection>()] { self->next(); });
 }
 
 void http_connection::arm_timer() {
@@ -473,7 +412,7 @@ void http_connection::arm_timer() {
                         : busy                ? clock::now() + limits.idle_timeout
                                               : clock::now() + limits.keep_alive_timeout;
   timer_.expires_at(deadline);
-  timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+  timer_.async_wait([self = self<http_connection>()](std::error_code ec) {
     if (ec || self->closed_ || self->timer_.expiry() > clock::now())
       return;  // cancelled or re-armed
     const server_limits& l = self->shared_->limits;
@@ -488,7 +427,7 @@ void http_connection::arm_timer() {
         /*keep_alive=*/false));
       return self->close_after_writes();
     }
-    if (self->writing_ && now - self->write_progress_ >= l.idle_timeout)
+    if (self->stalled(l.idle_timeout))
       return self->close();  // a reader that stopped reading
     if (self->current_ || !self->pending_.empty() || self->writing_ || self->session_->busy())
       return self->arm_timer();  // busy, not idle

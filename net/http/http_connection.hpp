@@ -9,7 +9,6 @@
 #pragma once
 
 #include <array>
-#include <asio.hpp>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -18,26 +17,20 @@
 
 #include "net/http/http_request.hpp"
 #include "net/http/openai_response.hpp"
-#include "net/rpc_session.hpp"
+#include "net/client_connection.hpp"
 
 namespace moe::net {
 
-class http_connection : public session_sink, public std::enable_shared_from_this<http_connection> {
+class http_connection : public client_connection {
  public:
   http_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared);
-  ~http_connection() override;
-  http_connection(const http_connection&) = delete;
-  http_connection& operator=(const http_connection&) = delete;
 
   /// Starts its session and reading (io thread).
   void start();
-  /// Closes the socket; the session cancels what is in flight (io thread).
-  void close();
   /// Shutting down: the request in flight is answered `error`, then the connection closes.
   void shed(const rpc_error& error);
   /// The session's answers (wire bytes), rendered for the request in flight.
   void write(msgpack::sbuffer bytes) override;
-  void close_after_writes() override;
 
  private:
   /// How the wire's result is rendered.
@@ -63,17 +56,13 @@ class http_connection : public session_sink, public std::enable_shared_from_this
   /// Ends the request in flight with `bytes`.
   void finish(std::string bytes);
   void fail(const rpc_error& error);
-  void send(std::string bytes);
-  void write_next();
   /// Closes once the client has read the last answer: stops sending, drops what comes, closes
   /// at its end of stream or after a short grace.
-  void linger();
+  void on_written_closing() override;
+  void on_written() override;
+  void on_closed() override;
   void arm_timer();
 
-  // NOTE: shared_ holds the io_context, so it comes first (see rpc_connection.hpp).
-  std::shared_ptr<const server_shared> shared_;
-  asio::ip::tcp::socket socket_;
-  asio::steady_timer timer_;
   http_request_parser parser_;
   std::array<char, 16384> read_buffer_{};
   std::deque<http_request> pending_;             // parsed, waiting for the one in flight
@@ -83,14 +72,7 @@ class http_connection : public session_sink, public std::enable_shared_from_this
   uint32_t next_msgid_ = 0;
   std::chrono::steady_clock::time_point request_started_;  // first bytes of a partial request
   bool reading_paused_ = false;                            // too many pipelined requests waiting
-  std::deque<std::string> write_queue_;
-  size_t queued_bytes_ = 0;
-  std::chrono::steady_clock::time_point write_progress_;
-  bool writing_ = false;
-  bool closing_ = false;
   bool lingering_ = false;
-  bool closed_ = false;
-  std::shared_ptr<rpc_session> session_;
 };
 
 }  // namespace moe::net
