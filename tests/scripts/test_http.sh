@@ -9,17 +9,7 @@
 set -uo pipefail
 moeserve=${1:?usage: test_http.sh <moeserve> [build-dir]}
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-tmp=$(mktemp -d)
-server_pid=""
-cleanup() {
-  if [[ -n $server_pid ]]; then
-    kill -TERM "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$root/tests/scripts/serve_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 3 --out "$tmp/tiny" >/dev/null 2>&1 || fail "make-model"
 flags=(--prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 --max-context 4096
@@ -28,20 +18,9 @@ prompt="The quick brown fox"
 "$moeserve" generate --model "$tmp/tiny" "${flags[@]}" --prompt "$prompt" --max-tokens 8 --ignore-eos \
   --temperature 0 >"$tmp/gen.out" 2>"$tmp/gen.err" || fail "moeserve generate: $(cat "$tmp/gen.err")"
 
-mkfifo "$tmp/server_out"
-MOESERVE_API_KEY=key-$$ MOESERVE_ADMIN_KEY=admin-$$ "$moeserve" serve --model "$tmp/tiny" "${flags[@]}" \
-  --port 0 --read-timeout 1 --keep-alive-timeout 2 --max-body-bytes 4096 --max-header-bytes 1024 \
-  --max-connections 6 --log-stats-interval 0 >"$tmp/server_out" 2>&1 &
-server_pid=$!
-exec 3<"$tmp/server_out"
-read -r -t 120 -u 3 line || fail "no listening line from the server"
-[[ $line =~ listening\ on\ 127\.0\.0\.1:([0-9]+) ]] || fail "unexpected first line: $line"
-wire_port=${BASH_REMATCH[1]}
-read -r -t 10 -u 3 line || fail "no HTTP line from the server"
-[[ $line =~ HTTP\ on\ http://127\.0\.0\.1:([0-9]+) ]] || fail "unexpected second line: $line"
-http_port=${BASH_REMATCH[1]}
-echo "server: $line"
-cat <&3 >"$tmp/server.log" &   # keeps the pipe drained
+MOESERVE_API_KEY=key-$$ MOESERVE_ADMIN_KEY=admin-$$ start_server "$moeserve" --model "$tmp/tiny" "${flags[@]}" \
+  --read-timeout 1 --keep-alive-timeout 2 --max-body-bytes 4096 --max-header-bytes 1024 --max-connections 6 \
+  --log-stats-interval 0
 
 timeout -k 5 240 /usr/bin/python3 "$root/tests/scripts/http_checks.py" "$http_port" "key-$$" "admin-$$" tiny \
   "$tmp/gen.out" || fail "http checks (server log: $(tail -5 "$tmp/server.log"))"
@@ -57,9 +36,4 @@ for backend in moeserve openai; do
   echo "ok: bench --backend $backend: $(grep "Output token throughput" "$tmp/bench.out")"
 done
 
-kill -TERM "$server_pid"
-wait "$server_pid"
-status=$?
-server_pid=""
-[[ $status -eq 0 ]] || fail "the server exited with $status after SIGTERM"
-echo "ok: the server stopped cleanly"
+stop_server

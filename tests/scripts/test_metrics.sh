@@ -12,29 +12,13 @@ if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   echo "skipped: Debian's prometheus (promtool, prometheus) is not installed (tools/setup.sh installs it)"
   exit 0
 fi
-tmp=$(mktemp -d)
-server_pid="" prom_pid=""
-cleanup() {
-  for pid in $prom_pid $server_pid; do
-    kill -TERM "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$root/tests/scripts/serve_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 3 --out "$tmp/tiny" >/dev/null 2>&1 || fail "make-model"
-mkfifo "$tmp/server_out"
-"$moeserve" serve --model "$tmp/tiny" --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 \
-  --dispatch-dtype fp32 --reference --port 0 --log-stats-interval 0 >"$tmp/server_out" 2>&1 &
-server_pid=$!
-exec 3<"$tmp/server_out"
-read -r -t 120 -u 3 line || fail "no listening line from the server"
-read -r -t 10 -u 3 line || fail "no HTTP line from the server"
-[[ $line =~ HTTP\ on\ http://127\.0\.0\.1:([0-9]+) ]] || fail "unexpected second line: $line"
-port=${BASH_REMATCH[1]}
-cat <&3 >/dev/null &
+start_server "$moeserve" --model "$tmp/tiny" --prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 \
+  --dispatch-dtype fp32 --reference --log-stats-interval 0
+port=$http_port
 base="http://127.0.0.1:$port"
 
 for i in 1 2 3 4; do
@@ -107,6 +91,7 @@ YML
 prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
   --web.listen-address="127.0.0.1:$prom_port" >"$tmp/prometheus.log" 2>&1 &
 prom_pid=$!
+extra_pids=$prom_pid
 expected=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_tokens"])' "$tmp/stats.json")
 got=""
 for _ in $(seq 60); do
@@ -119,3 +104,4 @@ print(r[0]["value"][1] if r else "")' 2>/dev/null)
 done
 [[ $got == "$expected" ]] || fail "prometheus: moeserve:generation_tokens_total = '$got', expected $expected ($(tail -3 "$tmp/prometheus.log"))"
 echo "ok: a real prometheus scraped /metrics: PromQL moeserve:generation_tokens_total = $got"
+stop_server

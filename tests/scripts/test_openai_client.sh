@@ -14,17 +14,7 @@ if ! command -v node >/dev/null || [[ ! -f $module/package.json ]]; then
   echo "skipped: node or npm's openai (tools/setup.sh installs it in build/npm) is missing"
   exit 0
 fi
-tmp=$(mktemp -d)
-server_pid=""
-cleanup() {
-  if [[ -n $server_pid ]]; then
-    kill -TERM "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$root/tests/scripts/serve_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 5 --out "$tmp/tiny" >/dev/null 2>&1 || fail "make-model"
 flags=(--prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 --max-context 4096
@@ -32,20 +22,7 @@ flags=(--prefill-ranks 1 --decode-ranks 1 --kv-blocks 64 --page-size 16 --max-co
 "$moeserve" generate --model "$tmp/tiny" "${flags[@]}" --prompt "The quick brown fox" --max-tokens 8 \
   --ignore-eos --temperature 0 >"$tmp/gen.out" 2>"$tmp/gen.err" || fail "moeserve generate: $(cat "$tmp/gen.err")"
 
-mkfifo "$tmp/server_out"
-MOESERVE_API_KEY=key-$$ "$moeserve" serve --model "$tmp/tiny" "${flags[@]}" --port 0 --log-stats-interval 0 \
-  >"$tmp/server_out" 2>&1 &
-server_pid=$!
-exec 3<"$tmp/server_out"
-read -r -t 120 -u 3 line || fail "no listening line from the server"
-read -r -t 10 -u 3 line || fail "no HTTP line from the server"
-[[ $line =~ HTTP\ on\ http://127\.0\.0\.1:([0-9]+) ]] || fail "unexpected second line: $line"
-cat <&3 >/dev/null &
-timeout -k 5 120 node "$root/tests/scripts/openai_client_checks.cjs" "$module" "${BASH_REMATCH[1]}" "key-$$" tiny \
+MOESERVE_API_KEY=key-$$ start_server "$moeserve" --model "$tmp/tiny" "${flags[@]}" --log-stats-interval 0
+timeout -k 5 120 node "$root/tests/scripts/openai_client_checks.cjs" "$module" "$http_port" "key-$$" tiny \
   "$tmp/gen.out" || fail "the OpenAI client's checks"
-kill -TERM "$server_pid"
-wait "$server_pid"
-status=$?
-server_pid=""
-[[ $status -eq 0 ]] || fail "the server exited with $status after SIGTERM"
-echo "ok: the server stopped cleanly"
+stop_server
