@@ -85,7 +85,8 @@ thread_split threads_per_rank(const topology_config& topo) {
 std::string describe(const usable_cores& cores, const thread_split& split) {
   std::ostringstream out;
   out << cores.count << (cores.count == 1 ? " core" : " cores") << " (affinity " << cores.affinity << ", "
-      << (cores.cgroup_quota > 0 ? "cgroup quota " + std::to_string(cores.cgroup_quota) : std::string("no cgroup quota"))
+      << (cores.cgroup_quota > 0 ? "cgroup quota " + std::to_string(cores.cgroup_quota)
+                                 : std::string("no cgroup quota"))
       << "): " << split.prefill << (split.prefill == 1 ? " thread" : " threads") << " per prefill rank, "
       << split.decode << " per decode rank";
   return out.str();

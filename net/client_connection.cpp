@@ -13,7 +13,8 @@ constexpr size_t queued_reply_overhead = 64;
 
 }  // namespace
 
-client_connection::client_connection(asio::ip::tcp::socket socket, std::shared_ptr<const server_shared> shared)
+client_connection::client_connection(asio::ip::tcp::socket socket,
+                                     std::shared_ptr<const server_shared> shared)
     : shared_(std::move(shared)), socket_(std::move(socket)), timer_(socket_.get_executor()) {
   ++shared_->counters->num_connections;
   ++shared_->counters->num_accepted;

@@ -59,8 +59,8 @@ class client_connection : public session_sink, public std::enable_shared_from_th
  private:
   void write_next();
 
-  std::deque<std::string> write_queue_;  // answers at their exact size
-  size_t queued_bytes_ = 0;              // their bytes + queued_reply_overhead each
+  std::deque<std::string> write_queue_;                   // answers at their exact size
+  size_t queued_bytes_ = 0;                               // their bytes + queued_reply_overhead each
   std::chrono::steady_clock::time_point write_progress_;  // a write started or finished
 };
 

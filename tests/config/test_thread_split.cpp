@@ -19,14 +19,14 @@ TEST_CASE("thread split: cores shared evenly, the rest to whole roles, decode fi
     CHECK(s.decode == want_d);
     CHECK((s.prefill * p + s.decode * d <= cores || (s.prefill == 1 && s.decode == 1)));
   };
-  check(16, 2, 2, 4, 4);   // the GPU host's 16 cores over the default 2P+2D
-  check(2, 2, 2, 1, 1);    // more ranks than cores: one each, they share
-  check(4, 2, 2, 1, 1);    // exactly one each
-  check(7, 1, 2, 3, 2);    // 7 / 3 = 2.33: 2 each, then prefill's one more fits, decode's two do not
-  check(9, 1, 2, 3, 3);    // 3 each
-  check(10, 1, 2, 4, 3);   // 3 each = 9: decode's two more do not fit, prefill's one does
-  check(16, 1, 4, 4, 3);   // 16 / 5 = 3.2: 3 each = 15, prefill takes the last
-  check(32, 0, 4, 1, 8);   // decode only
+  check(16, 2, 2, 4, 4);  // the GPU host's 16 cores over the default 2P+2D
+  check(2, 2, 2, 1, 1);   // more ranks than cores: one each, they share
+  check(4, 2, 2, 1, 1);   // exactly one each
+  check(7, 1, 2, 3, 2);   // 7 / 3 = 2.33: 2 each, then prefill's one more fits, decode's two do not
+  check(9, 1, 2, 3, 3);   // 3 each
+  check(10, 1, 2, 4, 3);  // 3 each = 9: decode's two more do not fit, prefill's one does
+  check(16, 1, 4, 4, 3);  // 16 / 5 = 3.2: 3 each = 15, prefill takes the last
+  check(32, 0, 4, 1, 8);  // decode only
 }
 
 TEST_CASE("thread split: weights favour a role") {
