@@ -39,14 +39,15 @@ struct connection {
       : socket(io), decoder({.max_frame_bytes = size_t{64} << 20, .max_str_bytes = size_t{64} << 20}) {}
   asio::ip::tcp::socket socket;
   net::frame_decoder decoder;
-  std::array<char, 65536> read_buffer{};
-  std::string queued;            // bytes not handed to the socket yet
-  std::string writing;           // bytes of the write in progress
-  bool write_scheduled = false;  // a flush is posted or a write in progress
+  std::vector<char> read_buffer = std::vector<char>(65536);  // freed once closed and its read ended
+  std::string queued;                                        // bytes not handed to the socket yet
+  std::string writing;                                       // bytes of the write in progress
+  bool write_scheduled = false;                              // a flush is posted or a write in progress
   bool open = true;
   int64_t num_in_flight = 0;    // generates
   http_response_reader http;    // openai: the responses
   uint32_t http_msgid = 0;      // openai: the request in flight (models or a generate), 0: none
+  int64_t num_answered = 0;     // openai: responses read whole (kept alive, or not, after them)
   std::string note_kind, note;  // the server's "error" notification, if it sent one
 };
 
@@ -58,6 +59,8 @@ struct in_flight_generate {
   bool got_token = false;
   int http_status = 0;     // openai: the response's status
   int64_t num_chunks = 0;  // openai: events with text, when no usage comes
+  std::string http_bytes;  // openai: the request, to send once more (see close_connection)
+  bool resent = false;
   bool cancelled = false;  // by us, after --duration and the grace period
 };
 
@@ -121,15 +124,25 @@ class load_run {
     const auto endpoints = resolver.resolve(cfg_.host, std::to_string(cfg_.port), ec);
     if (ec)
       throw input_error("cannot resolve " + cfg_.host + ": " + ec.message());
-    for (int64_t i = 0; i < cfg_.num_connections; ++i) {
-      auto c = std::make_unique<connection>(io_);
-      asio::connect(c->socket, endpoints, ec);
-      if (ec)
-        throw input_error("cannot connect to " + address + ": " + ec.message() +
-                          " (is `moeserve serve` running?)");
-      c->socket.set_option(asio::ip::tcp::no_delay(true));
-      conns_.push_back(std::move(c));
+    endpoints_ = endpoints;
+    for (int64_t i = 0; i < cfg_.num_connections; ++i)
+      if (!open_connection())
+        throw input_error("cannot connect to " + address + ": " + connect_error_ +
+                          " (is the server running?)");
+  }
+
+  /// A new connection to the server (the caller starts its reads), or null.
+  connection* open_connection() {
+    auto c = std::make_unique<connection>(io_);
+    std::error_code ec;
+    asio::connect(c->socket, endpoints_, ec);
+    if (ec) {
+      connect_error_ = ec.message();
+      return nullptr;
     }
+    c->socket.set_option(asio::ip::tcp::no_delay(true));
+    conns_.push_back(std::move(c));
+    return conns_.back().get();
   }
 
   [[nodiscard]] bool openai() const { return cfg_.backend == "openai"; }
@@ -213,8 +226,10 @@ class load_run {
     ++issued_;
     if (openai()) {
       conn.http_msgid = msgid;
-      return send(conn, completion_http_request(host_header(), cfg_.base_path, cfg_.api_key, model_.id, req,
-                                                cfg_.shape));
+      std::string& bytes = generates_.at(msgid).http_bytes;
+      bytes = completion_http_request(host_header(), cfg_.base_path, cfg_.api_key, model_.id, req,
+                                      cfg_.shape);
+      return send(conn, bytes);
     }
     send(conn, generate_frame(msgid, req, cfg_.shape));
   }
@@ -254,11 +269,15 @@ class load_run {
   void read(connection& conn) {
     conn.socket.async_read_some(asio::buffer(conn.read_buffer), [this, c = &conn](std::error_code ec,
                                                                                   size_t n) {
-      if (!c->open)
+      if (!c->open) {
+        std::vector<char>().swap(c->read_buffer);  // a connection replaced (openai) costs no buffer
         return;
-      if (ec)
-        return close_connection(*c,
-                                ec == asio::error::eof ? "the server closed the connection" : ec.message());
+      }
+      if (ec) {
+        close_connection(*c, ec == asio::error::eof ? "the server closed the connection" : ec.message());
+        std::vector<char>().swap(c->read_buffer);  // no read is pending: this one ended
+        return;
+      }
       if (openai()) {
         std::vector<http_event> events;
         if (auto err = c->http.feed(std::string_view(c->read_buffer.data(), n), events))
@@ -364,6 +383,7 @@ class load_run {
       }
       case http_event::kind::body_end: {
         conn.http_msgid = 0;
+        ++conn.num_answered;
         rec.e2e_s = seconds_between(g.sent, steady::now());
         if (!g.got_token)
           rec.ttft_s = rec.e2e_s;
@@ -434,9 +454,24 @@ class load_run {
     if (!started_ && &conn == conns_.front().get())
       throw input_error("the server closed the connection before answering models: " +
                         (conn.note.empty() ? reason : conn.note));
+    // openai: servers close kept-alive connections (llama-server after every stream, whatever
+    // its headers say); the run goes on over a new one, and a request the old one took after an
+    // answer, and never answered at all, is sent once more there
+    connection* fresh = openai() && started_ && !done_ && kind != "cancelled" ? open_connection() : nullptr;
+    if (fresh)
+      read(*fresh);
     for (auto it = generates_.begin(); it != generates_.end();) {
       auto next = std::next(it);
-      if (it->second.conn == &conn) {
+      in_flight_generate& g = it->second;
+      if (g.conn == &conn && fresh && !g.cancelled && !g.resent && g.http_status == 0 &&
+          conn.num_answered > 0 && fresh->http_msgid == 0) {
+        g.resent = true;
+        g.conn = fresh;
+        --conn.num_in_flight;
+        ++fresh->num_in_flight;
+        fresh->http_msgid = it->first;
+        send(*fresh, g.http_bytes);
+      } else if (g.conn == &conn) {
         bench_record& rec = records_[it->second.record_idx];
         rec.error_kind = it->second.cancelled ? "cancelled" : conn.note.empty() ? kind : conn.note_kind;
         rec.error = conn.note.empty() ? reason : conn.note;
@@ -541,6 +576,8 @@ class load_run {
   double next_arrival_s_ = 0.0;
   int64_t issued_ = 0, completed_ = 0, failed_ = 0, rejected_ = 0, num_ticks_ = 0;
   std::unordered_map<uint32_t, in_flight_generate> generates_;  // by msgid
+  asio::ip::tcp::resolver::results_type endpoints_;
+  std::string connect_error_;
   std::vector<bench_record> records_;
 };
 

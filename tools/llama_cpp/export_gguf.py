@@ -6,7 +6,15 @@ metadata and tensor layout follow llama.cpp's own convert_hf_to_gguf.py (Deepsee
 release we build, which needs torch and transformers; this needs only NumPy and that release's
 gguf-py (GGUF_PY=DIR, or on PYTHONPATH).
 
-  export_gguf.py --model DIR --out FILE.gguf [--type f32|bf16]
+  export_gguf.py --model DIR --out FILE.gguf [--type f32|bf16] [--ascii-vocab]
+
+--ascii-vocab renames the tokens for serving random weights (compare.sh serve): token i of the
+BPE vocabulary (and any padding id past it) becomes the printable-ASCII string "<i>"; the
+tokenizer's added tokens (BOS, EOS, pad, FIM, ...) keep their text and types. The number of
+tokens, the weights and the shapes do not change. Random weights pick tokens that decode to
+pieces of UTF-8 characters, and llama-server refuses to send text that is not valid UTF-8;
+"<i>" always decodes to itself (printable ASCII is its own byte in the byte-level BPE). Text no
+longer tokenizes into this vocabulary (no merges apply): send prompts as token ids.
 
 FP8 weights are expanded with their 128x128 block scales (exactly in f32); BF16 / F16 / F32 are
 copied (bf16 -> f32 exactly). Norms, router weights and biases stay f32, as llama.cpp's converter
@@ -78,22 +86,28 @@ def _e4m3_table():
 E4M3 = _e4m3_table()
 
 
-def write_vocab(w, model_dir, vocab_size):
+def write_vocab(w, model_dir, vocab_size, ascii_vocab=False):
     tok = json.load(open(os.path.join(model_dir, "tokenizer.json"), encoding="utf-8"))
     cfg = json.load(open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8"))
     text = {i: t for t, i in tok["model"]["vocab"].items()}
     kinds = {i: gguf.TokenType.NORMAL for i in text}
+    if ascii_vocab:  # see --ascii-vocab above; the added tokens below keep their text
+        text = {i: f"<{i}>" for i in range(vocab_size)}
     for a in tok["added_tokens"]:
         text[a["id"]] = a["content"]
         kinds[a["id"]] = gguf.TokenType.CONTROL if a["special"] else gguf.TokenType.USER_DEFINED
     tokens = [text.get(i, f"[PAD{i}]") for i in range(vocab_size)]
     types = [kinds.get(i, gguf.TokenType.UNUSED) for i in range(vocab_size)]
+    if ascii_vocab and len(set(tokens)) != len(tokens):
+        raise SystemExit(f"export_gguf: {model_dir}: the vocabulary has repeated token strings")
     known = set(tokens)
     merges = []
     for m in tok["model"]["merges"]:
         a, b = m.split(" ", 1) if isinstance(m, str) else m
         if a in known and b in known and a + b in known:  # a vocab cut to fewer ids keeps its own merges
             merges.append(f"{a} {b}")
+    if not merges:  # GGUF has no empty arrays, and llama.cpp wants the key: one merge, never used
+        merges = ["< >"]
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("deepseek-v3")
     w.add_token_list(tokens)
@@ -156,6 +170,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--type", choices=["f32", "bf16"], default="bf16")
+    ap.add_argument("--ascii-vocab", action="store_true",
+                    help='token i -> "<i>" (printable ASCII), added tokens kept: for llama-server on random weights')
     args = ap.parse_args()
     try:
         c = json.load(open(os.path.join(args.model, "config.json")))
@@ -171,7 +187,7 @@ def main():
     w.add_name(os.path.basename(os.path.normpath(args.model)))
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if args.type == "f32" else gguf.LlamaFileType.MOSTLY_BF16)
     write_params(w, c)
-    write_vocab(w, args.model, c["vocab_size"])
+    write_vocab(w, args.model, c["vocab_size"], args.ascii_vocab)
 
     def put(hf_name, a):
         hf_name = hf_name.replace("e_score_correction_bias", "e_score_correction.bias")
