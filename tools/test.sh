@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tests: set up and build (tools/setup.sh), check the format (tools/format.sh --check) and
-# lint actors/ and net/ (tools/lint.sh), run every test under CTest, fuzz the wire protocol for
+# lint actors/ and net/ (tools/lint.sh), run every test under CTest, fuzz the wire and HTTP parsers for
 # MOE_FUZZ_SECONDS (default 60; 0 skips it), then build and run the actor, net and tools tests
 # under AddressSanitizer+UBSan and ThreadSanitizer (tools/sanitize.sh; MOE_SANITIZERS=all by
 # default, or asan, tsan, none). Extra arguments go to ctest (e.g. -R tokenizer) and skip the
@@ -27,7 +27,7 @@ ctest --test-dir build --output-on-failure -j2 --timeout 600 "$@"
 took "ctest"
 fuzz_seconds="${MOE_FUZZ_SECONDS:-60}"
 if [ $# -eq 0 ] && [ "$fuzz_seconds" != 0 ]; then
-  echo "test: fuzzing the MessagePack-RPC frame decoder and validator for ${fuzz_seconds} s"
+  echo "test: fuzzing the MessagePack-RPC and HTTP request parsers and validators for ${fuzz_seconds} s"
   if ! bash tests/fuzz/run_fuzz.sh "$fuzz_seconds" >build/fuzz.log 2>&1; then
     tail -n 40 build/fuzz.log
     echo "test: the fuzzer failed (log: build/fuzz.log; inputs: build-fuzz/artifacts/)"
