@@ -11,6 +11,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <algorithm>
 #include <exception>
 #include <unordered_map>
 #include <utility>
@@ -331,6 +332,9 @@ void start(bridge_pointer self, generate_job& job) {
   if (auto* err = std::get_if<rpc_error>(&ids))
     return fail(self, job.msgid, *err);
   auto& prompt_ids = std::get<std::vector<int32_t>>(ids);
+  if (job.req.fill_context && prompt_ids.size() < target.max_context)  // what the context leaves
+    job.req.sampling.max_tokens = static_cast<int32_t>(std::min<size_t>(
+      static_cast<size_t>(job.req.sampling.max_tokens), target.max_context - prompt_ids.size()));
   if (auto err = check_context(prompt_ids.size(), job.req.sampling.max_tokens, target.max_context))
     return fail(self, job.msgid, *err);
   const uint32_t msgid = job.msgid;

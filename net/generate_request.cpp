@@ -123,6 +123,10 @@ maybe_error parse_stream(const msgpack::object& v, const request_limits&, genera
   return read_bool(v, "stream", req.stream);
 }
 
+maybe_error parse_fill_context(const msgpack::object& v, const request_limits&, generate_request& req) {
+  return read_bool(v, "fill_context", req.fill_context);
+}
+
 /// A known key: parsed by `parse`, or a float of sampling_params (any number here; the ranges
 /// are sampling's validate(), as the CLI's).
 struct field_parser_entry {
@@ -149,6 +153,7 @@ constexpr std::array fields = {
   field_parser_entry{"ignore_eos", parse_ignore_eos},
   field_parser_entry{"logprobs", parse_logprobs},
   field_parser_entry{"stream", parse_stream},
+  field_parser_entry{"fill_context", parse_fill_context},
   field_parser_entry{"n", parse_n},
   field_parser_entry{"model", parse_model},
 };
@@ -179,6 +184,7 @@ std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& 
   generate_request req;
   std::set<std::string_view> seen;
   int num_prompts = 0;
+  bool max_tokens_given = false;
   for (const msgpack::object_kv& kv : std::span(map.ptr, map.size)) {
     if (kv.key.type != msgpack::type::STR)
       return field_error("params", "string keys", kv.key);
@@ -195,11 +201,14 @@ std::variant<generate_request, rpc_error> parse_generate(const msgpack::object& 
       return *err;
     if (key == "prompt" || key == "messages" || key == "input_ids")
       ++num_prompts;
+    max_tokens_given = max_tokens_given || key == "max_tokens";
   }
   if (num_prompts == 0)
     return make_error(rpc_errc::validation, "prompt: one of prompt, messages or input_ids is required");
   if (num_prompts > 1)
     return make_error(rpc_errc::validation, "prompt: give only one of prompt, messages or input_ids");
+  if (req.fill_context && !max_tokens_given)
+    req.sampling.max_tokens = limits.max_tokens;  // the cap; the bridge lowers it to what fits
   if (const std::string err = validate(req.sampling); !err.empty())
     return make_error(rpc_errc::validation, field_first(err));
   return req;

@@ -42,7 +42,10 @@ struct generate_request {
   std::vector<int32_t> input_ids;      // kind token_ids
   sampling_params sampling;            // vLLM names and defaults, logprobs (0..20) included
   bool stream = false;                 // "token" notifications before the response
-  std::string model;                   // "" when not given
+  /// max_tokens becomes what the context leaves after the prompt, at most max_tokens (given, or
+  /// else request_limits::max_tokens): OpenAI's chat default, set by the HTTP front.
+  bool fill_context = false;
+  std::string model;  // "" when not given
 };
 
 /// Validates `params` ([ {key: value, ...} ]). Keys are vLLM's names; nil means "not given";

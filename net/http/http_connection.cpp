@@ -14,7 +14,6 @@
 #include "net/http/http_response.hpp"
 #include "net/http/json_values.hpp"
 #include "net/http/openai_request.hpp"
-#include "net/prompt_tokens.hpp"
 #include "net/serving_metrics.hpp"
 
 namespace moe::net {
@@ -258,16 +257,6 @@ void http_connection::route(http_request& request) {
                                        model);
     if (auto* err = std::get_if<rpc_error>(&generate))
       return fail(*err);
-    if (chat && !std::get<translated_generate>(generate).request.max_tokens_given) {
-      // OpenAI's default for chat: the rest of the context (capped by --max-tokens-limit)
-      if (auto rest = context_left(std::get<translated_generate>(generate).params)) {
-        json with_max = value;
-        with_max["max_tokens"] = *rest;
-        generate = translate_generate(with_max, openai_endpoint::chat, model);
-        if (auto* err = std::get_if<rpc_error>(&generate))
-          return fail(*err);
-      }
-    }
     auto& t = std::get<translated_generate>(generate);
     ex.kind = answer_kind::generate;
     ex.answer = {.request = t.request,
@@ -288,22 +277,6 @@ void http_connection::route(http_request& request) {
   }
   current_ = ex;
   fail(make_error(rpc_errc::unknown_method, "path: no such endpoint " + std::string(path).substr(0, 128)));
-}
-
-std::optional<int64_t> http_connection::context_left(const msgpack::sbuffer& params) const {
-  const msgpack::object_handle oh = msgpack::unpack(params.data(), params.size());
-  auto req = parse_generate(oh.get(), shared_->limits.requests);
-  if (!std::holds_alternative<generate_request>(req))
-    return std::nullopt;  // the wire's validator answers it
-  const serving_target& target = *shared_->target;
-  auto ids = prompt_ids_of(std::get<generate_request>(req), *target.tok, target.vocab_size);
-  if (!std::holds_alternative<std::vector<int32_t>>(ids))
-    return std::nullopt;
-  const auto prompt = static_cast<int64_t>(std::get<std::vector<int32_t>>(ids).size());
-  const int64_t rest = static_cast<int64_t>(target.max_context) - prompt;
-  if (rest < 1)
-    return std::nullopt;  // the prompt fills the context: the bridge's 413
-  return std::min<int64_t>(rest, shared_->limits.requests.max_tokens);
 }
 
 void http_connection::call(const std::string& method, const msgpack::sbuffer& params, exchange ex) {

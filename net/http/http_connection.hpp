@@ -49,8 +49,6 @@ class http_connection : public client_connection {
   void dispatch(http_request& request);
   void route(http_request& request);
   void call(const std::string& method, const msgpack::sbuffer& params, exchange ex);
-  /// A chat's default max_tokens: the context left after its prompt (none: let the wire refuse).
-  [[nodiscard]] std::optional<int64_t> context_left(const msgpack::sbuffer& params) const;
   void answer(const rpc_response& response);
   void stream_token(const msgpack::object& params);
   /// Ends the request in flight with `bytes`.

@@ -249,6 +249,8 @@ std::variant<translated_generate, rpc_error> translate_generate(const json& body
     return make_error(rpc_errc::invalid_request, "messages: required");
   if (!chat && !wire.contains("prompt") && !wire.contains("input_ids"))
     return make_error(rpc_errc::invalid_request, "prompt: required");
+  if (chat && !out.request.max_tokens_given)
+    wire["fill_context"] = true;  // OpenAI's chat default: the rest of the context
   wire["stream"] = out.request.stream;
   out.params = params_of(wire);
   return out;

@@ -26,7 +26,7 @@ struct openai_request {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage: a last chunk with the usage
   bool logprobs = false;          // asked for: the answer carries them in the endpoint's shape
-  bool max_tokens_given = false;  // max_tokens or max_completion_tokens (chat: else the context's rest)
+  bool max_tokens_given = false;  // max_tokens or max_completion_tokens
   std::string model;              // as the answer names it: the served model's name
 };
 
@@ -37,8 +37,7 @@ struct translated_generate {
 
 /// `body` of a completions or chat request as generate's params. `served_model`: the one name
 /// a request may give (another is a 404). OpenAI's defaults where they differ from the wire's:
-/// max_tokens 16 for completions; for chat the wire's 16 too, which the caller replaces with the
-/// rest of the context once it knows the prompt's length (max_tokens_given false).
+/// max_tokens 16 for completions, the rest of the context for chat (the wire's fill_context).
 [[nodiscard]] std::variant<translated_generate, rpc_error> translate_generate(const nlohmann::json& body,
                                                                               openai_endpoint endpoint,
                                                                               std::string_view served_model);

@@ -122,6 +122,9 @@ TEST_CASE("openai: chat messages, content parts, max_completion_tokens and logpr
   const translated no_top = accepted(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})",
                                      chat);
   CHECK_FALSE(no_top.request.max_tokens_given);  // the server fills in the context's rest
+  CHECK(no_top.wire.fill_context);
+  CHECK(no_top.wire.sampling.max_tokens == request_limits{}.max_tokens);  // the cap the bridge lowers
+  CHECK_FALSE(t.wire.fill_context);
   REQUIRE(no_top.wire.sampling.logprobs);
   CHECK(*no_top.wire.sampling.logprobs == 0);
   CHECK_FALSE(accepted(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})", chat)
