@@ -200,7 +200,7 @@ void http_connection::route(http_request& request) {
   const bool get = method == "GET";
   const bool post = method == "POST";
   exchange ex{.keep_alive = current_keep_alive_};
-  current_ = ex;  // errors below answer it
+  current_ = ex;  // errors answer it; call() replaces it with the request sent
   auto role = role_of(request, shared_->keys);
   const bool open = path == "/health" || path == "/metrics";  // as vLLM's: scrapers send no key
   if (auto* err = std::get_if<rpc_error>(&role)) {
@@ -210,10 +210,8 @@ void http_connection::route(http_request& request) {
   }
   session_->set_role(path == "/metrics" ? std::max(std::get<auth_role>(role), auth_role::client)
                                         : std::get<auth_role>(role));
-  current_.reset();
   const std::string& model = shared_->target->model_name;
   auto method_not_allowed = [&](std::string_view allowed) {
-    current_ = ex;
     send(http_response(
       405, json_type,
       dump_json(error_json(make_error(rpc_errc::invalid_request, "method: " + method + " is not allowed on " +
@@ -238,7 +236,6 @@ void http_connection::route(http_request& request) {
       path == "/detokenize") {
     if (!post)
       return method_not_allowed("POST");
-    current_ = ex;
     auto body = parse_json_body(request.body);
     if (auto* err = std::get_if<rpc_error>(&body))
       return fail(*err);
@@ -249,7 +246,6 @@ void http_connection::route(http_request& request) {
       if (auto* err = std::get_if<rpc_error>(&params))
         return fail(*err);
       ex.kind = tok ? answer_kind::tokenize : answer_kind::detokenize;
-      current_.reset();
       return call(tok ? "tokenize" : "detokenize", std::get<msgpack::sbuffer>(params), ex);
     }
     const bool chat = path == "/v1/chat/completions";
@@ -262,20 +258,16 @@ void http_connection::route(http_request& request) {
     ex.answer = {.request = t.request,
                  .id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++num_answers),
                  .created = unix_now()};
-    current_.reset();
     return call("generate", t.params, ex);
   }
   if (path.starts_with("/admin/") && path.size() > 7) {
     if (!get && !post)
       return method_not_allowed("GET, POST");
-    current_ = ex;
     auto params = params_of_body(request.body);
     if (auto* err = std::get_if<rpc_error>(&params))
       return fail(*err);
-    current_.reset();
     return call("admin." + std::string(path.substr(7)), std::get<msgpack::sbuffer>(params), ex);
   }
-  current_ = ex;
   fail(make_error(rpc_errc::unknown_method, "path: no such endpoint " + std::string(path).substr(0, 128)));
 }
 
