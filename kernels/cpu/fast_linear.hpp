@@ -30,6 +30,8 @@
 #include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/weights.hpp"
 
+MOE_FAST_TARGET_BEGIN
+
 namespace moe::fast {
 
 /// Activation rows above which FP8 panels use the GEMM kernel instead of the GEMV one.
@@ -168,3 +170,5 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
                           int64_t ldo, thread_scratch& s);
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

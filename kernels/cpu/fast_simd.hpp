@@ -21,6 +21,22 @@
 
 #include "kernels/dtype.hpp"
 
+// The fast path's headers define their inline functions between these, for the fast path's
+// AVX-512 target whatever the including file's flags: a file built without them (a test's case
+// registrations, which run before main on any CPU) can include them, and calls these only from
+// code built for that target, where cpu_fast_path_supported().
+#if defined(__GNUC__) && !defined(__clang__)
+#  define MOE_FAST_TARGET_BEGIN \
+    _Pragma("GCC push_options") \
+      _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,gfni\")")
+#  define MOE_FAST_TARGET_END _Pragma("GCC pop_options")
+#else
+#  define MOE_FAST_TARGET_BEGIN
+#  define MOE_FAST_TARGET_END
+#endif
+
+MOE_FAST_TARGET_BEGIN
+
 namespace moe::fast {
 
 /// Rounds `n` up to a multiple of `m`.
@@ -195,3 +211,5 @@ class scratch_buffer {
 };
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "kernels/checkpoint/host_memory.hpp"
 
 namespace moe::fast {
@@ -56,6 +57,8 @@ std::shared_ptr<const uint16_t> pack_gemm_panels(const linear_weight& w) {
 }
 
 void prepare_fast_weights(model_weights& w) {
+  if (!cpu_fast_path_supported())  // the reference backend runs: it reads the weights as they are
+    return;
   std::vector<linear_weight*> todo;
   auto add = [&](linear_weight& x) {
     if (x.data == nullptr)

@@ -45,7 +45,8 @@ void pad_fp8_panels_into(const linear_weight& w, uint8_t* dst);
 ///   - row-major FP8 weights with in_features a multiple of 64 but rows not (the small preset's
 ///     kv_a_proj_with_mqa, 160 rows) switched to padded FP8 panels, so that few rows take the
 ///     panel GEMV instead of the GEMM's per-call pack.
-/// Idempotent.
+/// Idempotent; a no-op on a CPU without the fast path (cpu_fast_path_supported), where the
+/// reference backend runs and its code must not.
 void prepare_fast_weights(model_weights& w);
 
 /// The layout step of prepare_fast_weights for the weights in `todo` (each BF16, or row-major FP8

@@ -17,6 +17,7 @@
 
 #include "actor_fixture.hpp"
 #include "actors/cluster.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/cpu/fast_weights.hpp"
 #include "kernels/model/generator.hpp"
 #include "model/tiny_model.hpp"
@@ -219,6 +220,10 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
   // in padded panels, routers and lm_head BF16 packed, as the loaders lay them out): micro-batches, ranks and
   // expert placement change how many rows each matmul gets (an expert's rows across the GEMV /
   // GEMM switch), and must not change a single bit of any request's logits.
+  if (!cpu_fast_path_supported()) {
+    MESSAGE("skipped: this CPU lacks AVX-512 BF16, VBMI or GFNI, which the fast path needs");
+    return;
+  }
   auto tok = real_tokenizer();
   if (!tok)
     return;

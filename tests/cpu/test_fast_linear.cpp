@@ -7,29 +7,14 @@
 #include <array>
 #include <cstring>
 
+#include "avx512_fp8_codes.hpp"
 #include "kernels/cpu/fast_backend.hpp"
+#include "kernels/cpu/fast_simd.hpp"
 #include "test_fast_util.hpp"
 
 using namespace moe;
 
 namespace {
-
-// The 256 e4m3 codes through an expansion `expand(codes, u0, u1)` (64 at a time, unpack order),
-// as bf16 bits in code order.
-template <class Expand>
-std::array<uint16_t, 256> expand_all_codes(Expand expand) {
-  alignas(64) uint8_t codes[256];
-  for (int i = 0; i < 256; ++i)
-    codes[i] = static_cast<uint8_t>(i);
-  alignas(64) std::array<uint16_t, 256> out;
-  for (int base = 0; base < 256; base += 64) {
-    __m512i u0, u1;
-    expand(_mm512_load_si512(codes + base), u0, u1);
-    _mm512_store_si512(out.data() + base, fast::unpack_to_natural_lo(u0, u1));
-    _mm512_store_si512(out.data() + base + 32, fast::unpack_to_natural_hi(u0, u1));
-  }
-  return out;
-}
 
 std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vector<float>& x,
                               int64_t num_tokens) {
@@ -42,8 +27,7 @@ std::vector<float> run_linear(backend& b, const linear_weight& w, const std::vec
 
 TEST_CASE("fast: scaled e4m3 -> bf16 bit permutation is the value times 2^-120 for every code but NaN") {
   MOE_SKIP_WITHOUT_FAST_PATH();
-  const auto out =
-    expand_all_codes([](__m512i c, __m512i& u0, __m512i& u1) { fast::fp8x64_to_bf16_scaled(c, u0, u1); });
+  const auto out = testing::fp8_codes_scaled_to_bf16();
   for (int code = 0; code < 256; ++code) {
     if ((code & 0x7f) == 0x7f)
       continue;  // NaN: documented as a finite value
