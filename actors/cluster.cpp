@@ -220,7 +220,6 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
              caf::actor_cast<decode_rank_actor>(current("decode_rank", static_cast<int64_t>(r))));
          g.decode_balancer = caf::actor_cast<decode_balancer_actor>(current("decode_balancer", 0));
          g.queue = current("request_queue", 0);
-         g.metrics = current("metrics", 0);
          return untyped(spawn_prefill_balancer(sys, std::move(g)));
        },
      .introduce =
@@ -248,15 +247,6 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
                                       peers_atom::value, caf::actor_cast<decode_balancer_actor>(fresh));
                      },
                    .configurable = true});
-  specs.push_back({.kind = "metrics",
-                   .restart = restart_policy::permanent,
-                   .running = untyped(c.metrics),
-                   .start = [&sys](const child_lookup&) { return untyped(spawn_metrics(sys)); },
-                   .introduce =
-                     [](const caf::actor& fresh, const child_lookup& current) {
-                       caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
-                                      peers_atom::value, caf::actor_cast<metrics_actor>(fresh));
-                     }});
   // A rank restarts empty (with its experts) and its requests are placed again by their
   // sessions; in a group of several it rejoins its peers in a new epoch (rejoin).
   for (size_t r = 0; r < c.prefill_ranks.size(); ++r)
@@ -382,7 +372,6 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   c.decode_balancer = spawn_decode_balancer(sys, c.decode_ranks, decode_cfg);
   for (const decode_rank_actor& r : c.decode_ranks)
     caf::anon_send(r, route_atom::value, untyped(c.decode_balancer));
-  c.metrics = spawn_metrics(sys);
   // the queue hands requests to the prefill balancer, which learns the queue right after
   // what a restarted prefill balancer keeps (the handles it gets are the current ones)
   const prefill_balancer_graph prefill_graph{.prefill_ranks = {},
@@ -390,7 +379,6 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                              .decode_balancer = {},
                                              .queue = {},
                                              .tok = std::move(tok),
-                                             .metrics = {},
                                              .max_context = max_context,
                                              .max_migrations = topo.max_migrations,
                                              .new_token_ratio = topo.new_token_ratio};
@@ -398,7 +386,6 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   first.prefill_ranks = c.prefill_ranks;
   first.decode_ranks = c.decode_ranks;
   first.decode_balancer = c.decode_balancer;
-  first.metrics = caf::actor_cast<caf::actor>(c.metrics);
   c.prefill_balancer = spawn_prefill_balancer(sys, std::move(first));
   const request_queue_config queue_cfg{.max_queued = topo.max_queued_requests,
                                        .max_running = topo.max_running_requests * topo.decode_ranks};

@@ -13,7 +13,6 @@
 #include <string>
 
 #include "actors/decode_balancer.hpp"
-#include "actors/metrics.hpp"
 #include "actors/prefill_balancer.hpp"
 #include "actors/request_queue.hpp"
 #include "actors/supervisor.hpp"
@@ -37,7 +36,6 @@ struct cluster {
                               // instance: after a restart, supervisor lookup gives the current one)
   prefill_balancer_actor prefill_balancer;
   decode_balancer_actor decode_balancer;
-  metrics_actor metrics;                          // finished requests' statistics
   std::vector<prefill_rank_actor> prefill_ranks;  // global ranks 0 .. P-1
   std::vector<decode_rank_actor> decode_ranks;    // global ranks P .. P+D-1
   std::shared_ptr<trace_recorder> trace;          // null unless cluster_config::trace

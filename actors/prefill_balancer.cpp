@@ -81,7 +81,6 @@ void start_request(balancer_pointer self, uint64_t pid, prefill_balancer_state::
   cfg.decode_rank = decode;
   cfg.prefill_rank = nothing_left ? caf::actor{} : caf::actor_cast<caf::actor>(st.graph.prefill_ranks[rank]);
   cfg.on_done.push_back(st.graph.queue);  // the decode rank hears the end too (and tells the balancer)
-  cfg.metrics = st.graph.metrics;
   cfg.placer = caf::actor_cast<caf::actor>(self);
   cfg.max_migrations = st.graph.max_migrations;
   st.session_generation[id] = pick.resumed.generation;
@@ -302,9 +301,6 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
         ++p.attempt;
         ask_pick(self, id);
       }
-    },
-    [=](peers_atom, metrics_actor& metrics) {
-      self->state.graph.metrics = caf::actor_cast<caf::actor>(metrics);
     },
     [=](peers_atom, int64_t index, prefill_rank_actor& rank) {  // restarted: empty
       auto& st = self->state;

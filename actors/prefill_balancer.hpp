@@ -15,7 +15,6 @@
 #include "actors/decode_balancer.hpp"
 #include "actors/decode_rank.hpp"
 #include "actors/live_settings.hpp"
-#include "actors/metrics.hpp"
 #include "actors/messages.hpp"
 #include "actors/prefill_rank.hpp"
 #include "kernels/tokenizer/tokenizer.hpp"
@@ -37,8 +36,6 @@ using prefill_balancer_actor = caf::typed_actor<
   caf::reacts_to<peers_atom, caf::actor>,
   // A restarted decode balancer: picks in flight are asked again there.
   caf::reacts_to<peers_atom, decode_balancer_actor>,
-  // A restarted metrics actor, for the sessions spawned from now on.
-  caf::reacts_to<peers_atom, metrics_actor>,
   // A restarted prefill rank (its prompts are gone: their sessions place them again).
   caf::reacts_to<peers_atom, int64_t, prefill_rank_actor>,
   // A restarted decode rank.
@@ -63,7 +60,6 @@ struct prefill_balancer_graph {
   decode_balancer_actor decode_balancer;
   caf::actor queue;  // told (done_atom, id) when each request ends
   std::shared_ptr<const tokenizer> tok;
-  caf::actor metrics;                  // sessions report finished requests here (may be null)
   int64_t max_context = 0;             // KV a request may need: min(prompt + max_tokens, this)
   int64_t max_migrations = 3;          // per request (session_config::max_migrations)
   double new_token_ratio = 1.0;        // share of the tokens left a pick books KV for (topology_config's)

@@ -8,7 +8,6 @@
 #include <chrono>
 
 #include "actors/errors.hpp"
-#include "actors/metrics.hpp"
 #include "kernels/model/output_text.hpp"
 
 namespace moe {
@@ -26,7 +25,6 @@ struct session_state {
   uint64_t placement = 0;      // the id the current placement's ranks know it by
   bool handed_off = false;     // the current placement's KV is on its decode rank
   bool placing = false;        // waiting for the placer's (route_atom, ...)
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), first_token;
   static inline const char* name = "session";
 };
 
@@ -52,19 +50,6 @@ void answer(session_pointer self, finish_reason reason, std::string error) {
     caf::anon_send(a, done_atom::value, st.cfg.request_id);
   if (st.cfg.decode_rank)
     caf::anon_send(st.cfg.decode_rank, done_atom::value, st.placement);
-  if (st.cfg.metrics) {
-    const auto seconds = [&](std::chrono::steady_clock::time_point t) {
-      return std::chrono::duration<double>(t - st.start).count();
-    };
-    const bool any = !st.result.output_ids.empty();
-    caf::anon_send(st.cfg.metrics, done_atom::value,
-                   request_record{.num_prompt_tokens = static_cast<int64_t>(st.cfg.spec.prompt_ids.size()),
-                                  .num_cached_tokens = 0,
-                                  .num_output_tokens = static_cast<int64_t>(st.result.output_ids.size()),
-                                  .ttft_s = any ? seconds(st.first_token) : 0.0,
-                                  .total_s = seconds(std::chrono::steady_clock::now()),
-                                  .reason = reason});
-  }
   caf::anon_send(st.cfg.client, done_atom::value, std::move(st.result));
   self->quit();
 }
@@ -154,8 +139,6 @@ void take_over(session_pointer self) {
   if (r.generation > 0 || !r.output_ids.empty())  // an earlier session's prefill is done again
     st.result.num_reprefilled_tokens =
       static_cast<int64_t>(st.cfg.spec.prompt_ids.size() + r.output_ids.size());
-  if (!r.output_ids.empty())
-    st.first_token = st.start;
   if (st.cfg.spec.sampling.max_tokens <= static_cast<int32_t>(r.output_ids.size()))  // nothing is left
     caf::anon_send(self, token_atom::value, token_chunk{st.placement, {}, finish_reason::length, {}});
 }
@@ -194,8 +177,6 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       auto& st = self->state;
       if (chunk.request_id != st.placement || st.placing)
         return;  // from a placement given up
-      if (st.result.output_ids.empty() && !chunk.token_ids.empty())
-        st.first_token = std::chrono::steady_clock::now();
       std::string delta;
       for (size_t i = 0; i < chunk.token_ids.size(); ++i) {
         const int32_t id = chunk.token_ids[i];

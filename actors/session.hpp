@@ -46,7 +46,6 @@ struct session_config {
                                     // (done_atom, placement id) at the end
   caf::actor prefill_rank;          // told to cancel when the client cancels (may be null)
   std::vector<caf::actor> on_done;  // each gets (done_atom, request_id) at the end
-  caf::actor metrics;               // gets (done_atom, request_record) at the end (may be null)
   // Gets (migrate_atom, request_id, placement id, what is left of the request, session, the
   // lost rank) when
   // its prefill rank dies before the hand-off reached the decode rank or its decode rank dies: prompt + tokens so

@@ -35,9 +35,9 @@ constexpr std::array<std::pair<rpc_method, std::string_view>, 17> methods = {{
   {rpc_method::admin_rebalance, "admin.rebalance"},
 }};
 
-constexpr std::array<std::string_view, 10> killable_kinds = {
-  "request_queue", "prefill_balancer", "decode_balancer", "expert_balancer", "metrics",
-  "prefill_rank",  "decode_rank",      "session",         "stats_sampler",   "connection_bridge"};
+constexpr std::array<std::string_view, 9> killable_kinds = {
+  "request_queue", "prefill_balancer", "decode_balancer", "expert_balancer",  "prefill_rank",
+  "decode_rank",   "session",          "stats_sampler",   "connection_bridge"};
 
 /// params must be an array of exactly one value; returns it.
 const msgpack::object* single_param(const msgpack::object& params) {

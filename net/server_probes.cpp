@@ -291,7 +291,7 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
 
 std::string missing_parts(const cluster& c, const std::vector<actor_info>& actors) {
   std::vector<std::pair<std::string, int64_t>> expected = {
-    {"request_queue", 0}, {"prefill_balancer", 0}, {"decode_balancer", 0}, {"metrics", 0}};
+    {"request_queue", 0}, {"prefill_balancer", 0}, {"decode_balancer", 0}};
   for (size_t i = 0; i < c.prefill_ranks.size() + c.decode_ranks.size(); ++i)
     expected.emplace_back(rank_kind(c, i), rank_index(c, i));
   std::string out;

@@ -41,8 +41,8 @@ struct chaos_cli {
 
 // The kinds a kill of which the cluster recovers from: every kind admin.kill takes.
 std::vector<std::string> restartable_kinds() {
-  return {"request_queue", "prefill_balancer", "decode_balancer", "expert_balancer", "metrics",
-          "prefill_rank",  "decode_rank",      "session",         "stats_sampler",   "connection_bridge"};
+  return {"request_queue", "prefill_balancer", "decode_balancer", "expert_balancer",  "prefill_rank",
+          "decode_rank",   "session",          "stats_sampler",   "connection_bridge"};
 }
 
 std::vector<std::string> parse_kinds(const std::string& list) {
@@ -164,11 +164,10 @@ void add_chaos(CLI::App& app) {
     ->check(CLI::Range(int64_t{1}, int64_t{1} << 15));
   cmd->add_option("--kills", o->run.num_kills, "kills during the second pass at most (default 20)")
     ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  cmd->add_option(
-    "--kinds", o->kinds,
-    "comma-separated kinds to kill (default: every kind: request_queue, prefill_balancer, "
-    "decode_balancer, expert_balancer, metrics, prefill_rank, decode_rank, session, stats_sampler, "
-    "connection_bridge)");
+  cmd->add_option("--kinds", o->kinds,
+                  "comma-separated kinds to kill (default: every kind: request_queue, prefill_balancer, "
+                  "decode_balancer, expert_balancer, prefill_rank, decode_rank, session, stats_sampler, "
+                  "connection_bridge)");
   cmd->add_option("--interval", o->run.interval_s, "mean seconds between kills (default 0.3)")
     ->check(CLI::Range(0.001, 3600.0));
   cmd->add_option("--seed", o->run.seed, "prompts and kills (default 1)");

@@ -118,9 +118,9 @@ TEST_CASE_FIXTURE(live_config_case,
                            {{"policy", std::string("power_of_two")}, {"kv_weight", -1.0}});
   REQUIRE(std::holds_alternative<std::string>(refused));
   CHECK(std::get<std::string>(refused) == "kv_weight: expected a number from 0 to 1000000, got -1");
-  refused = configure(c, "metrics", {{"policy", std::string("x")}});
+  refused = configure(c, "prefill_rank", {{"policy", std::string("x")}});
   REQUIRE(std::holds_alternative<std::string>(refused));
-  CHECK(std::get<std::string>(refused) == "target: metrics 0 takes no configuration");
+  CHECK(std::get<std::string>(refused) == "target: prefill_rank 0 takes no configuration");
   versioned_config now = ask<versioned_config>(c.decode_balancer, config_atom::value);
   CHECK(now.epoch == 1);
   CHECK(field(now, "policy") == config_value(std::string("round_robin")));

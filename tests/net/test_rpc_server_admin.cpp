@@ -52,7 +52,7 @@ TEST_CASE_FIXTURE(server_fixture, "admin methods are 404 on a server without --f
   test_client admin(server->port());
   REQUIRE(error_code(ask(admin, auth_bytes(1, "admin-secret"))) == 0);
   CHECK(error_code(ask(admin, request_bytes(2, "admin.actors", std::vector<int>{}))) == 404);
-  CHECK(error_code(ask(admin, kill_bytes(3, "metrics", 0))) == 404);
+  CHECK(error_code(ask(admin, kill_bytes(3, "request_queue", 0))) == 404);
 }
 
 TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and generates go on") {
@@ -62,7 +62,7 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   test_client client(server->port());
   REQUIRE(error_code(ask(client, auth_bytes(1, "client-secret"))) == 0);
   CHECK(error_code(ask(client, request_bytes(2, "admin.actors", std::vector<int>{}))) == 403);
-  CHECK(error_code(ask(client, kill_bytes(3, "metrics", 0))) == 403);
+  CHECK(error_code(ask(client, kill_bytes(3, "request_queue", 0))) == 403);
 
   test_client admin(server->port());
   REQUIRE(error_code(ask(admin, auth_bytes(1, "admin-secret"))) == 0);
@@ -70,9 +70,8 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   REQUIRE(error_code(listed) == 0);
   const std::map<std::string, int64_t> none = {{"connection_bridge", 0}, {"decode_balancer", 0},
                                                {"decode_rank", 0},       {"expert_balancer", 0},
-                                               {"metrics", 0},           {"prefill_balancer", 0},
-                                               {"prefill_rank", 0},      {"request_queue", 0},
-                                               {"stats_sampler", 0}};
+                                               {"prefill_balancer", 0},  {"prefill_rank", 0},
+                                               {"request_queue", 0},     {"stats_sampler", 0}};
   CHECK(restarts_by_kind(listed) == none);
   CHECK(error_code(ask(admin, kill_bytes(3, "nobody", 0))) == 422);
   CHECK(error_code(ask(admin, kill_bytes(4, "decode_rank", 7))) == 422);
@@ -81,8 +80,8 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   const std::vector<int32_t> want =
     reference_run(prompt, {.temperature = 0.0f, .max_tokens = 6, .ignore_eos = true}).output_ids;
   uint32_t msgid = 10;
-  for (const char* kind :
-       {"decode_balancer", "decode_rank", "prefill_rank", "metrics", "stats_sampler", "expert_balancer"}) {
+  for (const char* kind : {"decode_balancer", "decode_rank", "prefill_rank", "prefill_balancer",
+                           "stats_sampler", "expert_balancer"}) {
     CAPTURE(kind);
     const net::rpc_response killed = ask(admin, kill_bytes(msgid++, kind, 0));
     REQUIRE(error_code(killed) == 0);
@@ -93,9 +92,8 @@ TEST_CASE_FIXTURE(server_fixture, "admin.kill crashes actors that come back, and
   }
   const std::map<std::string, int64_t> once = {{"connection_bridge", 0}, {"decode_balancer", 1},
                                                {"decode_rank", 1},       {"expert_balancer", 1},
-                                               {"metrics", 1},           {"prefill_balancer", 0},
-                                               {"prefill_rank", 1},      {"request_queue", 0},
-                                               {"stats_sampler", 1}};
+                                               {"prefill_balancer", 1},  {"prefill_rank", 1},
+                                               {"request_queue", 0},     {"stats_sampler", 1}};
   CHECK(restarts_by_kind(ask(admin, request_bytes(msgid++, "admin.actors", std::vector<int>{}))) == once);
   net::rpc_response stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
   for (int tries = 0; tries < 100 && error_code(stats) != 0; ++tries)  // the sampler's restart is on its way
@@ -154,16 +152,12 @@ TEST_CASE("ready names the parts being restarted: every supervised part the list
   cluster c;
   c.prefill_ranks.resize(1);
   c.decode_ranks.resize(2);
-  std::vector<actor_info> live = {{.kind = "request_queue"},
-                                  {.kind = "prefill_balancer"},
-                                  {.kind = "decode_balancer"},
-                                  {.kind = "metrics"},
-                                  {.kind = "prefill_rank"},
-                                  {.kind = "decode_rank", .index = 0},
-                                  {.kind = "decode_rank", .index = 1},
+  std::vector<actor_info> live = {{.kind = "request_queue"},           {.kind = "prefill_balancer"},
+                                  {.kind = "decode_balancer"},         {.kind = "prefill_rank"},
+                                  {.kind = "decode_rank", .index = 0}, {.kind = "decode_rank", .index = 1},
                                   {.kind = "session", .index = 7}};
   CHECK(net::missing_parts(c, live).empty());
-  live.erase(live.begin() + 6);  // decode_rank 1
+  live.erase(live.begin() + 5);  // decode_rank 1
   live.erase(live.begin());      // request_queue
   CHECK(net::missing_parts(c, live) == "request_queue 0, decode_rank 1");
 }

@@ -1,7 +1,7 @@
 // tests/net/test_rpc_server_recovery.cpp
 // Nothing accepted is lost over the wire while actors are killed under load: 200 streamed greedy
 // generates, pipelined on one connection, while admin.kill crashes sessions, the request queue,
-// both balancers, the metrics actor and (on 1P+1D) the ranks between their chunks. Every
+// both balancers, the stats sampler and (on 1P+1D) the ranks between their chunks. Every
 // generate answers once with the single-rank generator's tokens, its stream gapless from seq 0
 // and equal to its output_ids; afterwards every KV block and running slot is back.
 #include <doctest/doctest.h>
@@ -173,9 +173,8 @@ TEST_CASE_FIXTURE(server_fixture,
   // through the kinds twice (4 restarts of the queue, within the default restart intensity)
   std::vector<std::string> kinds;
   for (int round = 0; round < 2; ++round)
-    for (const char* k :
-         {"session", "request_queue", "session", "decode_balancer", "prefill_balancer", "metrics", "session",
-          "decode_rank", "request_queue", "session", "prefill_rank", "session"})
+    for (const char* k : {"session", "request_queue", "session", "decode_balancer", "prefill_balancer",
+                          "session", "decode_rank", "request_queue", "session", "prefill_rank", "session"})
       kinds.emplace_back(k);
   std::map<std::string, int> kills = serve_under_kills(*this, kinds);
   CAPTURE(kills);
@@ -185,7 +184,7 @@ TEST_CASE_FIXTURE(server_fixture,
   CHECK(total >= 20);
   CHECK(kills["session"] >= 4);
   CHECK(kills["request_queue"] >= 4);
-  for (const char* kind : {"decode_balancer", "prefill_balancer", "metrics", "decode_rank", "prefill_rank"})
+  for (const char* kind : {"decode_balancer", "prefill_balancer", "decode_rank", "prefill_rank"})
     CHECK(kills[kind] >= 2);
 }
 
@@ -197,7 +196,7 @@ TEST_CASE_FIXTURE(server_fixture, "streamed generates survive killed sessions, q
   std::vector<std::string> kinds;
   for (int round = 0; round < 2; ++round)
     for (const char* k :
-         {"session", "request_queue", "prefill_balancer", "decode_balancer", "session", "metrics"})
+         {"session", "request_queue", "prefill_balancer", "decode_balancer", "session", "stats_sampler"})
       kinds.emplace_back(k);
   std::map<std::string, int> kills = serve_under_kills(*this, kinds);
   CAPTURE(kills);

@@ -29,15 +29,17 @@ TEST_CASE(
   const stats_line_figures f{.seconds = 1.0,
                              .requests = 2,
                              .connections = 1,
-                             .restarts = {{"decode_rank", 2}, {"metrics", 0}, {"request_queue", 1}},
-                             .recovery_ms = {{"decode_rank", 41.26}, {"metrics", 0.5}},
+                             .restarts = {{"decode_rank", 2}, {"request_queue", 1}, {"stats_sampler", 0}},
+                             .recovery_ms = {{"decode_rank", 41.26}, {"stats_sampler", 0.5}},
                              .migrations = 1};
   CHECK(format_stats_line(f) ==
         "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, KV in use: prefill, decode, "
         "1 connection, 3 actor restarts (decode_rank 2, last took 41.3 ms; request_queue 1), 1 migration");
-  const stats_line_figures one{.seconds = 1.0, .requests = 2, .connections = 1, .restarts = {{"metrics", 1}}};
-  CHECK(format_stats_line(one) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
-                                  "KV in use: prefill, decode, 1 connection, 1 actor restart (metrics 1)");
+  const stats_line_figures one{
+    .seconds = 1.0, .requests = 2, .connections = 1, .restarts = {{"stats_sampler", 1}}};
+  CHECK(format_stats_line(one) ==
+        "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
+        "KV in use: prefill, decode, 1 connection, 1 actor restart (stats_sampler 1)");
   const stats_line_figures p{.seconds = 1.0, .requests = 2, .connections = 1, .preemptions = 4};
   CHECK(format_stats_line(p) == "prompt 0.0 tok/s, generation 0.0 tok/s, 2 requests (0 failed) in 1.0 s, "
                                 "KV in use: prefill, decode, 1 connection, 4 preemptions");
