@@ -141,7 +141,12 @@ void admit_joining(decode_pointer self) {
     r.kv.num_cached = r.job.pages.num_tokens;
     st.stream->enqueue(
       [cache = &m.cache, table = r.kv.block_table,
-       pages = std::make_shared<const kv_pages>(std::move(r.job.pages))] { write_kv(*cache, table, *pages); },
+       pages = std::make_shared<const kv_pages>(std::move(r.job.pages)), timings = st.core->timings_ptr(),
+       sent_at = r.job.sent_at_ns] {
+        write_kv(*cache, table, *pages);
+        if (sent_at > 0)
+          timings->add_kv_transfer(static_cast<double>(wall_clock_ns() - sent_at) * 1e-9);
+      },
       [](const std::string&) {});  // write_kv cannot fail
     r.job.pages = {};
     r.last_token = r.job.first_token;
@@ -412,7 +417,10 @@ decode_rank_actor::behavior_type decode_rank(decode_pointer self,
                         static_cast<int64_t>(st.num_admitted),
                         st.core->step_in_flight(),
                         st.core->peer_wait_ms(),
-                        st.core->expert_bytes()};
+                        st.core->expert_bytes(),
+                        st.core->timings().part_seconds(),
+                        st.core->timings().kv_transfer_counts(),
+                        st.core->timings().kv_transfer_seconds()};
     });
 }
 

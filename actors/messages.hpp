@@ -92,6 +92,9 @@ struct kv_handoff {
   int32_t first_token = 0;
   std::shared_ptr<sampler> pick;
   caf::actor session;
+  /// When the prefill rank sent it: wall-clock (system_clock) nanoseconds, so that a decode rank
+  /// in another process measures the hand-off (on another host, within the clocks' skew).
+  int64_t sent_at_ns = 0;
 };
 
 /// Output tokens of one request; reason != none on the last chunk.
@@ -134,11 +137,14 @@ struct rank_stats {
   int64_t num_blocks = 0;
   int64_t num_free_blocks = 0;
   int64_t num_steps = 0;
-  int64_t num_preemptions = 0;  // requests preempted for lack of KV blocks (decode ranks)
-  int64_t num_requests = 0;     // taken so far: prompts to prefill, requests admitted to decode
-  bool step_in_flight = false;  // a step has begun and not finished (with or without requests)
-  int64_t peer_wait_ms = 0;     // how long the step has been blocked on peers' payloads; 0: not
-  int64_t expert_bytes = 0;     // memory of the routed experts the rank holds (its own copies)
+  int64_t num_preemptions = 0;              // requests preempted for lack of KV blocks (decode ranks)
+  int64_t num_requests = 0;                 // taken so far: prompts to prefill, requests admitted to decode
+  bool step_in_flight = false;              // a step has begun and not finished (with or without requests)
+  int64_t peer_wait_ms = 0;                 // how long the step has been blocked on peers' payloads; 0: not
+  int64_t expert_bytes = 0;                 // memory of the routed experts the rank holds (its own copies)
+  std::vector<double> part_seconds;         // its stream's time per timed_part (actors/rank/rank_timings.hpp)
+  std::vector<int64_t> kv_transfer_counts;  // decode: hand-offs per kv_transfer_bounds bucket
+  double kv_transfer_seconds = 0.0;         // decode: their latencies' sum
 };
 
 /// Tokens a rank's gate routed to each logical expert of each MoE layer (before a replica is
@@ -216,7 +222,8 @@ typename Inspector::result_type inspect(Inspector& f, rank_bookings& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_stats& x) {
   return f(caf::meta::type_name("rank_stats"), x.num_running, x.num_blocks, x.num_free_blocks, x.num_steps,
-           x.num_preemptions, x.num_requests, x.step_in_flight, x.peer_wait_ms, x.expert_bytes);
+           x.num_preemptions, x.num_requests, x.step_in_flight, x.peer_wait_ms, x.expert_bytes,
+           x.part_seconds, x.kv_transfer_counts, x.kv_transfer_seconds);
 }
 
 template <class Inspector>

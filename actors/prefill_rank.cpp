@@ -238,7 +238,7 @@ void on_step_result(prefill_pointer self, prefill_step_result& result) {
     if (o.reason == finish_reason::none)
       caf::anon_send(job.decode_rank, submit_atom::value,
                      kv_handoff{job.request_id, std::move(job.spec), std::move(o.pages), o.first_token,
-                                std::move(o.pick), job.session});
+                                std::move(o.pick), job.session, wall_clock_ns()});
     o.task->kv.release(st.model->cache);
     prefill_over(job);
     gone.insert(o.task);
@@ -337,7 +337,10 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
                         st.num_taken,
                         st.core->step_in_flight(),
                         st.core->peer_wait_ms(),
-                        st.core->expert_bytes()};
+                        st.core->expert_bytes(),
+                        st.core->timings().part_seconds(),
+                        {},
+                        0.0};
     });
 }
 

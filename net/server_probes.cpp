@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/errors.hpp"
+#include "actors/rank/rank_timings.hpp"
 #include "net/rpc_frame.hpp"
 #include "net/serving_metrics.hpp"
 #include "net/stats_sampler.hpp"
@@ -67,7 +68,7 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
   for (size_t i = 0; i < g.ranks.size(); ++i) {
     const rank_stats& r = g.ranks[i];
     const rank_occupancy sampled = i < g.sampled.ranks.size() ? g.sampled.ranks[i] : rank_occupancy{};
-    pk.pack_map(12).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
+    pk.pack_map(14).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
     pk.pack("running").pack(r.num_running).pack("blocks").pack(r.num_blocks);
     pk.pack("free_blocks").pack(r.num_free_blocks);
     pk.pack("occupancy")
@@ -78,6 +79,18 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
     pk.pack("steps").pack(r.num_steps);
     pk.pack("requests").pack(r.num_requests);
     pk.pack("expert_bytes").pack(r.expert_bytes);
+    pk.pack("stage_seconds")
+      .pack_map(static_cast<uint32_t>(std::min(r.part_seconds.size(), num_timed_parts)));
+    for (size_t p = 0; p < r.part_seconds.size() && p < num_timed_parts; ++p)
+      pk.pack(timed_part_names[p]).pack_double(r.part_seconds[p]);
+    // decode ranks: the hand-offs' latency histogram (counts per bucket of `bounds`, one more above)
+    pk.pack("kv_transfer")
+      .pack_map(3)
+      .pack("bounds")
+      .pack_array(static_cast<uint32_t>(kv_transfer_bounds.size()));
+    for (const double b : kv_transfer_bounds)
+      pk.pack_double(b);
+    pk.pack("counts").pack(r.kv_transfer_counts).pack("sum").pack_double(r.kv_transfer_seconds);
   }
 }
 

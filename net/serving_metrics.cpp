@@ -56,11 +56,47 @@ struct scrape {
       .Add(labels)
       .Increment(value);
   }
+  // A histogram whose buckets were counted elsewhere: `counts` per bucket of `bounds`, one more above.
+  void histogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                 const std::vector<double>& counts, double sum) {
+    prometheus::BuildHistogram()
+      .Name("moeserve:" + name)
+      .Help(help)
+      .Register(registry)
+      .Add({{"model_name", model}}, bounds)
+      .ObserveMultiple(counts, sum);
+  }
   void gauge(const std::string& name, const std::string& help, double value, prometheus::Labels labels = {}) {
     labels.emplace("model_name", model);
     prometheus::BuildGauge().Name("moeserve:" + name).Help(help).Register(registry).Add(labels).Set(value);
   }
 };
+
+// Histogram buckets counted by the ranks, added up over them.
+struct bucket_counts {
+  std::vector<double> bounds, counts;
+  double sum = 0.0;
+};
+
+// Adds one rank's {bounds, counts, sum} (counts one longer than bounds; none on a prefill rank).
+void add_kv_transfers(bucket_counts& total, const msgpack::object* h) {
+  if (!h)
+    return;
+  const auto bounds = array_items(find_key(*h, "bounds"));
+  const auto counts = array_items(find_key(*h, "counts"));
+  if (counts.size() != bounds.size() + 1)
+    return;
+  if (total.bounds.empty()) {
+    for (const msgpack::object& b : bounds)
+      total.bounds.push_back(number_of(&b));
+    total.counts.assign(counts.size(), 0.0);
+  }
+  if (total.counts.size() != counts.size())
+    return;
+  for (size_t i = 0; i < counts.size(); ++i)
+    total.counts[i] += number_of(&counts[i]);
+  total.sum += at(*h, {"sum"});
+}
 
 }  // namespace
 
@@ -140,6 +176,7 @@ std::string render_metrics(const msgpack::object& stats, const request_histogram
   s.counter("migrations_total", "Placements again of requests whose rank or session was lost.",
             at(st, {"recovery", "migrations"}));
   s.gauge("connections", "Open client connections (MessagePack-RPC and HTTP).", at(st, {"connections"}));
+  bucket_counts kv_transfer;  // the decode ranks' hand-offs, added up
   for (const msgpack::object& rank : array_items(find_key(st, "ranks"))) {
     const prometheus::Labels labels{{"rank", std::to_string(static_cast<int64_t>(at(rank, {"rank"})))},
                                     {"role", text_of(find_key(rank, "role"))}};
@@ -147,7 +184,19 @@ std::string render_metrics(const msgpack::object& stats, const request_histogram
             labels);
     s.gauge("rank_requests_running", "Requests running on a rank.", at(rank, {"running"}), labels);
     s.counter("rank_steps_total", "Forward steps a rank has run.", at(rank, {"steps"}), labels);
+    for (const msgpack::object_kv& kv : map_items(find_key(rank, "stage_seconds"))) {  // bounded: 8 parts
+      prometheus::Labels with_stage = labels;
+      with_stage.emplace("stage", text(kv.key));
+      s.counter("rank_stage_seconds_total",
+                "Seconds a rank's stream spent per step stage (PEER_WAIT: waiting for peers' payloads).",
+                number_of(&kv.val), with_stage);
+    }
+    add_kv_transfers(kv_transfer, find_key(rank, "kv_transfer"));
   }
+  if (!kv_transfer.bounds.empty())
+    s.histogram("kv_transfer_seconds",
+                "Seconds from a prefill rank sending a request's KV to its decode rank having written it.",
+                kv_transfer.bounds, kv_transfer.counts, kv_transfer.sum);
   const msgpack::object* recovery = find_key(st, "recovery");
   for (const msgpack::object_kv& kv : map_items(recovery ? find_key(*recovery, "restarts") : nullptr))
     s.counter("actor_restarts_total", "Restarts of supervised actors, by kind.", number_of(&kv.val),

@@ -313,6 +313,10 @@ std::function<void()> ep_rank_core::traced(std::string name, std::function<void(
   };
 }
 
+static_assert(static_cast<int>(timed_part::attn_0) == static_cast<int>(stage_kind::attn_0) &&
+                static_cast<int>(timed_part::logits) == static_cast<int>(stage_kind::logits),
+              "a stage's timed part is the stage itself");
+
 void ep_rank_core::enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx,
                            std::optional<stage_input> input, std::function<void()> work) {
   const int64_t step = next_step_ - 1;
@@ -320,11 +324,23 @@ void ep_rank_core::enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_
     work = traced(std::string(to_string(stage)) + " mb" + std::to_string(micro_batch) + " L" +
                     std::to_string(layer_idx),
                   std::move(work));
-  if (input)  // the wait for peers' payloads is no part of the stage's span
-    work = [work = std::move(work), input = *input, inbox = inbox_] {
-      inbox->wait(input);  // throws once the rank stops
-      work();
+  // timed on the stream: the wait for peers' payloads apart from the stage (nor part of its span)
+  work = [work = std::move(work), input, inbox = inbox_, timings = timings_,
+          part = static_cast<timed_part>(stage)] {
+    using clock = std::chrono::steady_clock;
+    const auto ns = [](clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
     };
+    auto begin = clock::now();
+    if (input) {
+      inbox->wait(*input);  // throws once the rank stops
+      const auto waited = clock::now();
+      timings->add(timed_part::peer_wait, ns(waited - begin));
+      begin = waited;
+    }
+    work();
+    timings->add(part, ns(clock::now() - begin));
+  };
   if (stage != stage_kind::logits)  // the pipeline keeps its stages' errors; only the end is news
     return stream_.enqueue(std::move(work), nullptr);
   stream_.enqueue(std::move(work), [self = self_, step, micro_batch, stage](const std::string& error) {
@@ -334,6 +350,13 @@ void ep_rank_core::enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_
 
 void ep_rank_core::enqueue_sampling(std::function<void()> work,
                                     std::function<void(const std::string&)> on_done) {
+  work = [work = std::move(work), timings = timings_] {
+    const auto begin = std::chrono::steady_clock::now();
+    work();
+    timings->add(
+      timed_part::sample,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
+  };
   stream_.enqueue(traced("SAMPLE", std::move(work)), std::move(on_done));
 }
 

@@ -28,6 +28,7 @@
 #include "actors/rank/copy_engine.hpp"
 #include "actors/rank/ep_inbox.hpp"
 #include "actors/rank/fault_point.hpp"
+#include "actors/rank/rank_timings.hpp"
 #include "actors/rank/rank_model.hpp"
 #include "actors/rank/step_pipeline.hpp"
 #include "actors/rank/stream.hpp"
@@ -119,6 +120,10 @@ class ep_rank_core final : public pipeline_io {
   [[nodiscard]] int64_t membership_first_step() const noexcept {
     return pending_members_ ? pending_members_->first_step : members_.first_step;
   }
+
+  /// Its stream's time per stage and its KV hand-offs' latencies (shared with the stream's work).
+  [[nodiscard]] rank_timings& timings() noexcept { return *timings_; }
+  [[nodiscard]] std::shared_ptr<rank_timings> timings_ptr() const noexcept { return timings_; }
 
   /// Bytes of the routed experts this rank holds: its own copies, staged and prepared ones too.
   [[nodiscard]] int64_t expert_bytes() const noexcept;
@@ -246,6 +251,7 @@ class ep_rank_core final : public pipeline_io {
   std::atomic<fault_point> armed_{fault_point::none};
   std::atomic<bool> crashed_{false};  // reached: the stream sends nothing more
   int64_t fault_layer_ = -1;          // the last MoE layer
+  std::shared_ptr<rank_timings> timings_ = std::make_shared<rank_timings>();
 };
 
 }  // namespace moe

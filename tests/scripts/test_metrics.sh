@@ -75,8 +75,20 @@ for name, labels, from_stats, by_hand in checks:
 buckets = [v for k, v in samples.items() if k.startswith("moeserve:time_to_first_token_seconds_bucket")]
 if len(buckets) != 23 or max(buckets) != 4:
     sys.exit(f"FAIL: TTFT buckets {buckets}")
+# each of the 4 completions was handed from the prefill rank to the decode rank once
+handoffs = sum(stats["ranks"][1]["kv_transfer"]["counts"])
+if value("moeserve:kv_transfer_seconds_count") != 4 or handoffs != 4:
+    sys.exit(f"FAIL: kv_transfer_seconds_count {value('moeserve:kv_transfer_seconds_count')}, stats {handoffs}, want 4")
+if not 0 < value("moeserve:kv_transfer_seconds_sum") < 60:
+    sys.exit("FAIL: kv_transfer_seconds_sum out of range")
+for rank, role in (("0", "prefill"), ("1", "decode")):
+    for stage in ("ATTN-0", "ATTN-1", "MLP", "LOGITS"):
+        got = value("moeserve:rank_stage_seconds_total", rank=rank, role=role, stage=stage)
+        if not got > 0 or abs(got - stats["ranks"][int(rank)]["stage_seconds"][stage]) > 1e-6:
+            sys.exit(f"FAIL: rank_stage_seconds_total {role} {stage} = {got}")
 print(f"ok: /metrics equals /stats: {int(value('moeserve:generation_tokens_total'))} tokens, "
-      f"4 successes, 1 rejected, histograms of 4 requests and {2 + 3 + 4 + 5} token gaps")
+      f"4 successes, 1 rejected, histograms of 4 requests, {2 + 3 + 4 + 5} token gaps and 4 KV hand-offs, "
+      f"stage seconds of both ranks")
 PY
 
 prom_port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
