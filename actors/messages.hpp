@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "actors/kernel_inspect.hpp"
 #include "actors/policy/pick_window.hpp"
 #include "kernels/model/expert_parallel.hpp"
 #include "kernels/model/kv_handoff.hpp"
@@ -260,6 +261,42 @@ typename Inspector::result_type inspect(Inspector& f, expert_load& x) {
            x.counts);
 }
 
+// Messages between the front end and the ranks, and from prefill to decode ranks: what crosses
+// a process in a multi-process cluster (actors/messages.cpp; kernel types: kernel_inspect.hpp).
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
+  return f(caf::meta::type_name("request_spec"), x.prompt_ids, x.sampling, x.num_generated);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefill_job& x) {
+  return f(caf::meta::type_name("prefill_job"), x.request_id, x.spec, x.decode_rank, x.session, x.balancer);
+}
+
+/// finish_reason travels as its one-byte value; an unknown value is an error, not a cast.
+caf::error inspect(caf::serializer& f, token_chunk& x);
+caf::error inspect(caf::deserializer& f, token_chunk& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_chunk& x) {
+  return f(caf::meta::type_name("token_chunk"), x.request_id, x.token_ids, x.error, x.logprobs);
+}
+
+/// Without its sampler: deserializing builds one as the prefill rank had it after the first token.
+caf::error inspect(caf::serializer& f, kv_handoff& x);
+caf::error inspect(caf::deserializer& f, kv_handoff& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_handoff& x) {
+  return f(caf::meta::type_name("kv_handoff"), x.request_id, x.spec, x.pages, x.first_token, x.session,
+           x.sent_at_ns);
+}
+
+/// The sampler a request's decoding continues with after `first_token`: the one its prefill
+/// rank built (from the prompt less the tokens generated before) and drew `first_token` with.
+[[nodiscard]] std::shared_ptr<sampler> sampler_after_prefill(const request_spec& spec, int32_t first_token);
+
 /// A live actor, as admin.actors lists it: a supervised child (restarts counted by its
 /// supervisor) or a worker (a session: restarts = the sessions its request lost before it).
 struct actor_info {
@@ -278,11 +315,7 @@ typename Inspector::result_type inspect(Inspector& f, queue_stats& x) {
 
 }  // namespace moe
 
-// In-process only for now; a serializable form comes with multi-process ranks.
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::request_spec)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::prefill_job)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::kv_handoff)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::token_chunk)
+// In-process only for now: front-end-local, or not yet sent between processes.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::stream_chunk)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::session_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::resume_state)

@@ -1,0 +1,195 @@
+// tests/actors/test_remote_messages.cpp
+// The messages that cross a process serialize and come back equal: KV pages as one raw blob
+// (the serialized size is the floats' bytes plus a small header), a kv_handoff's sampler rebuilt
+// so that it draws what the prefill rank's own sampler would have drawn next, and corrupt input
+// (a shape that does not match its blob, an unknown finish reason) refused.
+#include <doctest/doctest.h>
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "actor_fixture.hpp"
+#include "kernels/sampling/logprobs.hpp"
+
+using moe::testing::actor_fixture;
+
+namespace {
+
+// Through the same virtual serializer interface a message's type-erased value uses.
+template <class T>
+std::vector<char> save(caf::actor_system& sys, T& x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  caf::serializer& f = sink;
+  REQUIRE(!f(x));
+  return buf;
+}
+
+template <class T>
+caf::error load(caf::actor_system& sys, const std::vector<char>& buf, T& x) {
+  caf::binary_deserializer source{sys, buf};
+  caf::deserializer& f = source;
+  return f(x);
+}
+
+moe::sampling_params every_field() {
+  moe::sampling_params p;
+  p.temperature = 0.7f;
+  p.top_p = 0.9f;
+  p.top_k = 40;
+  p.min_p = 0.05f;
+  p.repetition_penalty = 1.1f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = -0.25f;
+  p.seed = 1234567890123ULL;
+  p.max_tokens = 77;
+  p.stop_token_ids = {5, 9};
+  p.stop = {"\n\n", "END"};
+  p.ignore_eos = true;
+  p.logprobs = 3;
+  return p;
+}
+
+bool same(const moe::sampling_params& a, const moe::sampling_params& b) {
+  return a.temperature == b.temperature && a.top_p == b.top_p && a.top_k == b.top_k && a.min_p == b.min_p &&
+         a.repetition_penalty == b.repetition_penalty && a.presence_penalty == b.presence_penalty &&
+         a.frequency_penalty == b.frequency_penalty && a.seed == b.seed && a.max_tokens == b.max_tokens &&
+         a.stop_token_ids == b.stop_token_ids && a.stop == b.stop && a.ignore_eos == b.ignore_eos &&
+         a.logprobs == b.logprobs;
+}
+
+std::vector<float> random_row(std::mt19937& rng, int64_t vocab) {
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (float& v : row)
+    v = d(rng);
+  return row;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "remote messages: request_spec and sampling_params come back field for field") {
+  moe::request_spec spec{.prompt_ids = {1, 2, 3, 70000}, .sampling = every_field(), .num_generated = 1};
+  moe::request_spec back;
+  REQUIRE(!load(sys, save(sys, spec), back));
+  CHECK(back.prompt_ids == spec.prompt_ids);
+  CHECK(back.num_generated == 1);
+  CHECK(same(back.sampling, spec.sampling));
+  // unset optionals stay unset
+  spec.sampling.seed.reset();
+  spec.sampling.logprobs.reset();
+  REQUIRE(!load(sys, save(sys, spec), back));
+  CHECK(!back.sampling.seed.has_value());
+  CHECK(!back.sampling.logprobs.has_value());
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "remote messages: a token chunk with logprobs comes back; an unknown reason is refused") {
+  moe::token_chunk chunk{.request_id = 42,
+                         .token_ids = {7, 8},
+                         .reason = moe::finish_reason::length,
+                         .error = "",
+                         .logprobs = {{7, -0.5f, {{7, -0.5f}, {3, -1.25f}}}, {8, -2.0f, {}}}};
+  moe::token_chunk back;
+  std::vector<char> bytes = save(sys, chunk);
+  REQUIRE(!load(sys, bytes, back));
+  CHECK(back.request_id == 42);
+  CHECK(back.token_ids == chunk.token_ids);
+  CHECK(back.reason == moe::finish_reason::length);
+  REQUIRE(back.logprobs.size() == 2);
+  CHECK(back.logprobs[0].top.size() == 2);
+  CHECK(back.logprobs[0].top[1].token_id == 3);
+  CHECK(back.logprobs[0].top[1].logprob == -1.25f);
+  CHECK(back.logprobs[1].logprob == -2.0f);
+  // the reason's byte: where the same chunk with another reason differs
+  moe::token_chunk stopped = chunk;
+  stopped.reason = moe::finish_reason::stop;
+  const std::vector<char> other = save(sys, stopped);
+  REQUIRE(other.size() == bytes.size());
+  const auto reason_at =
+    static_cast<size_t>(std::mismatch(bytes.begin(), bytes.end(), other.begin()).first - bytes.begin());
+  REQUIRE(reason_at < bytes.size());
+  bytes[reason_at] = 9;
+  CHECK(load(sys, bytes, back));
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "remote messages: KV pages go as one raw blob, and a shape that lies is refused") {
+  moe::kv_pages pages{.num_layers = 3, .num_tokens = 5, .kv_dim = 7, .data = {}};
+  for (int i = 0; i < 3 * 5 * 7; ++i)
+    pages.data.push_back(static_cast<float>(i) * 0.37f - 11.0f);
+  std::vector<char> bytes = save(sys, pages);
+  const size_t blob = pages.data.size() * sizeof(float);
+  CHECK(bytes.size() >= blob);
+  CHECK(bytes.size() <= blob + 40);  // the shape (3 x 8 bytes) and the count
+  CHECK(std::memcmp(bytes.data() + bytes.size() - blob, pages.data.data(), blob) == 0);
+  moe::kv_pages back;
+  REQUIRE(!load(sys, bytes, back));
+  CHECK(back.num_layers == 3);
+  CHECK(back.num_tokens == 5);
+  CHECK(back.kv_dim == 7);
+  CHECK(back.data == pages.data);
+  moe::kv_pages liar = pages;
+  liar.num_tokens = 6;  // 3 x 6 x 7 != the 105 floats sent
+  CHECK(load(sys, save(sys, liar), back));
+  bytes.resize(bytes.size() - 4);  // cut short
+  CHECK(load(sys, bytes, back));
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "remote messages: a kv_handoff's rebuilt sampler draws what the prefill rank's would") {
+  std::mt19937 rng(7);
+  constexpr int64_t vocab = 300;
+  for (const int64_t num_generated : {0, 4}) {
+    CAPTURE(num_generated);
+    moe::sampling_params p = every_field();
+    p.logprobs.reset();
+    p.ignore_eos = false;
+    p.stop.clear();
+    moe::request_spec spec{
+      .prompt_ids = {11, 12, 13, 14, 15, 16, 17, 18}, .sampling = p, .num_generated = num_generated};
+    // as a prefill rank does (actors/prefill_rank.cpp): the prompt less the generated tokens,
+    // resumed after those, then the first token drawn from the last position's logits
+    const auto& prompt = spec.prompt_ids;
+    moe::sampler original(p, std::vector<int32_t>(prompt.begin(), prompt.end() - num_generated));
+    original.resume_after(std::span(prompt).last(static_cast<size_t>(num_generated)));
+    const int32_t first = moe::pick_token(original, random_row(rng, vocab), std::nullopt).token_id;
+
+    moe::kv_handoff h{.request_id = 5,
+                      .spec = spec,
+                      .pages = {},
+                      .first_token = first,
+                      .pick = nullptr,
+                      .session = caf::actor_cast<caf::actor>(self)};
+    moe::kv_handoff back;
+    REQUIRE(!load(sys, save(sys, h), back));
+    REQUIRE(back.pick != nullptr);
+    CHECK(back.session == h.session);
+    CHECK(back.first_token == first);
+    for (int step = 0; step < 32; ++step) {
+      const std::vector<float> row = random_row(rng, vocab);
+      const int32_t want = moe::pick_token(original, row, std::nullopt).token_id;
+      CHECK(moe::pick_token(*back.pick, row, std::nullopt).token_id == want);
+    }
+  }
+}
+
+TEST_CASE_FIXTURE(actor_fixture, "remote messages: a prefill job keeps its actor handles") {
+  moe::prefill_job job{.request_id = 9,
+                       .spec = {.prompt_ids = {1}, .sampling = {}, .num_generated = 0},
+                       .decode_rank = caf::actor_cast<caf::actor>(self),
+                       .session = caf::actor_cast<caf::actor>(self),
+                       .balancer = caf::actor{}};
+  moe::prefill_job back;
+  REQUIRE(!load(sys, save(sys, job), back));
+  CHECK(back.request_id == 9);
+  CHECK(back.decode_rank == job.decode_rank);
+  CHECK(back.session == job.session);
+  CHECK(!back.balancer);
+}
