@@ -11,18 +11,13 @@
 #include <limits>
 #include <sstream>
 #include <tuple>
-#include <type_traits>
 #include <utility>
-#include <variant>
-
-#include <toml++/toml.h>
 
 #include "config/model_config.hpp"
+#include "config/toml_fields.hpp"
 
 namespace moe {
 namespace {
-
-using field_ref = std::variant<int64_t*, double*, bool*, std::string*>;
 
 // Every TOML key, as "section.key", and the field of `c` it sets.
 std::array<std::pair<std::string_view, field_ref>, 30> fields_of(topology_config& c) {
@@ -58,49 +53,6 @@ std::array<std::pair<std::string_view, field_ref>, 30> fields_of(topology_config
     {"fault_tolerance.stall_timeout_s", &c.stall_timeout_s},
     {"fault_tolerance.max_migrations", &c.max_migrations},
   }};
-}
-
-// "<origin>:<line>:<column>: key "<name>": <what>"
-[[noreturn]] void key_error(std::string_view origin, const toml::node& node, std::string_view name,
-                            std::string_view what) {
-  std::ostringstream msg;
-  msg << origin << ':' << node.source().begin.line << ':' << node.source().begin.column << ": key \"" << name
-      << "\": " << what;
-  throw input_error(msg.str());
-}
-
-[[noreturn]] void type_error(std::string_view origin, const toml::node& node, std::string_view name,
-                             std::string_view expected) {
-  std::ostringstream what;
-  what << "expected " << expected << ", got " << node.type() << ' ';
-  node.visit([&](const auto& value) { what << value; });
-  key_error(origin, node, name, what.str());
-}
-
-// Stores `node` into `field` when the TOML type fits (an integer also fits a double).
-void assign(field_ref field, const toml::node& node, std::string_view origin, std::string_view name) {
-  std::visit(
-    [&](auto* out) {
-      using value_type = std::remove_pointer_t<decltype(out)>;
-      if constexpr (std::is_same_v<value_type, int64_t>) {
-        if (!node.is_integer())
-          type_error(origin, node, name, "an integer");
-        *out = node.as_integer()->get();
-      } else if constexpr (std::is_same_v<value_type, double>) {
-        if (!node.is_number())
-          type_error(origin, node, name, "a number");
-        *out = node.value<double>().value();
-      } else if constexpr (std::is_same_v<value_type, bool>) {
-        if (!node.is_boolean())
-          type_error(origin, node, name, "true or false");
-        *out = node.as_boolean()->get();
-      } else {
-        if (!node.is_string())
-          type_error(origin, node, name, "a string");
-        *out = node.as_string()->get();
-      }
-    },
-    field);
 }
 
 void read_section(topology_config& cfg, std::string_view section, const toml::table& table,
@@ -167,15 +119,7 @@ void check_link(const link_spec& link, std::string_view side) {
 }  // namespace
 
 topology_config parse_topology(std::string_view toml_text, std::string_view origin) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, origin);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream msg;
-    msg << origin << ':' << e.source().begin.line << ':' << e.source().begin.column << ": "
-        << e.description();
-    throw input_error(msg.str());
-  }
+  const toml::table root = parse_toml(toml_text, origin);
   topology_config cfg;
   for (const auto& [section, node] : root) {
     if (!known_section(section.str()))

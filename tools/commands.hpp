@@ -25,5 +25,7 @@ void add_bench(CLI::App& app);            // tools/bench.cpp: load generator aga
 void add_chaos(CLI::App& app);            // tools/chaos.cpp: a load under random actor kills
 void add_eplb_plan(CLI::App& app);        // tools/eplb_plan.cpp: an expert placement from loads
 void add_ctl(CLI::App& app);              // tools/ctl.cpp: live changes over an admin connection
+void add_cluster(CLI::App& app);          // tools/cluster.cpp: cluster check FILE
+void add_bench_transport(CLI::App& app);  // tools/bench_transport.cpp: tensors between processes
 
 }  // namespace moe::tools

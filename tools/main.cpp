@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   moe::tools::add_chaos(app);
   moe::tools::add_eplb_plan(app);
   moe::tools::add_ctl(app);
+  moe::tools::add_cluster(app);
+  moe::tools::add_bench_transport(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

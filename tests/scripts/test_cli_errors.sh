@@ -70,8 +70,14 @@ expect "seed past 2^64 - 1 (CLI11 capped it in silence)" 2 "--seed: expected a n
   "$moeserve" generate --model "$tmp/m" --tokens 1,2 --seed 18446744073709551616
 expect "bench-model without a prefill to time" 2 "--prefill-runs: Value 0 not in range" \
   "$moeserve" bench-model --model "$tmp/m" --prefill-runs 0
-expect "bench-model prompt past the context" 2 "--prompt-len: 1000000 tokens is over the model's" \
-  "$moeserve" bench-model --model "$tmp/v3vocab" --prompt-len 1000000
+# bench-model measures the fast path: without its AVX-512 BF16, VBMI and GFNI it says so first
+if grep -q avx512_bf16 /proc/cpuinfo && grep -q avx512vbmi /proc/cpuinfo && grep -qw gfni /proc/cpuinfo; then
+  expect "bench-model prompt past the context" 2 "--prompt-len: 1000000 tokens is over the model's" \
+    "$moeserve" bench-model --model "$tmp/v3vocab" --prompt-len 1000000
+else
+  expect "bench-model on a CPU without the fast path" 2 "bench-model measures the fast path, which needs AVX-512 BF16" \
+    "$moeserve" bench-model --model "$tmp/v3vocab" --prompt-len 1000000
+fi
 expect "bench-cluster requests past the context" 2 "requests of 9002 tokens do not fit the served context of 8192" \
   "$moeserve" bench-cluster --model "$tmp/m" --concurrency 1 --prompt-len 9000 --output-len 2
 expect "bench-cluster outputs cut short by the context" 2 "requests of 108 tokens do not fit the served context of 16" \
@@ -98,5 +104,22 @@ expect "eplb-plan of replicas that do not split over the ranks" 2 "--replicas 6 
 echo '[[1, 2' >"$tmp/cut.json"
 expect "eplb-plan of a cut JSON file" 2 "not JSON" "$moeserve" eplb-plan --load "$tmp/cut.json" --replicas 4
 
-echo "$((26 - failures)) passed, $failures failed"
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+expect "cluster check of an unknown node" 2 'unknown node "decode-9" (the cluster file names: front, prefill-0, decode-0, decode-1)' \
+  "$moeserve" cluster check "$src/config/cluster.toml" --node decode-9
+sed '0,/^decode_ranks = 2$/s//decode_ranks = 1/' "$src/config/cluster.toml" >"$tmp/three.toml"  # decode-0: 1, decode-1: 2
+expect "cluster check of ranks that do not split the experts" 2 "3 decode ranks (decode-0 (1), decode-1 (2)) do not divide the model's 16 routed experts" \
+  "$moeserve" cluster check "$tmp/three.toml" --model "$tmp/m"
+sed 's/^port = 7403$/port = 7402/' "$src/config/cluster.toml" >"$tmp/dup.toml"
+expect "cluster check of two nodes on one address" 2 'node "decode-1" port and node "decode-0" port have the same address 127.0.0.1:7402' \
+  "$moeserve" cluster check "$tmp/dup.toml"
+out=$("$moeserve" cluster check "$src/config/cluster.toml" --model "$tmp/m" 2>&1)
+if [[ $? -ne 0 || $out != *"decode-1 at 127.0.0.1:7403: decode ranks 2-3, expert slots 8-15 of 16"* ]]; then
+  echo "FAIL: cluster check of the example: $out"
+  failures=$((failures + 1))
+else
+  echo "ok: cluster check of the example prints the plan"
+fi
+
+echo "$((30 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
