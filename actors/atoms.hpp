@@ -39,5 +39,6 @@ using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;     // plan a
 using experts_atom = caf::atom_constant<caf::atom("experts")>;         // copy experts to where they will be
 using watch_atom = caf::atom_constant<caf::atom("watch")>;             // quit when this actor goes down
 using check_atom = caf::atom_constant<caf::atom("ebcheck")>;           // an expert balancer's periodic look
+using join_atom = caf::atom_constant<caf::atom("join")>;               // a peer node asks for a node's ranks
 
 }  // namespace moe

@@ -46,7 +46,8 @@ std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-// The experts' split over the ranks was checked by validate_for_model.
+}  // namespace
+
 ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks) {
   const int64_t E = w.config.n_routed_experts, R = topo.redundant_experts;
   return {.rank = 0,
@@ -55,6 +56,8 @@ ep_group make_group(const model_weights& w, const topology_config& topo, int64_t
           .ep = ep_precision_of(topo),
           .num_micro_batches = topo.two_batch_overlap ? 2 : 1};
 }
+
+namespace {
 
 // An expert-parallel group's current membership, kept by the supervisor's restarts (which run
 // on its thread, one at a time).

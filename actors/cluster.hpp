@@ -57,6 +57,11 @@ struct cluster {
 /// The EP payload types a topology asks for ("fp8" dispatch combines in BF16).
 [[nodiscard]] ep_precision ep_precision_of(const topology_config& topology);
 
+/// An expert-parallel group of `num_ranks` (its rank 0's view): the default placement of the
+/// routed experts over num_ranks x (experts + redundant slots) / num_ranks slots, the topology's
+/// precision and micro-batches. The split was checked by validate_for_model.
+[[nodiscard]] ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks);
+
 /// Checks the topology against the model (redundant experts must split evenly over each group)
 /// and spawns the cluster. Throws input_error naming the setting that does not fit.
 [[nodiscard]] cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,

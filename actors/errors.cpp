@@ -13,6 +13,7 @@ std::string to_string(serve_errc x) {
     case serve_errc::cancelled: return "cancelled";
     case serve_errc::unavailable: return "unavailable";
     case serve_errc::crash_loop: return "crash_loop";
+    case serve_errc::refused: return "refused";
   }
   return "unknown";
 }

@@ -19,6 +19,7 @@ enum class serve_errc : uint8_t {
   cancelled,    // the client cancelled
   unavailable,  // no rank can take the request now
   crash_loop,   // a supervised actor died more often than its restart limits allow
+  refused,      // a peer node without the cluster's name and token
 };
 
 [[nodiscard]] std::string to_string(serve_errc x);

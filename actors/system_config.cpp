@@ -2,10 +2,14 @@
 #include "actors/system_config.hpp"
 
 #include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
 #include <caf/timestamp.hpp>
+#include <chrono>
 #include <sys/prctl.h>
 
 #include "actors/errors.hpp"
+#include "actors/messages.hpp"
+#include "actors/node_gate.hpp"
 
 namespace moe {
 
@@ -15,6 +19,22 @@ void configure_actor_system(caf::actor_system_config& cfg) {
   // Timed waits end when due, not up to Linux's default 50 us timer slack later; threads the
   // actor system starts from here inherit it.
   prctl(PR_SET_TIMERSLACK, 1UL);
+}
+
+void configure_remote(caf::actor_system_config& cfg, double heartbeat_s, double timeout_s) {
+  const auto span = [](double seconds) {
+    return caf::timespan{std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(seconds))};
+  };
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval", span(heartbeat_s));
+  cfg.set("middleman.connection-timeout", span(timeout_s));
+  cfg.add_message_type<node_roster>("moe::node_roster");
+  cfg.add_message_type<rank_stats>("moe::rank_stats");
+  cfg.add_message_type<request_spec>("moe::request_spec");
+  cfg.add_message_type<prefill_job>("moe::prefill_job");
+  cfg.add_message_type<token_chunk>("moe::token_chunk");
+  cfg.add_message_type<kv_handoff>("moe::kv_handoff");
+  cfg.add_message_type<kv_pages>("moe::kv_pages");
 }
 
 }  // namespace moe

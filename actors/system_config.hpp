@@ -20,4 +20,10 @@ namespace moe {
 /// from a message's modelled arrival to the stage it unblocks: median 208-230 -> 170-180 us.
 void configure_actor_system(caf::actor_system_config& cfg);
 
+/// For a process of a multi-process cluster: loads CAF's middleman with heartbeats every
+/// `heartbeat_s` and a connection silent for `timeout_s` closed (its actors down to their
+/// monitors), and registers the message types that cross processes, under the same names in
+/// every process (actors/messages.hpp, actors/node_gate.hpp).
+void configure_remote(caf::actor_system_config& cfg, double heartbeat_s, double timeout_s);
+
 }  // namespace moe

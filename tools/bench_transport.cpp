@@ -56,10 +56,10 @@ uint64_t checksum(const kv_pages& p) {
   return h;
 }
 
+// As a cluster's processes are (heartbeats of config/cluster.toml's defaults).
 void configure(caf::actor_system_config& cfg) {
   configure_actor_system(cfg);
-  cfg.load<caf::io::middleman>();
-  cfg.add_message_type<kv_pages>("moe::kv_pages");
+  configure_remote(cfg, 0.1, 1.0);
 }
 
 // The peer: publishes the acknowledging actor on a free loopback port, prints it, and runs

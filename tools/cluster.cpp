@@ -2,6 +2,8 @@
 // `moeserve cluster check FILE [--node NAME] [--model DIR]`: reads a cluster file
 // (config/cluster.toml), checks every rule (with --model, that each role's ranks split the
 // experts), and prints which node hosts what: the plan every process of the cluster will follow.
+// `moeserve cluster ping FILE --node NAME`: joins a running node through its gate (CAF's
+// middleman, the cluster's name and token) and asks its ranks for their stats.
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -9,6 +11,19 @@
 #include <memory>
 #include <string>
 
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "actors/errors.hpp"
+#include "actors/messages.hpp"
+#include "actors/node_gate.hpp"
+#include "actors/system_config.hpp"
 #include "config/cluster_file.hpp"
 #include "tools/commands.hpp"
 
@@ -78,6 +93,72 @@ void run_cluster_check(const cluster_check_options& o) {
   }
 }
 
+struct cluster_ping_options {
+  std::string file;
+  std::string node;
+  std::optional<std::string> token;    // instead of the file's (and MOESERVE_CLUSTER_TOKEN)
+  std::optional<std::string> cluster;  // instead of the file's name
+  double timeout_s = 30.0;
+};
+
+// Joins node `o.node` as a peer would (retrying until it listens: nodes start in any order),
+// then asks each of its ranks for its stats.
+void run_cluster_ping(const cluster_ping_options& o) {
+  const cluster_file c = load_cluster(o.file);
+  const cluster_node& node = find_node(c, o.node);
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg);
+  configure_remote(cfg, c.heartbeat_interval_s, c.connection_timeout_s);
+  caf::actor_system sys{cfg};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
+  const std::string where = "node " + node.name + " at " + node.host + ":" + std::to_string(node.port);
+  node_gate_actor gate;
+  for (;;) {
+    auto g = sys.middleman().remote_actor<node_gate_actor>(node.host, static_cast<uint16_t>(node.port));
+    if (g) {
+      gate = *g;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      throw input_error(where + " did not answer within " + std::to_string(o.timeout_s) +
+                        " s: " + sys.render(g.error()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  caf::scoped_actor self{sys};
+  const auto wait = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(o.timeout_s));
+  std::optional<node_roster> roster;
+  std::string refused;
+  self
+    ->request(gate, wait, join_atom::value, o.cluster.value_or(c.name), o.token.value_or(c.token),
+              std::string("cluster ping"))
+    .receive([&](node_roster& r) { roster = std::move(r); },
+             [&](caf::error& e) { refused = error_text(e).empty() ? sys.render(e) : error_text(e); });
+  if (!roster)
+    throw input_error(refused);
+  std::printf("%s: joined (cluster %s)\n", where.c_str(), c.name.c_str());
+  const auto print_ranks = [&](const char* role, int64_t first, const std::vector<caf::actor>& ranks) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const auto rank = static_cast<long long>(first) + static_cast<long long>(i);
+      std::optional<rank_stats> stats;
+      std::string error;
+      self->request(ranks[i], wait, stats_atom::value)
+        .receive([&](rank_stats& s) { stats = std::move(s); }, [&](caf::error& e) { error = sys.render(e); });
+      if (!stats) {
+        std::string what = where;
+        what.append(": ").append(role).append(" rank ").append(std::to_string(rank));
+        throw input_error(what.append(" did not answer stats: ").append(error));
+      }
+      std::printf(
+        "  %s rank %lld: %lld of %lld KV blocks free, %lld running, %lld steps, %.1f MB of experts\n", role,
+        rank, static_cast<long long>(stats->num_free_blocks), static_cast<long long>(stats->num_blocks),
+        static_cast<long long>(stats->num_running), static_cast<long long>(stats->num_steps),
+        static_cast<double>(stats->expert_bytes) / 1e6);
+    }
+  };
+  print_ranks("prefill", roster->first_prefill_rank, roster->prefill_ranks);
+  print_ranks("decode", roster->first_decode_rank, roster->decode_ranks);
+}
+
 }  // namespace
 
 void add_cluster(CLI::App& app) {
@@ -92,6 +173,19 @@ void add_cluster(CLI::App& app) {
   check->add_option("--model", opts->model_dir,
                     "A model directory: also check that each role's ranks split its experts");
   check->callback([opts] { run_cluster_check(*opts); });
+
+  auto ping_opts = std::make_shared<cluster_ping_options>();
+  CLI::App* ping = cmd->add_subcommand(
+    "ping",
+    "Join a running node of a cluster as a peer would, and print its ranks' stats (exit 2 if refused)");
+  ping->add_option("file", ping_opts->file, "The cluster file")->required();
+  ping->add_option("--node", ping_opts->node, "The node to reach")->required();
+  ping->add_option("--token", ping_opts->token, "Present this token instead of the cluster's");
+  ping->add_option("--cluster-name", ping_opts->cluster, "Present this cluster name instead of the file's");
+  ping->add_option("--timeout", ping_opts->timeout_s, "Seconds to wait for the node to listen and answer")
+    ->capture_default_str()
+    ->check(CLI::Range(0.1, 3600.0));
+  ping->callback([ping_opts] { run_cluster_ping(*ping_opts); });
 }
 
 }  // namespace moe::tools

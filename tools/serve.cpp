@@ -20,6 +20,7 @@
 #include "tools/lib/model_session.hpp"
 #include "tools/lib/running_cluster.hpp"
 #include "tools/lib/topology_options.hpp"
+#include "tools/serve_node.hpp"
 
 namespace moe::tools {
 
@@ -27,6 +28,7 @@ namespace {
 
 struct serve_options {
   std::string model_dir;
+  node_options node;  // --cluster FILE --node NAME: one process of a multi-process cluster
   topology_options topology;
   bool reference = false;
   weight_options weights;
@@ -58,6 +60,8 @@ void run(serve_options& o) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts
+  if (!o.node.cluster_file.empty())
+    return run_cluster_node(o.node, o.model_dir, o.weights, o.reference, signals);
 
   const topology_config topo = resolve_topology(o.topology);
   if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
@@ -133,6 +137,14 @@ void add_serve(CLI::App& app) {
     ->required();
   add_topology_options(*cmd, o->topology, /*listen=*/true);
   cmd->add_flag("--reference", o->reference, "run the plain-loop CPU reference backend on every rank");
+  CLI::Option* cluster =
+    cmd
+      ->add_option("--cluster", o->node.cluster_file,
+                   "a cluster file (config/cluster.toml): run one node of a multi-process cluster")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--node", o->node.node, "with --cluster: which of the file's nodes this process is")
+    ->needs(cluster);
+  cluster->needs("--node");
   add_weight_options(*cmd, o->weights);
   auto& l = o->limits;
   cmd->add_option("--max-connections", l.max_connections, "open connections at most (default 256)")

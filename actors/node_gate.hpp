@@ -1,0 +1,48 @@
+// actors/node_gate.hpp
+// The one actor a node of a multi-process cluster publishes on its control port (CAF's
+// middleman): a peer that presents the cluster's name and token gets the node's ranks; any other
+// is refused and logged. So nothing but the gate is reachable without the token (../shared/
+// TOOLCHAIN.md §3: publish / remote_actor, heartbeats, down_msg on a lost node).
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/atoms.hpp"
+
+namespace moe {
+
+/// What a node hosts, as the gate hands it to a peer that presented the token.
+struct node_roster {
+  std::string node;
+  int64_t first_prefill_rank = 0;  // global index (within its role) of prefill_ranks[0]
+  std::vector<caf::actor> prefill_ranks;
+  int64_t first_decode_rank = 0;
+  std::vector<caf::actor> decode_ranks;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_roster& x) {
+  return f(caf::meta::type_name("node_roster"), x.node, x.first_prefill_rank, x.prefill_ranks,
+           x.first_decode_rank, x.decode_ranks);
+}
+
+/// (join_atom, cluster name, token, the asking node's name) -> the roster, or an error naming
+/// what was wrong (another cluster, a wrong token), also logged on this node's stderr.
+using node_gate_actor =
+  caf::typed_actor<caf::replies_to<join_atom, std::string, std::string, std::string>::with<node_roster>>;
+
+[[nodiscard]] node_gate_actor spawn_node_gate(caf::actor_system& sys, node_roster roster, std::string cluster,
+                                              std::string token);
+
+/// Compares in time that does not depend on where the two differ (only on their lengths).
+[[nodiscard]] bool same_secret(const std::string& a, const std::string& b) noexcept;
+
+}  // namespace moe

@@ -1,0 +1,69 @@
+// actors/node_ranks.cpp
+#include "actors/node_ranks.hpp"
+
+#include <caf/send.hpp>
+
+#include <algorithm>
+
+#include "actors/cluster.hpp"
+#include "actors/decode_rank.hpp"
+#include "actors/prefill_rank.hpp"
+#include "actors/rank/copy_engine.hpp"
+#include "config/thread_split.hpp"
+#include "kernels/model/kv_cache.hpp"
+
+namespace moe {
+
+void node_ranks::stop() const {
+  for (const auto& ranks : {roster.prefill_ranks, roster.decode_ranks})
+    for (const caf::actor& r : ranks)
+      caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+  if (copy_engine)
+    caf::anon_send_exit(copy_engine, caf::exit_reason::user_shutdown);
+}
+
+node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,
+                            const cluster_file& c, const cluster_node& node, bool reference) {
+  const topology_config& topo = c.topology;
+  const model_weights& w = *weights;
+  require_kv_memory(node.prefill_ranks + node.decode_ranks, w.config.num_hidden_layers, topo.kv_blocks,
+                    topo.page_size, w.config.kv_cache_dim(), "kv_cache.blocks of the cluster's topology");
+  topology_config here = topo;  // this process's cores go to its own ranks
+  here.prefill_ranks = std::max<int64_t>(node.prefill_ranks, 1);
+  here.decode_ranks = std::max<int64_t>(node.decode_ranks, 1);
+  const thread_split threads = threads_per_rank(here);
+  rank_model_config prefill_cfg{.reference = reference,
+                                .num_threads = static_cast<int>(threads.prefill),
+                                .num_kv_blocks = topo.kv_blocks,
+                                .block_size = topo.page_size,
+                                .max_context = topo.max_context,
+                                .chunk_size = topo.chunked_prefill_size,
+                                .max_prefill_tokens = topo.max_prefill_tokens};
+  rank_model_config decode_cfg = prefill_cfg;
+  decode_cfg.num_threads = static_cast<int>(threads.decode);
+  node_ranks out;
+  const copy_engine_actor copies = spawn_copy_engine(sys);
+  out.copy_engine = caf::actor_cast<caf::actor>(copies);
+  const cluster_links links{.links = nullptr, .trace = nullptr, .copies = copies};
+  size_t index = 0;  // the node's place in the file numbers its ranks
+  while (index + 1 < c.nodes.size() && c.nodes[index].name != node.name)
+    ++index;
+  out.roster.node = node.name;
+  out.roster.first_prefill_rank = first_prefill_rank(c, index);
+  out.roster.first_decode_rank = first_decode_rank(c, index);
+  ep_group prefill_group = make_group(w, topo, topo.prefill_ranks);
+  for (int64_t r = 0; r < node.prefill_ranks; ++r) {
+    prefill_group.rank = out.roster.first_prefill_rank + r;
+    out.roster.prefill_ranks.push_back(
+      caf::actor_cast<caf::actor>(spawn_prefill_rank(sys, weights, prefill_cfg, prefill_group, links)));
+  }
+  ep_group decode_group = make_group(w, topo, topo.decode_ranks);
+  for (int64_t r = 0; r < node.decode_ranks; ++r) {
+    decode_group.rank = out.roster.first_decode_rank + r;
+    out.roster.decode_ranks.push_back(
+      caf::actor_cast<caf::actor>(spawn_decode_rank(sys, weights, decode_cfg, decode_group, links)));
+  }
+  return out;
+}
+
+}  // namespace moe

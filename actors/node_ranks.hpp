@@ -1,0 +1,32 @@
+// actors/node_ranks.hpp
+// The ranks one node of a multi-process cluster runs (config/cluster.toml): its slice of the
+// prefill and decode groups, each rank numbered within its group as the whole cluster numbers
+// them, spawned on this process's actor system and listed in the roster its gate hands out.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <memory>
+
+#include "actors/node_gate.hpp"
+#include "config/cluster_file.hpp"
+#include "kernels/model/weights.hpp"
+
+namespace moe {
+
+struct node_ranks {
+  node_roster roster;
+  caf::actor copy_engine;  // the node's expert copies (actors/rank/copy_engine.hpp)
+
+  /// Stops the ranks and the copy engine.
+  void stop() const;
+};
+
+/// Spawns node `node`'s ranks of cluster `c` over `weights` (validate_cluster_for_model
+/// passed). Their threads: --threads-per-rank, or (auto) this process's cores split among its
+/// own ranks. Throws input_error when their KV pools do not fit in memory.
+[[nodiscard]] node_ranks spawn_node_ranks(caf::actor_system& sys,
+                                          std::shared_ptr<const model_weights> weights, const cluster_file& c,
+                                          const cluster_node& node, bool reference);
+
+}  // namespace moe

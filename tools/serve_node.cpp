@@ -1,0 +1,71 @@
+// tools/serve_node.cpp
+#include "tools/serve_node.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/send.hpp>
+
+#include <cstdio>
+
+#include "actors/node_gate.hpp"
+#include "actors/node_ranks.hpp"
+#include "actors/system_config.hpp"
+#include "config/cluster_file.hpp"
+
+namespace moe::tools {
+namespace {
+
+// "prefill ranks 0-1, decode ranks 2-3" of a roster
+std::string hosted(const node_roster& r) {
+  const auto span = [](const char* role, int64_t first, size_t n) {
+    const auto last = first + static_cast<int64_t>(n) - 1;
+    return std::string(role) + (n == 1 ? " rank " + std::to_string(first)
+                                       : " ranks " + std::to_string(first) + "-" + std::to_string(last));
+  };
+  std::string out;
+  if (!r.prefill_ranks.empty())
+    out = span("prefill", r.first_prefill_rank, r.prefill_ranks.size());
+  if (!r.decode_ranks.empty())
+    out += (out.empty() ? "" : ", ") + span("decode", r.first_decode_rank, r.decode_ranks.size());
+  return out;
+}
+
+}  // namespace
+
+void run_cluster_node(const node_options& o, const std::string& model_dir, const weight_options& weights,
+                      bool reference, const sigset_t& signals) {
+  const cluster_file c = load_cluster(o.cluster_file);
+  const cluster_node& node = find_node(c, o.node);
+  if (node.front)
+    throw input_error("--node " + node.name +
+                      ": the front node of a multi-process cluster is not built yet; nodes that run "
+                      "ranks are (moeserve cluster ping FILE --node NAME reaches them)");
+  validate_cluster_for_model(c, load_model_config(model_dir), o.cluster_file);
+  auto w = std::make_shared<const model_weights>(load_weights(model_dir, weights, reference));
+
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg);
+  configure_remote(cfg, c.heartbeat_interval_s, c.connection_timeout_s);
+  caf::actor_system sys{cfg};
+  const node_ranks ranks = spawn_node_ranks(sys, w, c, node, reference);
+  const node_gate_actor gate = spawn_node_gate(sys, ranks.roster, c.name, c.token);
+  auto port = sys.middleman().publish(gate, static_cast<uint16_t>(node.port), node.host.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    ranks.stop();
+    throw input_error("node " + node.name + ": cannot listen on " + node.host + ":" +
+                      std::to_string(node.port) + ": " + sys.render(port.error()));
+  }
+  std::printf("moeserve: node %s of cluster %s on %s:%u (%s)\n", node.name.c_str(), c.name.c_str(),
+              node.host.c_str(), static_cast<unsigned>(*port), hosted(ranks.roster).c_str());
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::printf("moeserve: node %s stopping\n", node.name.c_str());
+  std::fflush(stdout);
+  caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+  ranks.stop();
+}
+
+}  // namespace moe::tools
