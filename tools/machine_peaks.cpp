@@ -14,6 +14,9 @@
 #include "kernels/cpu/fast_simd.hpp"  // the AVX-512 intrinsics
 #include "kernels/cpu/thread_pool.hpp"
 
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
+
 namespace moe::tools {
 
 namespace {
@@ -146,3 +149,5 @@ double time_plain_read(thread_pool& pool, const std::vector<std::span<const uint
 }
 
 }  // namespace moe::tools
+
+MOE_FAST_TARGET_END

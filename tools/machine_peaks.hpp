@@ -1,8 +1,8 @@
 // tools/machine_peaks.hpp
 // The machine's peaks that bench-model compares against: streaming read bandwidth and the
-// AVX-512 multiply-add rates. Their one file is built with the fast path's AVX-512 flags and
-// registers nothing, so `moeserve` starts on a CPU without AVX-512 (where these must not run:
-// callers check cpu_fast_path_supported()).
+// AVX-512 multiply-add rates. Their one file holds the intrinsics, in a fast-path target region
+// (kernels/cpu/fast_simd.hpp), and registers nothing, so `moeserve` starts on a CPU without
+// AVX-512 (where these must not run: callers check cpu_fast_path_supported()).
 #pragma once
 
 #include <cstdint>

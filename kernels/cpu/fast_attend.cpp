@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe::fast {
 namespace {
@@ -236,3 +240,5 @@ void attend(const attention_rows& rows, const attention_keys& keys, float scale,
 }
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

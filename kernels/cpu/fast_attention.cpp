@@ -22,6 +22,10 @@
 
 #include "kernels/cpu/fast_attend.hpp"
 #include "kernels/cpu/fast_backend.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe {
 
@@ -540,3 +544,5 @@ void cpu_fast_backend::attention_phased(const mla_attention_params& p, const abs
 }
 
 }  // namespace moe
+
+MOE_FAST_TARGET_END

@@ -5,6 +5,10 @@
 #include "kernels/cpu/fast_backend.hpp"
 
 #include <algorithm>
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe {
 
@@ -168,3 +172,5 @@ void cpu_fast_backend::linear_group(const linear_group_params& p) {
 }
 
 }  // namespace moe
+
+MOE_FAST_TARGET_END

@@ -8,6 +8,10 @@
 #include <cmath>
 
 #include "kernels/cpu/fast_backend.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe {
 
@@ -109,3 +113,5 @@ void cpu_fast_backend::moe_gate(const moe_gate_params& p) {
 }
 
 }  // namespace moe
+
+MOE_FAST_TARGET_END

@@ -8,6 +8,10 @@
 #include <algorithm>
 
 #include "kernels/cpu/fast_backend.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe {
 
@@ -228,3 +232,5 @@ void cpu_fast_backend::moe_experts(const moe_experts_params& p) {
 }
 
 }  // namespace moe
+
+MOE_FAST_TARGET_END

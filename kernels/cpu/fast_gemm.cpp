@@ -16,6 +16,10 @@
 #include <stdexcept>
 
 #include "kernels/cpu/fast_linear.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe::fast {
 namespace {
@@ -328,3 +332,5 @@ void gemm_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t nr
 }
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

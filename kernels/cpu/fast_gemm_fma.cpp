@@ -11,6 +11,10 @@
 #include <algorithm>
 
 #include "kernels/cpu/fast_linear.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe::fast {
 namespace {
@@ -136,3 +140,5 @@ void fma_panel_tiles(const float* const* a, int64_t rows, const uint16_t* panel,
 }
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

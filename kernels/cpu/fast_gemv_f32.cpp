@@ -4,6 +4,10 @@
 #include <algorithm>
 
 #include "kernels/cpu/fast_linear.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe::fast {
 namespace {
@@ -78,3 +82,5 @@ void gemv_rows_f32(const act_rows& x, const linear_weight& w, int64_t r0, int64_
 }
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

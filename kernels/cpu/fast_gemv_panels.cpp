@@ -15,6 +15,10 @@
 #include <cmath>
 
 #include "kernels/cpu/fast_linear.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe::fast {
 namespace {
@@ -144,3 +148,5 @@ void gemv_rows_fp8_panels(const act_rows& x, const linear_weight& w, int64_t r0,
 }
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

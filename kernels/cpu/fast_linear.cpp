@@ -2,6 +2,10 @@
 // Which kernel a matmul task goes to (fast_linear.hpp), and the activation rows as its kernels read
 // them: bf16 (vdpbf16ps) or fp32 pairs (FMA tiles).
 #include "kernels/cpu/fast_linear.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe::fast {
 
@@ -66,3 +70,5 @@ void linear_rows(const act_rows& x, const linear_weight& w, int64_t r0, int64_t 
 }
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

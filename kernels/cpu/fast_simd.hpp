@@ -21,11 +21,19 @@
 
 #include "kernels/dtype.hpp"
 
-// The fast path's headers define their inline functions between these, for the fast path's
-// AVX-512 target whatever the including file's flags: a file built without them (a test's case
-// registrations, which run before main on any CPU) can include them, and calls these only from
-// code built for that target, where cpu_fast_path_supported().
-#if defined(__GNUC__) && !defined(__clang__)
+// The fast path's code (its headers' inline functions and its .cpp files) is defined between
+// these, for its AVX-512 target, instead of building whole files with -mavx512* flags: a file
+// built with those flags also emits the std templates it instantiates (vector growth, sorting)
+// with AVX-512 instructions, and the linker may keep that copy for every caller, so code that
+// runs on any CPU (a test's registration, a checkpoint load) died with SIGILL on an AVX2-only
+// CPU. Templates defined outside a region (the standard library's) stay built for any CPU. Call
+// the code in a region only where cpu_fast_path_supported().
+#if defined(__clang__)
+#  define MOE_FAST_TARGET_BEGIN \
+    _Pragma(                    \
+      "clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,gfni\"))), apply_to = function)")
+#  define MOE_FAST_TARGET_END _Pragma("clang attribute pop")
+#elif defined(__GNUC__)
 #  define MOE_FAST_TARGET_BEGIN \
     _Pragma("GCC push_options") \
       _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,gfni\")")

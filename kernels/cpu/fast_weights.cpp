@@ -15,6 +15,10 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/checkpoint/host_memory.hpp"
+#include "kernels/cpu/fast_simd.hpp"
+
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
 
 namespace moe::fast {
 
@@ -132,3 +136,5 @@ std::shared_ptr<void> lay_out(std::span<linear_weight* const> todo) {
 }
 
 }  // namespace moe::fast
+
+MOE_FAST_TARGET_END

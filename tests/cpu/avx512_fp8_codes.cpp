@@ -3,6 +3,9 @@
 
 #include "kernels/cpu/fast_simd.hpp"
 
+// built for the fast path's target (kernels/cpu/fast_simd.hpp)
+MOE_FAST_TARGET_BEGIN
+
 namespace moe::testing {
 
 std::array<uint16_t, 256> fp8_codes_scaled_to_bf16() {
@@ -20,3 +23,5 @@ std::array<uint16_t, 256> fp8_codes_scaled_to_bf16() {
 }
 
 }  // namespace moe::testing
+
+MOE_FAST_TARGET_END

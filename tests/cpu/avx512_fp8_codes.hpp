@@ -1,8 +1,7 @@
 // tests/cpu/avx512_fp8_codes.hpp
 // The fast path's in-register e4m3 expansion run over all 256 codes, for test_fast_linear.cpp.
-// Its one file is built with the fast path's AVX-512 flags and holds no static initializer, so
-// the test binary starts on a CPU without AVX-512 (where the test skips); a TEST_CASE file built
-// with those flags registers its cases with AVX-512 instructions before main().
+// Its one file holds the intrinsics, in a fast-path target region (kernels/cpu/fast_simd.hpp),
+// and no TEST_CASE, so the test binary starts on a CPU without AVX-512 (where the test skips).
 #pragma once
 
 #include <array>
