@@ -37,7 +37,7 @@ start_server() {
 # stream_long: a long greedy generate in the background, streaming into $tmp/long.out
 stream_long() {
   : >"$tmp/long.out"
-  "$moeserve" client --port "$port" --max-tokens 600 --ignore-eos --temperature 0 "Once upon a time" \
+  "$moeserve" client --port "$port" --max-tokens 200 --ignore-eos --temperature 0 "Once upon a time" \
     >"$tmp/long.out" 2>"$tmp/long.err" &
   client_pid=$!
   for _ in $(seq 1 2000); do  # until its first text arrives (20 s at most)
@@ -71,7 +71,7 @@ done
 grep -q "server: 503" "$tmp/late.err" || fail "a generate after SIGTERM: $(cat "$tmp/late.err")"
 echo "ok: a generate after SIGTERM -> $(head -1 "$tmp/late.err")"
 wait "$client_pid" || fail "the generate in flight at SIGTERM: $(cat "$tmp/long.err")"
-grep -q "600 generated" "$tmp/long.err" || fail "the generate in flight did not finish: $(cat "$tmp/long.err")"
+grep -q "200 generated" "$tmp/long.err" || fail "the generate in flight did not finish: $(cat "$tmp/long.err")"
 echo "ok: the generate in flight finished: $(tail -1 "$tmp/long.err")"
 wait_server || fail "serve exited $? after SIGTERM: $(cat "$tmp/server.log")"
 grep -q "stopped" "$tmp/server.log" || fail "no 'stopped' line: $(cat "$tmp/server.log")"
