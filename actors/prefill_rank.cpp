@@ -110,7 +110,8 @@ ep_rank_core::micro_batches plan_step(prefill_pointer self) {
     }
     const int64_t num = std::min({m.config.chunk_size, n - t.num_planned, budget});
     if (t.num_planned == 0)  // its queueing ends here
-      caf::anon_send(t.job.session, start_atom::value, std::chrono::steady_clock::now());
+      caf::anon_send(t.job.session, start_atom::value,
+                     wall_clock_ns());  // the session may be in another process
     segments.push_back(
       {.request_idx = static_cast<int64_t>(st.step_tasks.size()), .start = t.num_planned, .num_tokens = num});
     st.step_tasks.push_back(&t);

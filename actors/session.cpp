@@ -5,9 +5,11 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <algorithm>
 #include <chrono>
 
 #include "actors/errors.hpp"
+#include "actors/rank/rank_timings.hpp"
 #include "kernels/model/output_text.hpp"
 
 namespace moe {
@@ -168,10 +170,11 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
       migrate(self, "prefill rank", dm.source);
   });
   return {
-    [=](start_atom, std::chrono::steady_clock::time_point at) {
+    [=](start_atom, int64_t at_wall_ns) {  // wall clock: the prefill rank may be in another process
       auto& prefill_start = self->state.result.prefill_start;
-      if (!prefill_start)
-        prefill_start = at;
+      if (!prefill_start)  // on this process's steady clock, as the bridges' arrival times
+        prefill_start = std::chrono::steady_clock::now() -
+                        std::chrono::nanoseconds(std::max<int64_t>(0, wall_clock_ns() - at_wall_ns));
     },
     [=](token_atom, token_chunk& chunk) {
       auto& st = self->state;

@@ -18,9 +18,10 @@
 namespace moe {
 
 using session_actor = caf::typed_actor<
-  // The prefill rank put the request's first prompt chunk into a step at this time (the end
-  // of its queueing; session_result::prefill_start).
-  caf::reacts_to<start_atom, std::chrono::steady_clock::time_point>,
+  // The prefill rank put the request's first prompt chunk into a step at this wall-clock time,
+  // in ns (the end of its queueing; session_result::prefill_start): a time another process
+  // shares (actors/rank/rank_timings.hpp's wall_clock_ns).
+  caf::reacts_to<start_atom, int64_t>,
   // Output tokens from a rank; the chunk with a finish reason is the last.
   caf::reacts_to<token_atom, token_chunk>,
   // The decode rank has placement `id`'s KV hand-off: from now on the prefill rank's loss does

@@ -71,7 +71,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture, "1 prefill + 1 decode rank match singl
   size_t num_finished = 0, num_started = 0, num_first_tokens = 0;
   bool timed_out = false;
   while (num_finished < specs.size() && !timed_out)
-    self->receive([&](start_atom, std::chrono::steady_clock::time_point) { ++num_started; },
+    self->receive([&](start_atom, int64_t) { ++num_started; },
                   [&](token_atom, const token_chunk& c) {
                     auto& g = got[c.request_id];
                     CHECK(g.reason == finish_reason::none);  // nothing after the last chunk
@@ -148,7 +148,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
   std::map<uint64_t, collected> got;
   bool timed_out = false;
   while (got[fence].reason == finish_reason::none && !timed_out)
-    self->receive([&](start_atom, std::chrono::steady_clock::time_point) {},
+    self->receive([&](start_atom, int64_t) {},
                   [&](token_atom, const token_chunk& c) {
                     auto& g = got[c.request_id];
                     g.ids.insert(g.ids.end(), c.token_ids.begin(), c.token_ids.end());
@@ -202,7 +202,7 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
     token_logprobs got;
     bool done = false;
     while (!done)
-      self->receive([](start_atom, std::chrono::steady_clock::time_point) {},
+      self->receive([](start_atom, int64_t) {},
                     [&](token_atom, const token_chunk& c) {
                       REQUIRE(c.logprobs.size() == 1);
                       got = c.logprobs[0];
