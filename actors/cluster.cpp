@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "actors/expert_balancer.hpp"
+#include "actors/node_ranks.hpp"
 #include "actors/watchdog.hpp"
 #include "config/thread_split.hpp"
 #include "kernels/model/dispatch_payload.hpp"
@@ -333,14 +334,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   ep_group prefill_group = make_group(w, topo, topo.prefill_ranks);
   ep_group decode_group = make_group(w, topo, topo.decode_ranks);
   const thread_split threads = threads_per_rank(topo);
-  const rank_model_config rank_cfg{.reference = cfg.reference,
-                                   .num_threads = static_cast<int>(threads.prefill),
-                                   .num_kv_blocks = topo.kv_blocks,
-                                   .block_size = topo.page_size,
-                                   .max_context = topo.max_context,
-                                   .chunk_size = topo.chunked_prefill_size,
-                                   .max_prefill_tokens = topo.max_prefill_tokens,
-                                   .synchronous_stream = cfg.synchronous_streams};
+  rank_model_config rank_cfg = rank_config_of(topo, cfg.reference, threads.prefill);
+  rank_cfg.synchronous_stream = cfg.synchronous_streams;
   rank_model_config decode_rank_cfg = rank_cfg;
   decode_rank_cfg.num_threads = static_cast<int>(threads.decode);
   cluster c;

@@ -22,6 +22,16 @@ void node_ranks::stop() const {
     caf::anon_send_exit(copy_engine, caf::exit_reason::user_shutdown);
 }
 
+rank_model_config rank_config_of(const topology_config& topo, bool reference, int64_t threads) {
+  return {.reference = reference,
+          .num_threads = static_cast<int>(threads),
+          .num_kv_blocks = topo.kv_blocks,
+          .block_size = topo.page_size,
+          .max_context = topo.max_context,
+          .chunk_size = topo.chunked_prefill_size,
+          .max_prefill_tokens = topo.max_prefill_tokens};
+}
+
 node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,
                             const cluster_file& c, const cluster_node& node, bool reference) {
   const topology_config& topo = c.topology;
@@ -32,15 +42,8 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   here.prefill_ranks = std::max<int64_t>(node.prefill_ranks, 1);
   here.decode_ranks = std::max<int64_t>(node.decode_ranks, 1);
   const thread_split threads = threads_per_rank(here);
-  rank_model_config prefill_cfg{.reference = reference,
-                                .num_threads = static_cast<int>(threads.prefill),
-                                .num_kv_blocks = topo.kv_blocks,
-                                .block_size = topo.page_size,
-                                .max_context = topo.max_context,
-                                .chunk_size = topo.chunked_prefill_size,
-                                .max_prefill_tokens = topo.max_prefill_tokens};
-  rank_model_config decode_cfg = prefill_cfg;
-  decode_cfg.num_threads = static_cast<int>(threads.decode);
+  const rank_model_config prefill_cfg = rank_config_of(topo, reference, threads.prefill);
+  const rank_model_config decode_cfg = rank_config_of(topo, reference, threads.decode);
   node_ranks out;
   const copy_engine_actor copies = spawn_copy_engine(sys);
   out.copy_engine = caf::actor_cast<caf::actor>(copies);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "actors/node_gate.hpp"
+#include "actors/rank/rank_model.hpp"
 #include "config/cluster_file.hpp"
 #include "kernels/model/weights.hpp"
 
@@ -21,6 +22,9 @@ struct node_ranks {
   /// Stops the ranks and the copy engine.
   void stop() const;
 };
+
+/// A rank's model settings under `topo` with `threads` threads (spawn_cluster's and a node's).
+[[nodiscard]] rank_model_config rank_config_of(const topology_config& topo, bool reference, int64_t threads);
 
 /// Spawns node `node`'s ranks of cluster `c` over `weights` (validate_cluster_for_model
 /// passed). Their threads: --threads-per-rank, or (auto) this process's cores split among its

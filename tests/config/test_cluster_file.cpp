@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 
+#include "error_of.hpp"
 #include "config/cluster_file.hpp"
 
 using moe::cluster_file;
@@ -20,15 +21,7 @@ using moe::input_error;
 
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const input_error& e) {
-    return e.what();
-  }
-  FAIL("expected an input_error");
-  return {};
-}
+using moe::testing::error_of;
 
 // A directory of files that lives for one test.
 struct temp_dir {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
 #include "config/model_config.hpp"
 #include "config/topology.hpp"
 #include "tools/lib/topology_options.hpp"
@@ -22,16 +23,7 @@ using moe::topology_config;
 
 namespace {
 
-// The message of the input_error `fn` throws; fails the test when it throws nothing.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const input_error& e) {
-    return e.what();
-  }
-  FAIL("expected an input_error");
-  return {};
-}
+using moe::testing::error_of;
 
 std::string parse_error(const std::string& toml) {
   return error_of([&] { (void)moe::parse_topology(toml, "test.toml"); });

@@ -1,7 +1,7 @@
 // tests/cpu/avx512_fp8_codes.hpp
 // The fast path's in-register e4m3 expansion run over all 256 codes, for test_fast_linear.cpp.
 // Its one file holds the intrinsics, in a fast-path target region (kernels/cpu/fast_simd.hpp),
-// and no TEST_CASE, so the test binary starts on a CPU without AVX-512 (where the test skips).
+// and registers no test case, so the test binary starts on a CPU without AVX-512 (where the test skips).
 #pragma once
 
 #include <array>
