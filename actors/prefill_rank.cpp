@@ -289,7 +289,8 @@ prefill_rank_actor::behavior_type prefill_rank(prefill_pointer self,
   if (cfg.synchronous_stream && group.num_ranks > 1)
     throw std::logic_error("prefill rank: a synchronous stream in a group of " +
                            std::to_string(group.num_ranks));
-  st.stream = std::make_unique<cpu_stream>("prefill", cfg.synchronous_stream);
+  st.stream = std::make_unique<cpu_stream>("prefill", cfg.synchronous_stream,
+                                           cfg.cpus.empty() ? -1 : cfg.cpus[0]);
   if (!group.placements)
     group.placements = default_placements(*st.model->weights, group.num_ranks, 0);
   st.core = std::make_unique<ep_rank_core>(

@@ -76,6 +76,34 @@ thread_split split_threads(int64_t cores, int64_t prefill_ranks, int64_t decode_
   return out;
 }
 
+std::vector<int> affinity_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set))
+      out.push_back(cpu);
+  return out;
+}
+
+std::vector<std::vector<int>> assign_cpus(const std::vector<int>& cpus, int64_t usable,
+                                          const thread_split& split, int64_t prefill_ranks,
+                                          int64_t decode_ranks) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(prefill_ranks + decode_ranks));
+  const size_t n = std::min(cpus.size(), static_cast<size_t>(std::max<int64_t>(1, usable)));
+  if (cpus.empty())
+    return out;
+  size_t next = 0;
+  for (size_t r = 0; r < out.size(); ++r) {
+    const int64_t threads = static_cast<int64_t>(r) < prefill_ranks ? split.prefill : split.decode;
+    for (int64_t t = 0; t < threads; ++t)
+      out[r].push_back(cpus[next++ % n]);
+  }
+  return out;
+}
+
 thread_split threads_per_rank(const topology_config& topo) {
   if (topo.threads_per_rank > 0)
     return {topo.threads_per_rank, topo.threads_per_rank};

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/topology.hpp"
 
@@ -35,6 +36,18 @@ struct thread_split {
 
 /// The threads of each role: --threads-per-rank N for both, or (0, auto) the usable cores split.
 [[nodiscard]] thread_split threads_per_rank(const topology_config& topo);
+
+/// The CPU ids of this process's affinity mask, ascending (Linux); empty where it is unreadable.
+[[nodiscard]] std::vector<int> affinity_cpus();
+
+/// `--pin-threads on`: the CPUs each rank's threads run on, prefill ranks then decode ranks, in
+/// order over `cpus` (the first `usable` of them: the cgroup quota may allow fewer than the mask
+/// holds), `split`'s threads per rank of each role. Where the ranks want more threads than there
+/// are CPUs, they go round again: a CPU is shared, never left out. Empty lists when `cpus` is
+/// empty (nothing is pinned). Pure.
+[[nodiscard]] std::vector<std::vector<int>> assign_cpus(const std::vector<int>& cpus, int64_t usable,
+                                                        const thread_split& split, int64_t prefill_ranks,
+                                                        int64_t decode_ranks);
 
 /// "2 cores (affinity 2, no cgroup quota): 1 thread per prefill rank, 1 per decode rank".
 [[nodiscard]] std::string describe(const usable_cores& cores, const thread_split& split);

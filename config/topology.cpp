@@ -20,7 +20,7 @@ namespace moe {
 namespace {
 
 // Every TOML key, as "section.key", and the field of `c` it sets.
-std::array<std::pair<std::string_view, field_ref>, 30> fields_of(topology_config& c) {
+std::array<std::pair<std::string_view, field_ref>, 31> fields_of(topology_config& c) {
   return {{
     {"prefill.ranks", &c.prefill_ranks},
     {"prefill.chunked_prefill_size", &c.chunked_prefill_size},
@@ -34,6 +34,7 @@ std::array<std::pair<std::string_view, field_ref>, 30> fields_of(topology_config
     {"kv_cache.page_size", &c.page_size},
     {"cluster.ranks_per_node", &c.ranks_per_node},
     {"cluster.threads_per_rank", &c.threads_per_rank},
+    {"cluster.pin_threads", &c.pin_threads},
     {"expert_parallel.redundant_experts", &c.redundant_experts},
     {"expert_parallel.balancer", &c.expert_balancer},
     {"expert_parallel.interval_steps", &c.eplb_interval_steps},

@@ -44,6 +44,7 @@ struct topology_config {
   std::string dispatch_dtype = "fp8";  // fp8|bf16|fp32; see combine_dtype()
   std::string combine = "exact";       // exact (per pair, topology-invariant) | reduced (DeepEP: per rank)
   int64_t threads_per_rank = 0;  // 0: auto, the usable cores split among the ranks (config/thread_split.hpp)
+  bool pin_threads = false;      // each rank's threads on cores of their own (config/thread_split.hpp)
   bool link_model = false;       // off by default (tests); benchmarks turn it on
   link_spec intra_node = default_intra_node_link;
   link_spec inter_node = default_inter_node_link;

@@ -231,13 +231,15 @@ class backend {
 /// The CPU reference: plain loops, fp32 activations and accumulation. The specification.
 [[nodiscard]] std::unique_ptr<backend> make_cpu_reference_backend();
 /// The fast CPU path: AVX-512 BF16 GEMV/GEMM kernels, BF16 or FP8 weights, all cores. Only on
-/// CPUs where cpu_fast_path_supported().
-[[nodiscard]] std::unique_ptr<backend> make_cpu_fast_backend(int num_threads = 0);
+/// CPUs where cpu_fast_path_supported(). With `cpus`, its pool's workers pin themselves there
+/// (worker i to cpus[i % size]; cpus[0] is the calling thread's, pinned by its owner).
+[[nodiscard]] std::unique_ptr<backend> make_cpu_fast_backend(int num_threads = 0, std::vector<int> cpus = {});
 /// Whether this CPU has what the fast path needs (AVX-512 F/BW/VL/DQ and AVX512_BF16).
 [[nodiscard]] bool cpu_fast_path_supported() noexcept;
 /// The fast path where supported, else the reference (with a warning on stderr); the
-/// reference when asked.
-[[nodiscard]] std::unique_ptr<backend> make_cpu_backend(bool reference, int num_threads = 0);
+/// reference when asked (`cpus` as make_cpu_fast_backend's; the reference has no threads).
+[[nodiscard]] std::unique_ptr<backend> make_cpu_backend(bool reference, int num_threads = 0,
+                                                        std::vector<int> cpus = {});
 /// Backends that can run here: the CPU reference always, CUDA devices when present.
 [[nodiscard]] std::vector<std::unique_ptr<backend>> available_backends();
 

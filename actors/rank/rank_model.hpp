@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "actors/policy/micro_batch.hpp"
 #include "kernels/backend.hpp"
@@ -21,11 +22,14 @@ struct rank_model_config {
   int64_t chunk_size = 512;           // prefill tokens per sequence per step
   int64_t max_prefill_tokens = 4096;  // prefill tokens per step (all sequences)
   bool synchronous_stream = false;    // cpu_stream's synchronous mode: a group of one only
+  std::vector<int> cpus;  // --pin-threads: the stream's thread on cpus[0], the kernels' workers on
+                          // the rest (config/thread_split.hpp's assign_cpus); empty: not pinned
 };
 
 struct rank_model {
   rank_model(std::shared_ptr<const model_weights> w, const rank_model_config& cfg)
-      : weights(std::move(w)), config(cfg), device(make_cpu_backend(cfg.reference, cfg.num_threads)),
+      : weights(std::move(w)), config(cfg),
+        device(make_cpu_backend(cfg.reference, cfg.num_threads, cfg.cpus)),
         cache(weights->config.num_hidden_layers, cfg.num_kv_blocks, cfg.block_size,
               weights->config.kv_cache_dim()),
         runner(*weights, *device, cache, {.attention = forms}),

@@ -3,11 +3,17 @@
 
 #include <exception>
 
+#include "kernels/cpu/thread_pinning.hpp"
+
 namespace moe {
 
-cpu_stream::cpu_stream(std::string name, bool synchronous) : name_(std::move(name)) {
+cpu_stream::cpu_stream(std::string name, bool synchronous, int cpu) : name_(std::move(name)) {
   if (!synchronous)
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this, cpu] {
+      if (cpu >= 0)
+        pin_this_thread(cpu);
+      run();
+    });
 }
 
 cpu_stream::~cpu_stream() {

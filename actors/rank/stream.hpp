@@ -21,8 +21,9 @@ class cpu_stream {
   /// stream has no thread: enqueue runs the item and its completion at once, on the caller's
   /// thread (as CUDA_LAUNCH_BLOCKING=1 does), so a rank under CAF's deterministic test
   /// scheduler runs in one order only. An item that waits for another rank's payload would
-  /// wait forever there: synchronous streams serve groups of one rank.
-  explicit cpu_stream(std::string name, bool synchronous = false);
+  /// wait forever there: synchronous streams serve groups of one rank. A `cpu` >= 0 pins the
+  /// stream's thread there (--pin-threads; the thread runs where the OS puts it if that fails).
+  explicit cpu_stream(std::string name, bool synchronous = false, int cpu = -1);
   /// Finishes the work already enqueued, then joins the thread.
   ~cpu_stream();
   cpu_stream(const cpu_stream&) = delete;

@@ -19,11 +19,11 @@ bool cpu_fast_path_supported() noexcept {
          __builtin_cpu_supports("gfni");
 }
 
-std::unique_ptr<backend> make_cpu_backend(bool reference, int num_threads) {
+std::unique_ptr<backend> make_cpu_backend(bool reference, int num_threads, std::vector<int> cpus) {
   if (reference)
     return make_cpu_reference_backend();
   if (cpu_fast_path_supported())
-    return make_cpu_fast_backend(num_threads);
+    return make_cpu_fast_backend(num_threads, std::move(cpus));
   std::fprintf(stderr,
                "warning: this CPU lacks AVX-512 BF16, VBMI or GFNI; using the (slow) reference backend\n");
   return make_cpu_reference_backend();

@@ -15,11 +15,11 @@ namespace moe {
 using fast::act_rows;
 using fast::round_up;
 
-cpu_fast_backend::cpu_fast_backend(int num_threads)
-    : pool_(num_threads), scratch_(static_cast<size_t>(pool_.size())) {}
+cpu_fast_backend::cpu_fast_backend(int num_threads, std::vector<int> cpus)
+    : pool_(num_threads, std::move(cpus)), scratch_(static_cast<size_t>(pool_.size())) {}
 
-std::unique_ptr<backend> make_cpu_fast_backend(int num_threads) {
-  return std::make_unique<cpu_fast_backend>(num_threads);
+std::unique_ptr<backend> make_cpu_fast_backend(int num_threads, std::vector<int> cpus) {
+  return std::make_unique<cpu_fast_backend>(num_threads, std::move(cpus));
 }
 
 void cpu_fast_backend::parallel_linear(const act_rows& x, const linear_weight& w, float* out, int64_t ldo) {

@@ -62,8 +62,9 @@ struct gemv_piece {
 
 class cpu_fast_backend : public cpu_reference_backend {
  public:
-  /// num_threads <= 0: every hardware thread.
-  explicit cpu_fast_backend(int num_threads);
+  /// num_threads <= 0: every hardware thread; `cpus`: where the pool's workers pin themselves
+  /// (thread_pool), empty: where the OS puts them.
+  explicit cpu_fast_backend(int num_threads, std::vector<int> cpus = {});
 
   [[nodiscard]] std::string_view name() const noexcept override { return "cpu"; }
   void linear(const linear_params& p) override;  // kernels/cpu/fast_backend.cpp

@@ -6,6 +6,8 @@
 
 #include <chrono>
 
+#include "kernels/cpu/thread_pinning.hpp"
+
 namespace moe {
 namespace {
 
@@ -14,12 +16,18 @@ constexpr auto spin_budget = std::chrono::microseconds(300);
 
 }  // namespace
 
-thread_pool::thread_pool(int num_threads) {
+thread_pool::thread_pool(int num_threads, std::vector<int> cpus) {
   if (num_threads <= 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers_.reserve(static_cast<size_t>(num_threads - 1));
-  for (int i = 1; i < num_threads; ++i)
-    workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < num_threads; ++i) {
+    const int cpu = cpus.empty() ? -1 : cpus[static_cast<size_t>(i) % cpus.size()];
+    workers_.emplace_back([this, i, cpu] {
+      if (cpu >= 0)
+        pin_this_thread(cpu);
+      worker_loop(i);
+    });
+  }
 }
 
 thread_pool::~thread_pool() {

@@ -19,8 +19,9 @@ namespace moe {
 
 class thread_pool {
  public:
-  /// num_threads <= 0 means every hardware thread.
-  explicit thread_pool(int num_threads);
+  /// num_threads <= 0 means every hardware thread. With `cpus`, worker i (thread_idx i) pins
+  /// itself to cpus[i % cpus.size()]; the caller's thread (index 0) is the caller's to pin.
+  explicit thread_pool(int num_threads, std::vector<int> cpus = {});
   ~thread_pool();
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;

@@ -3,6 +3,8 @@
 // failures, drains on exit.
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -77,4 +79,31 @@ TEST_CASE("a synchronous stream runs each item and its completion inside enqueue
   CHECK(s.num_pending() == 0);
   CHECK(events ==
         std::vector<std::string>{"work 0", "done 0: ", "after enqueue 0", "done 1: bad item", "work 2"});
+}
+
+TEST_CASE("a pinned stream runs its items on the CPU it was given") {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  REQUIRE(sched_getaffinity(0, sizeof mask, &mask) == 0);
+  int last_cpu = -1;  // the mask's last CPU: not where a fresh thread would start by chance
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask))
+      last_cpu = cpu;
+  REQUIRE(last_cpu >= 0);
+  std::promise<std::vector<int>> seen;
+  {
+    cpu_stream s("pinned", false, last_cpu);
+    s.enqueue(
+      [&seen] {
+        std::vector<int> cpus;
+        for (int i = 0; i < 20; ++i) {  // where it runs, and again after yielding the core
+          cpus.push_back(sched_getcpu());
+          std::this_thread::yield();
+        }
+        seen.set_value(cpus);
+      },
+      [](const std::string& err) { CHECK(err.empty()); });
+  }
+  for (int cpu : seen.get_future().get())
+    CHECK(cpu == last_cpu);
 }

@@ -3,7 +3,9 @@
 // machine reports (at least one core, no more than its affinity mask).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "config/thread_split.hpp"
 
@@ -45,4 +47,28 @@ TEST_CASE("thread split: this machine's usable cores") {
   topo.threads_per_rank = 3;
   CHECK(moe::threads_per_rank(topo).prefill == 3);
   CHECK(moe::threads_per_rank(topo).decode == 3);
+}
+
+TEST_CASE("pinned threads: ranks take the mask's CPUs in order, and go round when they want more") {
+  using cpu_lists = std::vector<std::vector<int>>;
+  // 16 CPUs, 4 threads per rank of 2P+2D: four disjoint blocks, prefill ranks first
+  std::vector<int> sixteen(16);
+  for (int i = 0; i < 16; ++i)
+    sixteen[static_cast<size_t>(i)] = i;
+  CHECK(moe::assign_cpus(sixteen, 16, {4, 4}, 2, 2) ==
+        cpu_lists{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
+  // a mask with holes (CPUs 2, 5, 7, 8), 1 prefill rank of 1 thread and 1 decode rank of 3
+  CHECK(moe::assign_cpus({2, 5, 7, 8}, 4, {1, 3}, 1, 1) == cpu_lists{{2}, {5, 7, 8}});
+  // 2 CPUs, 2P+2D of one thread each: the second pair shares with the first
+  CHECK(moe::assign_cpus({0, 1}, 2, {1, 1}, 2, 2) == cpu_lists{{0}, {1}, {0}, {1}});
+  // a cgroup quota of 2 on a mask of 4: only the first 2 CPUs are used
+  CHECK(moe::assign_cpus({0, 1, 2, 3}, 2, {1, 2}, 1, 1) == cpu_lists{{0}, {1, 0}});
+  // no readable mask: nothing pinned, one empty list per rank
+  CHECK(moe::assign_cpus({}, 4, {2, 2}, 1, 2) == cpu_lists{{}, {}, {}});
+}
+
+TEST_CASE("pinned threads: this machine's affinity mask lists its CPUs") {
+  const std::vector<int> cpus = moe::affinity_cpus();
+  CHECK(static_cast<int64_t>(cpus.size()) == moe::detect_usable_cores().affinity);
+  CHECK(std::is_sorted(cpus.begin(), cpus.end()));
 }

@@ -3,6 +3,8 @@
 // across many back-to-back calls (workers spinning) and after idle gaps (workers asleep).
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -44,4 +46,30 @@ TEST_CASE("fast: thread_pool with 0 threads uses every hardware thread") {
   std::atomic<int64_t> sum{0};
   pool.parallel_for(100, [&](int64_t task, int) { sum += task; });
   CHECK(sum.load() == 4950);
+}
+
+TEST_CASE("fast: a pinned pool's workers run on their CPUs") {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  REQUIRE(sched_getaffinity(0, sizeof mask, &mask) == 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask))
+      cpus.push_back(cpu);
+  REQUIRE(!cpus.empty());
+  // worker i pins to cpus[i % size]: three threads over the mask's last CPU and its first
+  const std::vector<int> given{cpus.front(), cpus.back(), cpus.front()};
+  thread_pool pool(3, given);
+  std::atomic<int> wrong{0}, by_workers{0};
+  for (int round = 0; round < 2000 && by_workers.load() < 50; ++round)
+    pool.parallel_for(64, [&](int64_t, int thread) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // room for the workers to claim
+      if (thread == 0)
+        return;  // the caller's thread: not the pool's to pin
+      by_workers.fetch_add(1);
+      if (sched_getcpu() != given[static_cast<size_t>(thread)])
+        wrong.fetch_add(1);
+    });
+  CHECK(by_workers.load() > 0);
+  CHECK(wrong.load() == 0);
 }

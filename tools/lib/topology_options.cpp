@@ -75,6 +75,11 @@ void add_topology_options(CLI::App& app, topology_options& o, bool listen) {
                 "quota) split among the ranks, at least one each (default auto)")
     ->transform(CLI::Transformer({{"auto", "0"}}));
   app
+    .add_option("--pin-threads", o.pin_threads,
+                with_default("pin each rank's threads to cores of their own: on|off",
+                             d.pin_threads ? "on" : "off"))
+    ->check(CLI::IsMember({"on", "off"}));
+  app
     .add_option("--link-model", o.link_model,
                 with_default("charge EP messages link latency and bandwidth: on|off",
                              d.link_model ? "on" : "off"))
@@ -138,6 +143,8 @@ topology_config resolve_topology(const topology_options& o) {
   override_with(c.threads_per_rank, o.threads_per_rank);
   if (o.link_model)
     c.link_model = *o.link_model == "on";
+  if (o.pin_threads)
+    c.pin_threads = *o.pin_threads == "on";
   override_with(c.intra_node.latency_us, o.intra_node_latency_us);
   override_with(c.intra_node.bandwidth_gb_s, o.intra_node_bandwidth_gb_s);
   override_with(c.inter_node.latency_us, o.inter_node_latency_us);

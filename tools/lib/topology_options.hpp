@@ -22,7 +22,8 @@ struct topology_options {
     kv_blocks, page_size, max_context, threads_per_rank;
   std::optional<std::string> dispatch_dtype, combine, expert_balancer;
   std::optional<int64_t> eplb_interval_steps;
-  std::optional<std::string> link_model;  // "on" | "off"
+  std::optional<std::string> link_model;   // "on" | "off"
+  std::optional<std::string> pin_threads;  // "on" | "off"
   std::optional<double> intra_node_latency_us, intra_node_bandwidth_gb_s;
   std::optional<double> inter_node_latency_us, inter_node_bandwidth_gb_s;
   std::optional<double> new_token_ratio;
