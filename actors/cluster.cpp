@@ -7,6 +7,8 @@
 #include <algorithm>
 
 #include "actors/expert_balancer.hpp"
+#include "actors/front_graph.hpp"
+#include "actors/group_roster.hpp"
 #include "actors/node_ranks.hpp"
 #include "actors/watchdog.hpp"
 #include "config/thread_split.hpp"
@@ -60,56 +62,6 @@ ep_group make_group(const model_weights& w, const topology_config& topo, int64_t
 
 namespace {
 
-// An expert-parallel group's current membership, kept by the supervisor's restarts (which run
-// on its thread, one at a time).
-struct group_roster {
-  ep_membership members;
-  int64_t epoch = 0;  // restarts of its ranks so far
-};
-
-// Each new epoch's steps start this far above the last one's (2^40 steps of a rank per epoch).
-constexpr int epoch_step_bits = 40;
-
-// Tells each rank of the group who its peers are and where their inboxes are.
-void tell_members(const group_roster& g) {
-  for (const caf::actor& rank : g.members.peers)
-    caf::anon_send(rank, peers_atom::value, g.members);
-}
-
-// The first membership of a group of `ranks`, with the group's first placement.
-template <class Rank>
-std::shared_ptr<group_roster> introduce(const std::vector<Rank>& ranks, int64_t first_global_rank,
-                                        const ep_group& group) {
-  auto g = std::make_shared<group_roster>();
-  g->members.placements = group.placements;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    g->members.peers.push_back(caf::actor_cast<caf::actor>(ranks[r]));
-    g->members.inboxes.push_back(std::make_shared<ep_inbox>());
-    g->members.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
-  }
-  tell_members(*g);
-  return g;
-}
-
-// Rank `r` of a group of two or more was restarted: a new epoch with the fresh rank and a fresh
-// inbox for it. The survivors abandon the step they are in (it waits for the dead rank) and
-// run its requests again; the dead rank's requests are placed again by their sessions.
-void rejoin(group_roster& g, size_t r, const caf::actor& fresh) {
-  if (g.members.peers.size() < 2)
-    return;  // a group of one needs no introduction
-  g.members.peers[r] = fresh;
-  g.members.inboxes[r] = std::make_shared<ep_inbox>();
-  g.members.first_step = ++g.epoch << epoch_step_bits;
-  tell_members(g);
-}
-
-// A new membership of the same ranks: each abandons the step it is in and takes the roster's
-// placement from the new first step.
-void renew(group_roster& g) {
-  g.members.first_step = ++g.epoch << epoch_step_bits;
-  tell_members(g);
-}
-
 // Keeps the expert balancers' decisions in the group rosters (supervisor.hpp's placement_keeper).
 placement_keeper keep_placements(std::shared_ptr<group_roster> prefill,
                                  std::shared_ptr<group_roster> decode) {
@@ -132,6 +84,15 @@ caf::actor untyped(const Handle& h) {
   return caf::actor_cast<caf::actor>(h);
 }
 
+template <class Handle>
+std::vector<caf::actor> untyped_all(const std::vector<Handle>& hs) {
+  std::vector<caf::actor> out;
+  out.reserve(hs.size());
+  for (const Handle& h : hs)
+    out.push_back(untyped(h));
+  return out;
+}
+
 // A group's expert balancer (if the model has one) learns its rank r's new handle.
 void tell_expert_balancer(const caf::actor& balancer, size_t r, const caf::actor& fresh) {
   if (balancer)
@@ -144,6 +105,7 @@ void tell_expert_balancer(const caf::actor& balancer, size_t r, const caf::actor
 struct rank_recipe {
   std::shared_ptr<const model_weights> weights;
   rank_model_config prefill_cfg, decode_cfg;  // their threads differ (config/thread_split.hpp)
+  std::vector<std::vector<int>> cpus;         // --pin-threads: each rank's, prefill ranks first
   ep_group prefill_group, decode_group;       // `rank` set per restart
   cluster_links links;
   std::shared_ptr<group_roster> prefill_roster, decode_roster;
@@ -183,74 +145,11 @@ std::vector<expert_balancer_config> expert_balancer_configs(const model_weights&
   return out;
 }
 
-// Ids each request queue instance may give (a restarted one starts above its predecessor's).
-constexpr int queue_id_bits = 40;
-
 std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, const rank_recipe& recipe,
-                                    decode_balancer_config decode_cfg, request_queue_config queue_cfg,
-                                    const prefill_balancer_graph& prefill_graph,
+                                    const front_graph& front,
                                     const std::vector<expert_balancer_config>& expert_cfgs) {
-  std::vector<child_spec> specs;
-  // A restarted queue gives ids above its predecessors' and learns from the prefill balancer
-  // which requests run; the bridges give back what it held (resume_state::queue_restarted).
-  auto queue_starts = std::make_shared<uint64_t>(0);
-  specs.push_back({.kind = "request_queue",
-                   .restart = restart_policy::permanent,
-                   .running = untyped(c.queue),
-                   .start =
-                     [&sys, queue_cfg, queue_starts](const child_lookup& current) {
-                       request_queue_config cfg = queue_cfg;
-                       cfg.first_id = (++*queue_starts << queue_id_bits) + 1;
-                       cfg.rebuild = true;
-                       return untyped(spawn_request_queue(sys, cfg, current("prefill_balancer", 0)));
-                     },
-                   .introduce = {},  // the prefill balancer learns it when asked its requests
-                   .configurable = true});
+  std::vector<child_spec> specs = front_child_specs(sys, c, front);
   const size_t num_prefill = c.prefill_ranks.size(), num_decode = c.decode_ranks.size();
-  // A restarted prefill balancer starts empty: the sessions of its predecessor end with it, and
-  // their clients resume what they held (the queue tells them: actors/request_queue.hpp).
-  specs.push_back(
-    {.kind = "prefill_balancer",
-     .restart = restart_policy::permanent,
-     .running = untyped(c.prefill_balancer),
-     .start =
-       [&sys, graph = prefill_graph, num_prefill, num_decode](const child_lookup& current) {
-         prefill_balancer_graph g = graph;
-         for (size_t r = 0; r < num_prefill; ++r)
-           g.prefill_ranks.push_back(
-             caf::actor_cast<prefill_rank_actor>(current("prefill_rank", static_cast<int64_t>(r))));
-         for (size_t r = 0; r < num_decode; ++r)
-           g.decode_ranks.push_back(
-             caf::actor_cast<decode_rank_actor>(current("decode_rank", static_cast<int64_t>(r))));
-         g.decode_balancer = caf::actor_cast<decode_balancer_actor>(current("decode_balancer", 0));
-         g.queue = current("request_queue", 0);
-         return untyped(spawn_prefill_balancer(sys, std::move(g)));
-       },
-     .introduce =
-       [](const caf::actor& fresh, const child_lookup& current) {
-         caf::anon_send(caf::actor_cast<request_queue_actor>(current("request_queue", 0)), route_atom::value,
-                        fresh);
-       },
-     .worker_kind = "session",
-     .configurable = true});
-  decode_cfg.rebuild = true;  // a restarted one collects the ranks' bookings first
-  specs.push_back({.kind = "decode_balancer",
-                   .restart = restart_policy::permanent,
-                   .running = untyped(c.decode_balancer),
-                   .start =
-                     [&sys, decode_cfg, num_decode](const child_lookup& current) {
-                       std::vector<decode_rank_actor> ranks;
-                       for (size_t r = 0; r < num_decode; ++r)
-                         ranks.push_back(caf::actor_cast<decode_rank_actor>(
-                           current("decode_rank", static_cast<int64_t>(r))));
-                       return untyped(spawn_decode_balancer(sys, std::move(ranks), decode_cfg));
-                     },
-                   .introduce =
-                     [](const caf::actor& fresh, const child_lookup& current) {
-                       caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
-                                      peers_atom::value, caf::actor_cast<decode_balancer_actor>(fresh));
-                     },
-                   .configurable = true});
   // A rank restarts empty (with its experts) and its requests are placed again by their
   // sessions; in a group of several it rejoins its peers in a new epoch (rejoin).
   for (size_t r = 0; r < c.prefill_ranks.size(); ++r)
@@ -263,8 +162,10 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
          [&sys, recipe, r](const child_lookup&) {
            ep_group g = recipe.prefill_group;
            g.rank = static_cast<int64_t>(r);
+           rank_model_config cfg = recipe.prefill_cfg;
+           cfg.cpus = recipe.cpus[r];
            return untyped(
-             spawn_prefill_rank(sys, recipe.weights, recipe.prefill_cfg, std::move(g), recipe.links));
+             spawn_prefill_rank(sys, recipe.weights, std::move(cfg), std::move(g), recipe.links));
          },
        .introduce =
          [r, roster = recipe.prefill_roster](const caf::actor& fresh, const child_lookup& current) {
@@ -281,11 +182,12 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
        .restart = restart_policy::permanent,
        .running = untyped(c.decode_ranks[r]),
        .start =
-         [&sys, recipe, r](const child_lookup&) {
+         [&sys, recipe, r, num_prefill](const child_lookup&) {
            ep_group g = recipe.decode_group;
            g.rank = static_cast<int64_t>(r);
-           return untyped(
-             spawn_decode_rank(sys, recipe.weights, recipe.decode_cfg, std::move(g), recipe.links));
+           rank_model_config cfg = recipe.decode_cfg;
+           cfg.cpus = recipe.cpus[num_prefill + r];
+           return untyped(spawn_decode_rank(sys, recipe.weights, std::move(cfg), std::move(g), recipe.links));
          },
        .introduce =
          [r, roster = recipe.decode_roster](const caf::actor& fresh, const child_lookup& current) {
@@ -338,6 +240,11 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   rank_cfg.synchronous_stream = cfg.synchronous_streams;
   rank_model_config decode_rank_cfg = rank_cfg;
   decode_rank_cfg.num_threads = static_cast<int>(threads.decode);
+  const std::vector<std::vector<int>> cpus =
+    topo.pin_threads
+      ? assign_cpus(affinity_cpus(), detect_usable_cores().count, threads, topo.prefill_ranks,
+                    topo.decode_ranks)
+      : std::vector<std::vector<int>>(static_cast<size_t>(topo.prefill_ranks + topo.decode_ranks));
   cluster c;
   if (cfg.trace)
     c.trace = std::make_shared<trace_recorder>(true);
@@ -352,46 +259,29 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   const cluster_links links{.links = c.links, .trace = c.trace, .copies = copies};
   for (int64_t r = 0; r < topo.prefill_ranks; ++r) {
     prefill_group.rank = r;
-    c.prefill_ranks.push_back(spawn_prefill_rank(sys, weights, rank_cfg, prefill_group, links));
+    rank_model_config cfg = rank_cfg;
+    cfg.cpus = cpus[static_cast<size_t>(r)];
+    c.prefill_ranks.push_back(spawn_prefill_rank(sys, weights, std::move(cfg), prefill_group, links));
     if (c.trace)
       c.trace->name_rank(r, "prefill_rank " + std::to_string(r));
   }
   for (int64_t r = 0; r < topo.decode_ranks; ++r) {
     decode_group.rank = r;
-    c.decode_ranks.push_back(spawn_decode_rank(sys, weights, decode_rank_cfg, decode_group, links));
+    rank_model_config cfg = decode_rank_cfg;
+    cfg.cpus = cpus[static_cast<size_t>(topo.prefill_ranks + r)];
+    c.decode_ranks.push_back(spawn_decode_rank(sys, weights, std::move(cfg), decode_group, links));
     if (c.trace)
       c.trace->name_rank(topo.prefill_ranks + r, "decode_rank " + std::to_string(r));
   }
-  std::shared_ptr<group_roster> prefill_roster = introduce(c.prefill_ranks, 0, prefill_group);
-  std::shared_ptr<group_roster> decode_roster = introduce(c.decode_ranks, topo.prefill_ranks, decode_group);
-  const int64_t max_context = served_context(topo, w.config.max_position_embeddings);
-  const decode_balancer_config decode_cfg{
-    .num_blocks = topo.kv_blocks, .block_size = topo.page_size, .max_running = topo.max_running_requests};
-  c.decode_balancer = spawn_decode_balancer(sys, c.decode_ranks, decode_cfg);
-  for (const decode_rank_actor& r : c.decode_ranks)
-    caf::anon_send(r, route_atom::value, untyped(c.decode_balancer));
-  // the queue hands requests to the prefill balancer, which learns the queue right after
-  // what a restarted prefill balancer keeps (the handles it gets are the current ones)
-  const prefill_balancer_graph prefill_graph{.prefill_ranks = {},
-                                             .decode_ranks = {},
-                                             .decode_balancer = {},
-                                             .queue = {},
-                                             .tok = std::move(tok),
-                                             .max_context = max_context,
-                                             .max_migrations = topo.max_migrations,
-                                             .new_token_ratio = topo.new_token_ratio};
-  prefill_balancer_graph first = prefill_graph;
-  first.prefill_ranks = c.prefill_ranks;
-  first.decode_ranks = c.decode_ranks;
-  first.decode_balancer = c.decode_balancer;
-  c.prefill_balancer = spawn_prefill_balancer(sys, std::move(first));
-  const request_queue_config queue_cfg{.max_queued = topo.max_queued_requests,
-                                       .max_running = topo.max_running_requests * topo.decode_ranks};
-  c.queue = spawn_request_queue(sys, queue_cfg, caf::actor_cast<caf::actor>(c.prefill_balancer));
-  caf::anon_send(c.prefill_balancer, peers_atom::value, caf::actor_cast<caf::actor>(c.queue));
+  std::shared_ptr<group_roster> prefill_roster = introduce(untyped_all(c.prefill_ranks), 0, prefill_group);
+  std::shared_ptr<group_roster> decode_roster = introduce(untyped_all(c.decode_ranks), topo.prefill_ranks,
+                                                          decode_group);
+  const front_graph front =
+    spawn_front_graph(sys, c, topo, served_context(topo, w.config.max_position_embeddings), std::move(tok));
   const rank_recipe recipe{.weights = weights,
                            .prefill_cfg = rank_cfg,
                            .decode_cfg = decode_rank_cfg,
+                           .cpus = cpus,
                            .prefill_group = prefill_group,
                            .decode_group = decode_group,
                            .links = links,
@@ -401,9 +291,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
   const std::vector<expert_balancer_config> expert_cfgs =
     w.config.n_routed_experts > 0 ? expert_balancer_configs(w, topo, prefill_group.expert_window_steps)
                                   : std::vector<expert_balancer_config>{};
-  c.supervisor =
-    spawn_supervisor(sys, child_specs(sys, c, recipe, decode_cfg, queue_cfg, prefill_graph, expert_cfgs),
-                     limits, keep_placements(prefill_roster, decode_roster));
+  c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, front, expert_cfgs), limits,
+                                  keep_placements(prefill_roster, decode_roster));
   c.root = untyped(c.supervisor);
   caf::anon_send(copies, watch_atom::value, c.root);
   if (const std::chrono::milliseconds stall = millis(topo.stall_timeout_s); stall.count() > 0) {

@@ -7,6 +7,7 @@
 
 #include "actors/cluster.hpp"
 #include "actors/decode_rank.hpp"
+#include "actors/group_roster.hpp"
 #include "actors/prefill_rank.hpp"
 #include "actors/rank/copy_engine.hpp"
 #include "config/thread_split.hpp"
@@ -44,6 +45,11 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   const thread_split threads = threads_per_rank(here);
   const rank_model_config prefill_cfg = rank_config_of(topo, reference, threads.prefill);
   const rank_model_config decode_cfg = rank_config_of(topo, reference, threads.decode);
+  const std::vector<std::vector<int>> cpus =
+    topo.pin_threads
+      ? assign_cpus(affinity_cpus(), detect_usable_cores().count, threads, node.prefill_ranks,
+                    node.decode_ranks)
+      : std::vector<std::vector<int>>(static_cast<size_t>(node.prefill_ranks + node.decode_ranks));
   node_ranks out;
   const copy_engine_actor copies = spawn_copy_engine(sys);
   out.copy_engine = caf::actor_cast<caf::actor>(copies);
@@ -57,15 +63,25 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   ep_group prefill_group = make_group(w, topo, topo.prefill_ranks);
   for (int64_t r = 0; r < node.prefill_ranks; ++r) {
     prefill_group.rank = out.roster.first_prefill_rank + r;
+    rank_model_config cfg = prefill_cfg;
+    cfg.cpus = cpus[static_cast<size_t>(r)];
     out.roster.prefill_ranks.push_back(
-      caf::actor_cast<caf::actor>(spawn_prefill_rank(sys, weights, prefill_cfg, prefill_group, links)));
+      caf::actor_cast<caf::actor>(spawn_prefill_rank(sys, weights, std::move(cfg), prefill_group, links)));
   }
   ep_group decode_group = make_group(w, topo, topo.decode_ranks);
   for (int64_t r = 0; r < node.decode_ranks; ++r) {
     decode_group.rank = out.roster.first_decode_rank + r;
+    rank_model_config cfg = decode_cfg;
+    cfg.cpus = cpus[static_cast<size_t>(node.prefill_ranks + r)];
     out.roster.decode_ranks.push_back(
-      caf::actor_cast<caf::actor>(spawn_decode_rank(sys, weights, decode_cfg, decode_group, links)));
+      caf::actor_cast<caf::actor>(spawn_decode_rank(sys, weights, std::move(cfg), decode_group, links)));
   }
+  // a group this node hosts whole learns its membership here (its inboxes are this process's);
+  // a group across nodes is not joined yet (the front refuses it: actors/front_cluster.hpp)
+  if (node.prefill_ranks > 0 && node.prefill_ranks == topo.prefill_ranks)
+    out.prefill_group = introduce(out.roster.prefill_ranks, 0, prefill_group);
+  if (node.decode_ranks > 0 && node.decode_ranks == topo.decode_ranks)
+    out.decode_group = introduce(out.roster.decode_ranks, topo.prefill_ranks, decode_group);
   return out;
 }
 

@@ -15,9 +15,13 @@
 
 namespace moe {
 
+struct group_roster;
+
 struct node_ranks {
   node_roster roster;
   caf::actor copy_engine;  // the node's expert copies (actors/rank/copy_engine.hpp)
+  // the memberships of the groups this node hosts whole (null: none, or a group across nodes)
+  std::shared_ptr<group_roster> prefill_group, decode_group;
 
   /// Stops the ranks and the copy engine.
   void stop() const;
@@ -28,7 +32,8 @@ struct node_ranks {
 
 /// Spawns node `node`'s ranks of cluster `c` over `weights` (validate_cluster_for_model
 /// passed). Their threads: --threads-per-rank, or (auto) this process's cores split among its
-/// own ranks. Throws input_error when their KV pools do not fit in memory.
+/// own ranks. A group the node hosts whole is introduced (its members share this process's
+/// inboxes). Throws input_error when their KV pools do not fit in memory.
 [[nodiscard]] node_ranks spawn_node_ranks(caf::actor_system& sys,
                                           std::shared_ptr<const model_weights> weights, const cluster_file& c,
                                           const cluster_node& node, bool reference);

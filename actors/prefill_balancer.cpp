@@ -130,6 +130,37 @@ std::map<uint64_t, prefill_balancer_state::pending_pick>::iterator first_pick_of
 
 bool holds_pick(prefill_balancer_state& st, uint64_t id) { return first_pick_of(st, id) != st.picking.end(); }
 
+// Request `id`'s pick (its `attempt`) failed with `err`: its session, or one made for it,
+// answers with the error (the decode balancer's death only waits for its successor).
+void pick_failed(balancer_pointer self, uint64_t id, uint64_t attempt, const caf::error& err) {
+  auto& st = self->state;
+  auto it = st.picking.find(id);
+  if (it == st.picking.end() || it->second.attempt != attempt)
+    return;
+  if (err == caf::sec::request_receiver_down)
+    return;  // the balancer died: asked again when its successor is introduced
+  // "unavailable: ..." the servers answer as a retryable 503
+  const std::string text = err == serve_errc::unavailable ? "unavailable: " + error_text(err)
+                                                          : self->system().render(err);
+  prefill_balancer_state::pending_pick pick = std::move(it->second);
+  st.picking.erase(it);
+  if (pick.session) {  // it fitted once: the session answers with the error
+    caf::anon_send(pick.session, token_atom::value, token_chunk{id, {}, finish_reason::error, text});
+    return;
+  }
+  if (st.cancelled_while_picking.erase(id))
+    return;
+  // no decode rank can ever hold it: answer through a session, as every request ends
+  const caf::actor session =
+    caf::actor_cast<caf::actor>(spawn_session(self->system(), {.request_id = pick.request_id,
+                                                               .spec = pick.spec,
+                                                               .tok = st.graph.tok,
+                                                               .client = pick.client,
+                                                               .decode_rank = {},
+                                                               .on_done = {st.graph.queue}}));
+  caf::anon_send(session, token_atom::value, token_chunk{pick.request_id, {}, finish_reason::error, text});
+}
+
 // Asks the decode balancer for request `id`'s rank; the answer starts the request, or gives
 // the booking back when the client cancelled meanwhile.
 void ask_pick(balancer_pointer self, uint64_t id) {
@@ -156,6 +187,11 @@ void ask_pick(balancer_pointer self, uint64_t id) {
                                   st.prefill_down.end();
         const bool cancelled = it->second.session ? st.session_ids.count(it->second.session.address()) == 0
                                                   : st.cancelled_while_picking.count(id) > 0;
+        if (ranks_down && !cancelled && !st.graph.ranks_restart)  // back only when their node rejoins
+          return pick_failed(
+            self, id, attempt,
+            caf::make_error(serve_errc::unavailable,
+                            "a rank of the cluster is down in another process; retry later"));
         if (ranks_down && !cancelled) {  // placed on a dead rank, it would only be lost again
           it->second.deferred = true;
           return;
@@ -172,33 +208,7 @@ void ask_pick(balancer_pointer self, uint64_t id) {
           return place_again(self, id, std::move(pick.spec), pick.session, decode_idx);
         start_request(self, id, std::move(pick), decode_idx);
       },
-      [=](caf::error& err) {
-        auto& st = self->state;
-        auto it = st.picking.find(id);
-        if (it == st.picking.end() || it->second.attempt != attempt)
-          return;
-        if (err == caf::sec::request_receiver_down)
-          return;  // the balancer died: asked again when its successor is introduced
-        prefill_balancer_state::pending_pick pick = std::move(it->second);
-        st.picking.erase(it);
-        if (pick.session) {  // it fitted once: the session answers with the error
-          caf::anon_send(pick.session, token_atom::value,
-                         token_chunk{id, {}, finish_reason::error, self->system().render(err)});
-          return;
-        }
-        if (st.cancelled_while_picking.erase(id))
-          return;
-        // no decode rank can ever hold it: answer through a session, as every request ends
-        const caf::actor session =
-          caf::actor_cast<caf::actor>(spawn_session(self->system(), {.request_id = pick.request_id,
-                                                                     .spec = pick.spec,
-                                                                     .tok = st.graph.tok,
-                                                                     .client = pick.client,
-                                                                     .decode_rank = {},
-                                                                     .on_done = {st.graph.queue}}));
-        caf::anon_send(session, token_atom::value,
-                       token_chunk{pick.request_id, {}, finish_reason::error, self->system().render(err)});
-      });
+      [=](caf::error& err) { pick_failed(self, id, attempt, err); });
 }
 
 // Ranks are back: picks held while they were down are asked again (a booking the decode

@@ -64,6 +64,8 @@ struct prefill_balancer_graph {
   int64_t max_migrations = 3;          // per request (session_config::max_migrations)
   double new_token_ratio = 1.0;        // share of the tokens left a pick books KV for (topology_config's)
   prefill_balancer_settings settings;  // as started; num_ranks: set from the prefill ranks
+  bool ranks_restart = true;  // a dead rank's successor comes (in-process); false on the front node of
+                              // a multi-process cluster: a request finds a dead rank -> unavailable
 };
 
 [[nodiscard]] prefill_balancer_actor spawn_prefill_balancer(caf::actor_system& sys,

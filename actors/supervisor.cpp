@@ -122,7 +122,8 @@ void stop_all(supervisor_pointer self, const caf::error& reason) {
     no_successor(c, ": the cluster stopped");
     if (c.handle) {
       self->demonitor(c.handle);
-      caf::anon_send_exit(c.handle, caf::exit_reason::user_shutdown);
+      if (c.spec.restart != restart_policy::elsewhere)  // another process's: it stops with its node
+        caf::anon_send_exit(c.handle, caf::exit_reason::user_shutdown);
       c.handle = {};
     }
   }
@@ -156,6 +157,11 @@ void on_child_down(supervisor_pointer self, const caf::down_msg& dm) {
   }
   if (c->spec.restart == restart_policy::never)
     return no_successor(*c, " ended");
+  if (c->spec.restart == restart_policy::elsewhere) {
+    std::fprintf(stderr, "supervisor: %s, in another process, is down (%s): the cluster goes on without it\n",
+                 who.c_str(), self->system().render(dm.reason).c_str());
+    return no_successor(*c, " is down in another process");
+  }
   if (!c->intensity.allow(restart_intensity::clock::now())) {
     std::fprintf(stderr,
                  "supervisor: %s exited (%s) after %lld restarts, more than its restart limits "

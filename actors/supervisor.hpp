@@ -30,6 +30,8 @@ enum class restart_policy {
   permanent,  // restarted after any exit
   transient,  // restarted after an abnormal exit; a normal one ends it
   never,      // not restartable (yet): an abnormal exit escalates at once
+  elsewhere,  // runs in another process (a node of a multi-process cluster), whose own supervision
+              // restarts it: watched and listed, never restarted or escalated here
 };
 
 /// The current handle of every child, by kind and index (null when none lives); kind

@@ -23,6 +23,7 @@
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_gate.hpp"
+#include "actors/node_join.hpp"
 #include "actors/system_config.hpp"
 #include "config/cluster_file.hpp"
 #include "tools/commands.hpp"
@@ -110,31 +111,14 @@ void run_cluster_ping(const cluster_ping_options& o) {
   configure_actor_system(cfg);
   configure_remote(cfg, c.heartbeat_interval_s, c.connection_timeout_s);
   caf::actor_system sys{cfg};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(o.timeout_s));
   const std::string where = "node " + node.name + " at " + node.host + ":" + std::to_string(node.port);
-  node_gate_actor gate;
-  for (;;) {
-    auto g = sys.middleman().remote_actor<node_gate_actor>(node.host, static_cast<uint16_t>(node.port));
-    if (g) {
-      gate = *g;
-      break;
-    }
-    if (std::chrono::steady_clock::now() > deadline)
-      throw input_error(where + " did not answer within " + std::to_string(o.timeout_s) +
-                        " s: " + sys.render(g.error()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const std::optional<node_roster> roster = join_node(sys, node, o.cluster.value_or(c.name),
+                                                      o.token.value_or(c.token), "cluster ping", deadline);
   caf::scoped_actor self{sys};
   const auto wait = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(o.timeout_s));
-  std::optional<node_roster> roster;
-  std::string refused;
-  self
-    ->request(gate, wait, join_atom::value, o.cluster.value_or(c.name), o.token.value_or(c.token),
-              std::string("cluster ping"))
-    .receive([&](node_roster& r) { roster = std::move(r); },
-             [&](caf::error& e) { refused = error_text(e).empty() ? sys.render(e) : error_text(e); });
-  if (!roster)
-    throw input_error(refused);
   std::printf("%s: joined (cluster %s)\n", where.c_str(), c.name.c_str());
   const auto print_ranks = [&](const char* role, int64_t first, const std::vector<caf::actor>& ranks) {
     for (size_t i = 0; i < ranks.size(); ++i) {

@@ -9,9 +9,11 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "actors/cluster.hpp"
 #include "actors/system_config.hpp"
+#include "config/cluster_file.hpp"
 #include "config/thread_split.hpp"
 #include "kernels/model/weights.hpp"
 #include "net/rpc_server.hpp"
@@ -54,76 +56,115 @@ void wait_for_signal(const sigset_t& signals) {
   sigwait(&signals, &signal);
 }
 
+// Serves cluster `c` on `sys` over MessagePack-RPC and HTTP until SIGINT or SIGTERM, then
+// drains and stops the server (the caller stops the cluster).
+void serve_until_signal(caf::actor_system& sys, const cluster& c, const topology_config& topo,
+                        std::shared_ptr<const tokenizer> tok, const model_config& model, serve_options& o,
+                        const sigset_t& signals, const std::string& threads_line) {
+  o.limits.idle_timeout = millis(o.idle_timeout_s);
+  o.limits.read_timeout = millis(o.read_timeout_s);
+  o.limits.keep_alive_timeout = millis(o.keep_alive_timeout_s);
+  net::serving_target target{
+    .handles = c,
+    .tok = std::move(tok),
+    .vocab_size = model.vocab_size,
+    .max_context = static_cast<size_t>(served_context(topo, model.max_position_embeddings)),
+    .model_name = std::filesystem::path(o.model_dir).lexically_normal().filename().string()};
+  if (target.model_name.empty())
+    target.model_name = std::filesystem::path(o.model_dir).parent_path().filename().string();
+  std::optional<uint16_t> http_port;  // off at 0
+  if (topo.http_port > 0)
+    http_port = static_cast<uint16_t>(topo.http_port);
+  else if (topo.http_port == -1)  // the port after --port; any free one after 0 or 65535
+    http_port = static_cast<uint16_t>(topo.port == 0 || topo.port == 65535 ? 0 : topo.port + 1);
+  net::rpc_server server(sys, target,
+                         {.host = topo.host,
+                          .port = static_cast<uint16_t>(topo.port),
+                          .http_port = http_port,
+                          .limits = o.limits,
+                          .keys = o.keys,
+                          .log_stats_interval = std::chrono::seconds(o.log_stats_interval_s),
+                          .fault_injection = o.fault_injection});
+  // the context served, which may be less than --max-context (the model's or a KV pool's limit)
+  std::printf(
+    "moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks, context %zu tokens%s)\n",
+    server.address().c_str(), target.model_name.c_str(), static_cast<long long>(topo.prefill_ranks),
+    static_cast<long long>(topo.decode_ranks), target.max_context,
+    o.keys.api_key.empty() ? "" : ", api key required");
+  if (server.http_port() != 0)
+    std::printf("moeserve: HTTP on http://%s:%u (OpenAI-compatible /v1, /health, /ready, /admin)\n",
+                topo.host.c_str(), static_cast<unsigned>(server.http_port()));
+  if (!threads_line.empty())
+    std::printf("moeserve: threads: %s\n", threads_line.c_str());
+  std::fflush(stdout);
+  if (static_cast<int64_t>(target.max_context) < topo.max_context)  // vLLM refuses; we say so
+    net::server_log().warn("serving a context of {} tokens, less than --max-context {}: the model's "
+                           "max_position_embeddings is {}, one rank's KV pool {} ({} blocks x {})",
+                           target.max_context, topo.max_context, model.max_position_embeddings,
+                           topo.kv_blocks * topo.page_size, topo.kv_blocks, topo.page_size);
+  wait_for_signal(signals);
+  std::printf("moeserve: stopping: new generates get 503; those in flight have %.0f s to finish\n",
+              o.shutdown_grace_s);
+  std::fflush(stdout);
+  if (const int64_t cut = server.drain(millis(o.shutdown_grace_s)); cut > 0)
+    std::printf("moeserve: %lld generates did not finish in time and were answered 503\n",
+                static_cast<long long>(cut));
+  server.stop();
+  std::printf("moeserve: stopped\n");
+  std::fflush(stdout);
+}
+
+// The front node of a multi-process cluster: joins the nodes that run ranks, then serves as a
+// one-process server does. --port and --http-port override the file's rpc_port and http_port.
+void run_front(serve_options& o, const cluster_file& file, const cluster_node& front,
+               const sigset_t& signals) {
+  topology_config topo = file.topology;
+  if (o.topology.port)
+    topo.port = *o.topology.port;
+  if (o.topology.http_port)
+    topo.http_port = *o.topology.http_port;
+  validate(topo);
+  if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
+    throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
+  const model_config model = load_model_config(o.model_dir);
+  validate_cluster_for_model(file, model, o.node.cluster_file);
+  if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
+    throw input_error(o.model_dir + "/tokenizer.json not found: the front node needs the model's tokenizer");
+  const std::shared_ptr<const tokenizer> tok = tokenizer::load(o.model_dir);
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg);
+  configure_remote(cfg, file.heartbeat_interval_s, file.connection_timeout_s);
+  caf::actor_system sys{cfg};
+  const cluster c = join_cluster(sys, file, front, model, tok);
+  struct stop_on_exit {
+    const cluster& c;
+    ~stop_on_exit() { c.stop(); }
+  } stop{c};
+  serve_until_signal(sys, c, topo, tok, model, o, signals, "");  // the nodes print their own
+}
+
 void run(serve_options& o) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts
-  if (!o.node.cluster_file.empty())
+  if (!o.node.cluster_file.empty()) {
+    const cluster_file file = load_cluster(o.node.cluster_file);
+    const cluster_node& node = find_node(file, o.node.node);
+    if (node.front)
+      return run_front(o, file, node, signals);
     return run_cluster_node(o.node, o.model_dir, o.weights, o.reference, signals);
-
+  }
   const topology_config topo = resolve_topology(o.topology);
   if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
     throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
   auto [weights, tok] = load_for_serving(o.model_dir, topo, o.weights, o.reference, "serve");
-  o.limits.idle_timeout = millis(o.idle_timeout_s);
-  o.limits.read_timeout = millis(o.read_timeout_s);
-  o.limits.keep_alive_timeout = millis(o.keep_alive_timeout_s);
-
   running_cluster running(weights, tok, {.topology = topo, .reference = o.reference});
-  caf::actor_system& sys = running.system();
-  const cluster& c = running.handles();
-  net::serving_target target{
-    .handles = c,
-    .tok = tok,
-    .vocab_size = weights->config.vocab_size,
-    .max_context = static_cast<size_t>(served_context(topo, weights->config.max_position_embeddings)),
-    .model_name = std::filesystem::path(o.model_dir).lexically_normal().filename().string()};
-  if (target.model_name.empty())
-    target.model_name = std::filesystem::path(o.model_dir).parent_path().filename().string();
-  {
-    std::optional<uint16_t> http_port;  // off at 0
-    if (topo.http_port > 0)
-      http_port = static_cast<uint16_t>(topo.http_port);
-    else if (topo.http_port == -1)  // the port after --port; any free one after 0 or 65535
-      http_port = static_cast<uint16_t>(topo.port == 0 || topo.port == 65535 ? 0 : topo.port + 1);
-    net::rpc_server server(sys, target,
-                           {.host = topo.host,
-                            .port = static_cast<uint16_t>(topo.port),
-                            .http_port = http_port,
-                            .limits = o.limits,
-                            .keys = o.keys,
-                            .log_stats_interval = std::chrono::seconds(o.log_stats_interval_s),
-                            .fault_injection = o.fault_injection});
-    // the context served, which may be less than --max-context (the model's or a KV pool's limit)
-    std::printf(
-      "moeserve: listening on %s (model %s, %lld prefill + %lld decode ranks, context %zu tokens%s)\n",
-      server.address().c_str(), target.model_name.c_str(), static_cast<long long>(topo.prefill_ranks),
-      static_cast<long long>(topo.decode_ranks), target.max_context,
-      o.keys.api_key.empty() ? "" : ", api key required");
-    if (server.http_port() != 0)
-      std::printf("moeserve: HTTP on http://%s:%u (OpenAI-compatible /v1, /health, /ready, /admin)\n",
-                  topo.host.c_str(), static_cast<unsigned>(server.http_port()));
-    std::printf("moeserve: threads: %s%s\n", describe(detect_usable_cores(), threads_per_rank(topo)).c_str(),
-                topo.threads_per_rank > 0 ? " (--threads-per-rank)" : "");
-    std::fflush(stdout);
-    if (static_cast<int64_t>(target.max_context) < topo.max_context)  // vLLM refuses; we say so
-      net::server_log().warn("serving a context of {} tokens, less than --max-context {}: the model's "
-                             "max_position_embeddings is {}, one rank's KV pool {} ({} blocks x {})",
-                             target.max_context, topo.max_context, weights->config.max_position_embeddings,
-                             topo.kv_blocks * topo.page_size, topo.kv_blocks, topo.page_size);
-    wait_for_signal(signals);
-    std::printf("moeserve: stopping: new generates get 503; those in flight have %.0f s to finish\n",
-                o.shutdown_grace_s);
-    std::fflush(stdout);
-    if (const int64_t cut = server.drain(millis(o.shutdown_grace_s)); cut > 0)
-      std::printf("moeserve: %lld generates did not finish in time and were answered 503\n",
-                  static_cast<long long>(cut));
-    server.stop();
-    std::printf("moeserve: stopped\n");
-    std::fflush(stdout);
-  }
+  const std::string threads = describe(detect_usable_cores(), threads_per_rank(topo)) +
+                              (topo.threads_per_rank > 0 ? " (--threads-per-rank)" : "") +
+                              (topo.pin_threads ? ", pinned to cores in rank order" : "");
+  serve_until_signal(running.system(), running.handles(), topo, tok, weights->config, o, signals, threads);
 }
 
 }  // namespace

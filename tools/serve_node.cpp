@@ -8,7 +8,9 @@
 
 #include <cstdio>
 
+#include "actors/front_cluster.hpp"
 #include "actors/node_gate.hpp"
+#include "actors/node_join.hpp"
 #include "actors/node_ranks.hpp"
 #include "actors/system_config.hpp"
 #include "config/cluster_file.hpp"
@@ -37,10 +39,6 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
                       bool reference, const sigset_t& signals) {
   const cluster_file c = load_cluster(o.cluster_file);
   const cluster_node& node = find_node(c, o.node);
-  if (node.front)
-    throw input_error("--node " + node.name +
-                      ": the front node of a multi-process cluster is not built yet; nodes that run "
-                      "ranks are (moeserve cluster ping FILE --node NAME reaches them)");
   validate_cluster_for_model(c, load_model_config(model_dir), o.cluster_file);
   auto w = std::make_shared<const model_weights>(load_weights(model_dir, weights, reference));
 
@@ -66,6 +64,30 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
   std::fflush(stdout);
   caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
   ranks.stop();
+}
+
+cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluster_node& front,
+                     const model_config& model, std::shared_ptr<const tokenizer> tok,
+                     std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<const cluster_node*> awaited;
+  for (const cluster_node& n : c.nodes)
+    if (n.prefill_ranks + n.decode_ranks > 0)
+      awaited.push_back(&n);
+  std::vector<node_roster> rosters;
+  // one node at a time, each tried until it listens: a later one's wait is the earlier ones' too
+  for (size_t i = 0; i < awaited.size(); ++i) {
+    std::string names;
+    for (size_t j = i; j < awaited.size(); ++j)
+      names += (names.empty() ? "" : ", ") + awaited[j]->name;
+    std::printf("moeserve: front %s of cluster %s: waiting for %s\n", front.name.c_str(), c.name.c_str(),
+                names.c_str());
+    std::fflush(stdout);
+    rosters.push_back(join_node(sys, *awaited[i], c.name, c.token, front.name, deadline));
+    std::printf("moeserve: joined node %s (%s)\n", awaited[i]->name.c_str(), hosted(rosters.back()).c_str());
+    std::fflush(stdout);
+  }
+  return spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters);
 }
 
 }  // namespace moe::tools

@@ -1,10 +1,16 @@
 // tools/serve_node.hpp
-// `moeserve serve --cluster FILE --node NAME` for a node that runs ranks: one process of a
-// multi-process cluster (config/cluster.toml).
+// `moeserve serve --cluster FILE --node NAME`: one process of a multi-process cluster
+// (config/cluster.toml), a node that runs ranks or the front node that joins them.
 #pragma once
 
+#include <caf/actor_system.hpp>
+#include <chrono>
 #include <csignal>
+#include <memory>
 #include <string>
+
+#include "actors/cluster.hpp"
+#include "config/cluster_file.hpp"
 
 #include "tools/lib/model_session.hpp"
 
@@ -18,8 +24,16 @@ struct node_options {
 /// Checks the cluster file and the model before loading, loads the weights, spawns the node's
 /// ranks, publishes its gate on the node's address (nothing else is reachable without the
 /// cluster's token), prints "moeserve: node NAME of cluster C on HOST:PORT (...)" and serves
-/// until one of `signals` arrives. The front node's part is not built yet: an input_error says so.
+/// until one of `signals` arrives.
 void run_cluster_node(const node_options& o, const std::string& model_dir, const weight_options& weights,
                       bool reference, const sigset_t& signals);
+
+/// The front node's cluster: joins every node of `c` that runs ranks as soon as it listens
+/// (nodes start in any order; the ones still awaited are printed every few seconds), then
+/// spawns the queue, balancers and supervisor over their ranks on `sys` (actors/front_cluster.hpp).
+/// Throws input_error when a node refuses or none answers within `timeout`.
+[[nodiscard]] cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluster_node& front,
+                                   const model_config& model, std::shared_ptr<const tokenizer> tok,
+                                   std::chrono::seconds timeout = std::chrono::seconds(600));
 
 }  // namespace moe::tools

@@ -1,0 +1,32 @@
+// actors/front_cluster.hpp
+// The front node of a multi-process cluster (config/cluster.toml): the request queue, the
+// balancers and the sessions run here, over ranks that other nodes run and listed in the rosters
+// their gates handed out (actors/node_gate.hpp). The supervisor here watches those ranks and
+// lists them (admin.actors, stats), but their own nodes run them (restart_policy::elsewhere):
+// a rank that is lost is reported and left out, never restarted from here.
+#pragma once
+
+#include <caf/actor_system.hpp>
+#include <memory>
+#include <vector>
+
+#include "actors/cluster.hpp"
+#include "actors/node_gate.hpp"
+#include "config/model_config.hpp"
+
+namespace moe {
+
+/// The front's cluster over the rosters' ranks: every prefill rank 0 .. P-1 and decode rank
+/// 0 .. D-1 of `topo` exactly once among them, or an input_error naming what is missing or
+/// listed twice.
+[[nodiscard]] cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
+                                          std::shared_ptr<const tokenizer> tok, const topology_config& topo,
+                                          const std::vector<node_roster>& rosters);
+
+/// The prefill ranks (`prefill`) or decode ranks of the rosters in group order; input_error when
+/// a rank of 0 .. count-1 is missing or listed twice, or when the group is split over nodes
+/// (an expert-parallel group across processes is not built yet). Pure.
+[[nodiscard]] std::vector<caf::actor> ranks_in_order(const std::vector<node_roster>& rosters, bool prefill,
+                                                     int64_t count);
+
+}  // namespace moe

@@ -1,0 +1,44 @@
+// actors/group_roster.cpp
+#include "actors/group_roster.hpp"
+
+namespace moe {
+namespace {
+
+// Each new epoch's steps start this far above the last one's (2^40 steps of a rank per epoch).
+constexpr int epoch_step_bits = 40;
+
+}  // namespace
+
+void tell_members(const group_roster& g) {
+  for (const caf::actor& rank : g.members.peers)
+    caf::anon_send(rank, peers_atom::value, g.members);
+}
+
+std::shared_ptr<group_roster> introduce(const std::vector<caf::actor>& ranks, int64_t first_global_rank,
+                                        const ep_group& group) {
+  auto g = std::make_shared<group_roster>();
+  g->members.placements = group.placements;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    g->members.peers.push_back(ranks[r]);
+    g->members.inboxes.push_back(std::make_shared<ep_inbox>());
+    g->members.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
+  }
+  tell_members(*g);
+  return g;
+}
+
+void rejoin(group_roster& g, size_t r, const caf::actor& fresh) {
+  if (g.members.peers.size() < 2)
+    return;  // a group of one needs no introduction
+  g.members.peers[r] = fresh;
+  g.members.inboxes[r] = std::make_shared<ep_inbox>();
+  g.members.first_step = ++g.epoch << epoch_step_bits;
+  tell_members(g);
+}
+
+void renew(group_roster& g) {
+  g.members.first_step = ++g.epoch << epoch_step_bits;
+  tell_members(g);
+}
+
+}  // namespace moe

@@ -1,0 +1,42 @@
+// actors/group_roster.hpp
+// An expert-parallel group's membership as whoever spawned its ranks keeps it: the ranks in
+// order, an inbox each, and the epochs their restarts start. The in-process cluster's supervisor
+// keeps one per group (its restarts run on its thread, one at a time); a node of a multi-process
+// cluster keeps one per group it hosts whole.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/send.hpp>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/atoms.hpp"
+#include "actors/rank/ep_member.hpp"
+#include "actors/rank/ep_rank_core.hpp"
+
+namespace moe {
+
+struct group_roster {
+  ep_membership members;
+  int64_t epoch = 0;  // restarts of its ranks so far
+};
+
+/// Tells each rank of the group who its peers are and where their inboxes are.
+void tell_members(const group_roster& g);
+
+/// The first membership of a group of `ranks` (global rank ids from `first_global_rank`, the
+/// link model's and the trace's numbering), with the group's first placement; told to them.
+[[nodiscard]] std::shared_ptr<group_roster> introduce(const std::vector<caf::actor>& ranks,
+                                                      int64_t first_global_rank, const ep_group& group);
+
+/// Rank `r` of a group of two or more was restarted: a new epoch with the fresh rank and a fresh
+/// inbox for it. The survivors abandon the step they are in (it waits for the dead rank) and
+/// run its requests again; the dead rank's requests are placed again by their sessions.
+void rejoin(group_roster& g, size_t r, const caf::actor& fresh);
+
+/// A new membership of the same ranks: each abandons the step it is in and takes the roster's
+/// placement from the new first step.
+void renew(group_roster& g);
+
+}  // namespace moe

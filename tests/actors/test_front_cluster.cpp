@@ -1,0 +1,74 @@
+// tests/actors/test_front_cluster.cpp
+// The front node orders the ranks the nodes' rosters list into the cluster's groups: every rank
+// exactly once, in group order whatever the order the nodes joined in; a missing rank, one
+// listed twice, one out of range or a group split over nodes is an error naming it.
+#include <doctest/doctest.h>
+
+#include <caf/event_based_actor.hpp>
+
+#include <string>
+#include <vector>
+
+#include "actor_fixture.hpp"
+#include "actors/front_cluster.hpp"
+
+using moe::testing::actor_fixture;
+
+namespace {
+
+caf::behavior idle(caf::event_based_actor*) {
+  return {[](int32_t) {}};
+}
+
+// The error ranks_in_order throws, or "" when it does not.
+std::string error_of(const std::vector<moe::node_roster>& rosters, bool prefill, int64_t count) {
+  try {
+    (void)moe::ranks_in_order(rosters, prefill, count);
+  } catch (const moe::input_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(actor_fixture, "front: the rosters' ranks in group order, whichever node joined first") {
+  std::vector<caf::actor> a;
+  a.reserve(5);
+  for (int i = 0; i < 5; ++i)
+    a.push_back(sys.spawn(idle));
+  const moe::node_roster decode{.node = "decode-0",
+                                .first_prefill_rank = 0,
+                                .prefill_ranks = {},
+                                .first_decode_rank = 0,
+                                .decode_ranks = {a[2], a[3], a[4]}};
+  const moe::node_roster prefill{.node = "prefill-0",
+                                 .first_prefill_rank = 0,
+                                 .prefill_ranks = {a[0], a[1]},
+                                 .first_decode_rank = 0,
+                                 .decode_ranks = {}};
+  CHECK(moe::ranks_in_order({decode, prefill}, true, 2) == std::vector<caf::actor>{a[0], a[1]});
+  CHECK(moe::ranks_in_order({decode, prefill}, false, 3) == std::vector<caf::actor>{a[2], a[3], a[4]});
+
+  CHECK(error_of({decode, prefill}, false, 4) == "no node lists decode rank 3");
+  CHECK(error_of({decode, prefill}, true, 1) == "node prefill-0 lists prefill rank 1, but the cluster has 1");
+  moe::node_roster twice = prefill;
+  twice.node = "prefill-1";
+  CHECK(error_of({prefill, twice}, true, 2) == "prefill rank 0 is listed by nodes prefill-0 and prefill-1");
+  // decode ranks 0-1 on one node and 2 on another: one expert-parallel group over two processes
+  const moe::node_roster first{.node = "decode-0",
+                               .first_prefill_rank = 0,
+                               .prefill_ranks = {},
+                               .first_decode_rank = 0,
+                               .decode_ranks = {a[2], a[3]}};
+  const moe::node_roster second{.node = "decode-1",
+                                .first_prefill_rank = 0,
+                                .prefill_ranks = {},
+                                .first_decode_rank = 2,
+                                .decode_ranks = {a[4]}};
+  CHECK(error_of({first, second}, false, 3) ==
+        "the decode ranks' expert-parallel group is split over nodes decode-0 and decode-1: a group across "
+        "processes is not built yet; put each role's ranks on one node");
+  for (const caf::actor& x : a)
+    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+}
