@@ -2,10 +2,12 @@
 #include "actors/front_cluster.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/send.hpp>
 
 #include <string>
 
 #include "actors/front_graph.hpp"
+#include "actors/rank/ep_member.hpp"
 #include "config/model_config.hpp"
 
 namespace moe {
@@ -32,22 +34,48 @@ std::vector<caf::actor> ranks_in_order(const std::vector<node_roster>& rosters, 
   for (size_t at = 0; at < out.size(); ++at)
     if (hosts[at].empty())
       throw input_error(std::string("no node lists ") + role + " rank " + std::to_string(at));
-  for (size_t at = 1; at < out.size(); ++at)
-    if (hosts[at] != hosts[0])
-      throw input_error(std::string("the ") + role + " ranks' expert-parallel group is split over nodes " +
-                        hosts[0] + " and " + hosts[at] +
-                        ": a group across processes is not built yet; put each role's ranks on one node");
   return out;
 }
+
+bool split_over_nodes(const std::vector<node_roster>& rosters, bool prefill) {
+  int nodes = 0;
+  for (const node_roster& r : rosters)
+    nodes += (prefill ? r.prefill_ranks : r.decode_ranks).empty() ? 0 : 1;
+  return nodes > 1;
+}
+
+namespace {
+
+// A group over several processes learns its membership from here: no inboxes (each rank sends
+// its peers their payloads as messages), global ranks from `first_global_rank`, step 0, and each
+// rank's own default placement.
+void introduce_across(const std::vector<caf::actor>& ranks, int64_t first_global_rank) {
+  ep_membership m;
+  m.peers = ranks;
+  m.inboxes.assign(ranks.size(), nullptr);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    m.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
+  for (const caf::actor& r : ranks)
+    caf::anon_send(r, peers_atom::value, m);
+}
+
+}  // namespace
 
 cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                             std::shared_ptr<const tokenizer> tok, const topology_config& topo,
                             const std::vector<node_roster>& rosters) {
   cluster c;
-  for (const caf::actor& r : ranks_in_order(rosters, true, topo.prefill_ranks))
+  const std::vector<caf::actor> prefill = ranks_in_order(rosters, true, topo.prefill_ranks);
+  const std::vector<caf::actor> decode = ranks_in_order(rosters, false, topo.decode_ranks);
+  for (const caf::actor& r : prefill)
     c.prefill_ranks.push_back(caf::actor_cast<prefill_rank_actor>(r));
-  for (const caf::actor& r : ranks_in_order(rosters, false, topo.decode_ranks))
+  for (const caf::actor& r : decode)
     c.decode_ranks.push_back(caf::actor_cast<decode_rank_actor>(r));
+  // a node introduced a group it hosts whole; the front introduces one split over nodes
+  if (split_over_nodes(rosters, true))
+    introduce_across(prefill, 0);
+  if (split_over_nodes(rosters, false))
+    introduce_across(decode, topo.prefill_ranks);
   const front_graph front = spawn_front_graph(
     sys, c, topo, served_context(topo, model.max_position_embeddings), std::move(tok), false);
   std::vector<child_spec> specs = front_child_specs(sys, c, front);

@@ -3,7 +3,9 @@
 // balancers and the sessions run here, over ranks that other nodes run and listed in the rosters
 // their gates handed out (actors/node_gate.hpp). The supervisor here watches those ranks and
 // lists them (admin.actors, stats), but their own nodes run them (restart_policy::elsewhere):
-// a rank that is lost is reported and left out, never restarted from here.
+// a rank that is lost is reported and left out, never restarted from here. An expert-parallel
+// group split over nodes is introduced from here: its ranks send each other their dispatches and
+// combines as messages through the middleman.
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -24,9 +26,12 @@ namespace moe {
                                           const std::vector<node_roster>& rosters);
 
 /// The prefill ranks (`prefill`) or decode ranks of the rosters in group order; input_error when
-/// a rank of 0 .. count-1 is missing or listed twice, or when the group is split over nodes
-/// (an expert-parallel group across processes is not built yet). Pure.
+/// a rank of 0 .. count-1 is missing or listed twice. Pure.
 [[nodiscard]] std::vector<caf::actor> ranks_in_order(const std::vector<node_roster>& rosters, bool prefill,
                                                      int64_t count);
+
+/// Whether the group's ranks are on more than one node (the front introduces such a group, its
+/// members exchanging payloads as messages; a node introduces a group it hosts whole). Pure.
+[[nodiscard]] bool split_over_nodes(const std::vector<node_roster>& rosters, bool prefill);
 
 }  // namespace moe

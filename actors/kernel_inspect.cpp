@@ -3,6 +3,7 @@
 
 #include <caf/sec.hpp>
 
+#include <algorithm>
 #include <optional>
 
 namespace moe {
@@ -10,6 +11,31 @@ namespace {
 
 // A KV blob no decode rank could hold: a corrupt or hostile shape, refused before allocating.
 constexpr uint64_t max_kv_floats = uint64_t{1} << 34;  // 64 GiB
+// Rows x channels of one EP payload: far above any step's tokens x hidden.
+constexpr uint64_t max_payload_elements = uint64_t{1} << 34;
+
+uint64_t element_bytes(payload_dtype t) {
+  return t == payload_dtype::fp8 ? 1 : t == payload_dtype::bf16 ? 2 : 4;
+}
+
+template <class T>
+caf::error save_raw(caf::serializer& f, std::vector<T>& v) {
+  uint64_t n = v.size();
+  if (auto err = f(n))
+    return err;
+  return n > 0 ? f.apply_raw(n * sizeof(T), v.data()) : caf::error{};
+}
+
+template <class T>
+caf::error load_raw(caf::deserializer& f, std::vector<T>& v, uint64_t max) {
+  uint64_t n = 0;
+  if (auto err = f(n))
+    return err;
+  if (n > max)
+    return caf::make_error(caf::sec::invalid_argument);
+  v.resize(n);
+  return n > 0 ? f.apply_raw(n * sizeof(T), v.data()) : caf::error{};
+}
 
 }  // namespace
 
@@ -53,6 +79,73 @@ caf::error inspect(caf::deserializer& f, kv_pages& x) {
     return caf::make_error(caf::sec::invalid_argument);
   x.data.resize(n);
   return n > 0 ? f.apply_raw(n * sizeof(float), x.data.data()) : caf::error{};
+}
+
+caf::error inspect(caf::serializer& f, token_payload& x) {
+  auto type = static_cast<uint8_t>(x.type);
+  if (auto err = f(caf::meta::type_name("token_payload"), type, x.num_rows, x.dim))
+    return err;
+  if (auto err = save_raw(f, x.data))
+    return err;
+  return save_raw(f, x.scales);
+}
+
+caf::error inspect(caf::deserializer& f, token_payload& x) {
+  uint8_t type = 0;
+  if (auto err = f(caf::meta::type_name("token_payload"), type, x.num_rows, x.dim))
+    return err;
+  if (type > static_cast<uint8_t>(payload_dtype::fp32) || x.num_rows < 0 || x.dim < 0 ||
+      static_cast<unsigned __int128>(x.num_rows) * static_cast<unsigned __int128>(x.dim) >
+        max_payload_elements)
+    return caf::make_error(caf::sec::invalid_argument);
+  x.type = static_cast<payload_dtype>(type);
+  const uint64_t elements = static_cast<uint64_t>(x.num_rows) * static_cast<uint64_t>(x.dim);
+  const uint64_t blocks = x.type == payload_dtype::fp8
+                            ? static_cast<uint64_t>(x.num_rows) *
+                                static_cast<uint64_t>((x.dim + payload_block - 1) / payload_block)
+                            : 0;
+  if (auto err = load_raw(f, x.data, elements * element_bytes(x.type)))
+    return err;
+  if (auto err = load_raw(f, x.scales, blocks))
+    return err;
+  if (x.data.size() != elements * element_bytes(x.type) || x.scales.size() != blocks)
+    return caf::make_error(caf::sec::invalid_argument);
+  return {};
+}
+
+caf::error inspect(caf::serializer& f, ep_dispatch& x) {
+  auto combine_type = static_cast<uint8_t>(x.combine_type);
+  auto sum = static_cast<uint8_t>(x.sum);
+  if (auto err = f(caf::meta::type_name("ep_dispatch"), x.key, x.src_rank, x.rows, combine_type, sum))
+    return err;
+  if (auto err = save_raw(f, x.pair_row))
+    return err;
+  if (auto err = save_raw(f, x.pair_expert))
+    return err;
+  return save_raw(f, x.pair_weight);
+}
+
+caf::error inspect(caf::deserializer& f, ep_dispatch& x) {
+  uint8_t combine_type = 0, sum = 0;
+  if (auto err = f(caf::meta::type_name("ep_dispatch"), x.key, x.src_rank, x.rows, combine_type, sum))
+    return err;
+  if (combine_type > static_cast<uint8_t>(payload_dtype::fp32) ||
+      sum > static_cast<uint8_t>(combine_sum::per_rank))
+    return caf::make_error(caf::sec::invalid_argument);
+  x.combine_type = static_cast<payload_dtype>(combine_type);
+  x.sum = static_cast<combine_sum>(sum);
+  const uint64_t max_pairs = max_payload_elements;
+  if (auto err = load_raw(f, x.pair_row, max_pairs))
+    return err;
+  if (auto err = load_raw(f, x.pair_expert, max_pairs))
+    return err;
+  if (auto err = load_raw(f, x.pair_weight, max_pairs))
+    return err;
+  if (x.pair_expert.size() != x.pair_row.size() || x.pair_weight.size() != x.pair_row.size() ||
+      std::any_of(x.pair_row.begin(), x.pair_row.end(),
+                  [&](int32_t r) { return r < 0 || r >= x.rows.num_rows; }))
+    return caf::make_error(caf::sec::invalid_argument);
+  return {};
 }
 
 }  // namespace moe

@@ -10,6 +10,7 @@
 #include <caf/meta/type_name.hpp>
 #include <caf/serializer.hpp>
 
+#include "kernels/model/expert_parallel.hpp"
 #include "kernels/model/kv_handoff.hpp"
 #include "kernels/sampling/logprobs.hpp"
 #include "kernels/sampling/sampler.hpp"
@@ -46,6 +47,42 @@ caf::error inspect(caf::deserializer& f, kv_pages& x);
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_pages& x) {
   return f(caf::meta::type_name("kv_pages"), x.num_layers, x.num_tokens, x.kv_dim);
+}
+
+/// Encoded rows: the type as its one-byte value, the shape, then data and (FP8) scales as raw
+/// blobs; a type, shape or blob size that does not fit together is refused.
+caf::error inspect(caf::serializer& f, token_payload& x);
+caf::error inspect(caf::deserializer& f, token_payload& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_payload& x) {
+  return f(caf::meta::type_name("token_payload"), x.num_rows, x.dim);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ep_key& x) {
+  return f(caf::meta::type_name("ep_key"), x.step, x.layer_idx, x.micro_batch);
+}
+
+/// A dispatch's pairs as raw blobs of one length each (refused when they differ, or when a pair
+/// names a row the payload does not have); the combine's type and sum as their one-byte values.
+caf::error inspect(caf::serializer& f, ep_dispatch& x);
+caf::error inspect(caf::deserializer& f, ep_dispatch& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ep_dispatch& x) {
+  return f(caf::meta::type_name("ep_dispatch"), x.key, x.src_rank, x.rows);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ep_combine& x) {
+  return f(caf::meta::type_name("ep_combine"), x.key, x.src_rank, x.outputs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_placement& x) {
+  return f(caf::meta::type_name("layer_placement"), x.num_ranks, x.slots_per_rank, x.slot_expert,
+           x.expert_slots);
 }
 
 }  // namespace moe

@@ -182,9 +182,12 @@ void ask_pick(balancer_pointer self, uint64_t id) {
         auto it = st.picking.find(id);
         if (it == st.picking.end() || it->second.attempt != attempt)
           return;  // asked again of a newer balancer
-        const bool ranks_down = st.decode_down.at(decode_idx) ||
-                                std::find(st.prefill_down.begin(), st.prefill_down.end(), true) !=
-                                  st.prefill_down.end();
+        // (ranks that do not restart: one lost decode rank stalls its whole group, no elastic EP yet)
+        const bool ranks_down =
+          (st.graph.ranks_restart
+             ? st.decode_down.at(decode_idx)
+             : std::find(st.decode_down.begin(), st.decode_down.end(), true) != st.decode_down.end()) ||
+          std::find(st.prefill_down.begin(), st.prefill_down.end(), true) != st.prefill_down.end();
         const bool cancelled = it->second.session ? st.session_ids.count(it->second.session.address()) == 0
                                                   : st.cancelled_while_picking.count(id) > 0;
         if (ranks_down && !cancelled && !st.graph.ranks_restart)  // back only when their node rejoins

@@ -10,6 +10,7 @@
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_gate.hpp"
+#include "actors/rank/ep_member.hpp"
 
 namespace moe {
 
@@ -35,6 +36,9 @@ void configure_remote(caf::actor_system_config& cfg, double heartbeat_s, double 
   cfg.add_message_type<token_chunk>("moe::token_chunk");
   cfg.add_message_type<kv_handoff>("moe::kv_handoff");
   cfg.add_message_type<kv_pages>("moe::kv_pages");
+  cfg.add_message_type<ep_membership>("moe::ep_membership");
+  cfg.add_message_type<ep_dispatch>("moe::ep_dispatch");
+  cfg.add_message_type<ep_combine>("moe::ep_combine");
 }
 
 }  // namespace moe

@@ -1,6 +1,8 @@
 // actors/rank/ep_member.cpp
 #include "actors/rank/ep_member.hpp"
 
+#include <caf/sec.hpp>
+
 namespace moe {
 
 std::shared_ptr<const std::vector<layer_placement>> default_placements(const model_weights& weights,
@@ -22,6 +24,27 @@ placement_report report_placement(const ep_rank_core& core) {
     for (const layer_placement& l : *p)
       out.slot_expert.push_back(l.slot_expert);
   return out;
+}
+
+caf::error inspect(caf::serializer& f, ep_membership& x) {
+  bool has_placements = x.placements != nullptr;
+  std::vector<layer_placement> placements = has_placements ? *x.placements : std::vector<layer_placement>{};
+  return f(caf::meta::type_name("ep_membership"), x.peers, x.global_ranks, x.first_step, has_placements,
+           placements, x.placement_epoch);
+}
+
+caf::error inspect(caf::deserializer& f, ep_membership& x) {
+  bool has_placements = false;
+  std::vector<layer_placement> placements;
+  if (auto err = f(caf::meta::type_name("ep_membership"), x.peers, x.global_ranks, x.first_step,
+                   has_placements, placements, x.placement_epoch))
+    return err;
+  if (x.global_ranks.size() != x.peers.size())
+    return caf::make_error(caf::sec::invalid_argument);
+  x.inboxes.assign(x.peers.size(), nullptr);
+  x.placements = has_placements ? std::make_shared<const std::vector<layer_placement>>(std::move(placements))
+                                : nullptr;
+  return {};
 }
 
 }  // namespace moe

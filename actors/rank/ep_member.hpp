@@ -9,6 +9,7 @@
 #include <string>
 
 #include "actors/errors.hpp"
+#include "actors/kernel_inspect.hpp"
 #include "actors/rank/ep_rank_core.hpp"
 #include "actors/rank/expert_fetch.hpp"
 
@@ -20,6 +21,9 @@ using ep_member_actor = caf::typed_actor<
   // A peer began step N: its dispatch for the experts this rank holds is in the rank's inbox
   // (payloads themselves go from stream to inbox, not through actors).
   caf::reacts_to<dispatch_atom, int64_t>,
+  // A peer's payload for this rank, when the peer runs in another process (a group across
+  // processes: ep_membership without inboxes); into the rank's own inbox.
+  caf::reacts_to<dispatch_atom, ep_dispatch>, caf::reacts_to<dispatch_atom, ep_combine>,
   // The rank's stream finished a step's LOGITS stage: step, micro-batch, stage_kind, error (internal).
   caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>,
   // Fault injection for tests: crash the next time at this point (actors/rank/fault_point.hpp),
@@ -55,6 +59,12 @@ template <class Behavior, class Self, class... Handlers>
   return {
     [=](peers_atom, ep_membership& m) { self->state.core->set_membership(std::move(m)); },
     [=](dispatch_atom, int64_t step) { self->state.core->on_peer_step(step); },
+    [=](dispatch_atom, ep_dispatch& d) {
+      self->state.core->on_peer_payload(std::make_shared<const ep_dispatch>(std::move(d)));
+    },
+    [=](dispatch_atom, ep_combine& c) {
+      self->state.core->on_peer_payload(std::make_shared<const ep_combine>(std::move(c)));
+    },
     [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
       self->state.core->on_stage_done(step, mb, stage, error);
     },
@@ -142,6 +152,15 @@ template <class Behavior, class Self, class... Handlers>
 [[nodiscard]] std::shared_ptr<const std::vector<layer_placement>> default_placements(
   const model_weights& weights, int64_t num_ranks, int64_t num_redundant);
 
-}  // namespace moe
+/// A membership sent to a rank of another process: the peers, their global ranks, the first
+/// step and the placement; no inboxes (each arrives as null: that rank's payloads go to it by
+/// message, and the receiver uses its own inbox: ep_rank_core::set_membership).
+caf::error inspect(caf::serializer& f, ep_membership& x);
+caf::error inspect(caf::deserializer& f, ep_membership& x);
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::ep_membership)
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ep_membership& x) {
+  return f(caf::meta::type_name("ep_membership"), x.global_ranks, x.first_step, x.placement_epoch);
+}
+
+}  // namespace moe

@@ -32,6 +32,8 @@ void ep_rank_core::set_membership(ep_membership m) {
       m.inboxes.size() != m.peers.size())
     throw std::logic_error("ep_rank_core: a group of " + std::to_string(m.peers.size()) +
                            " ranks for a rank of " + std::to_string(group_.num_ranks));
+  if (!m.inboxes[group_.rank])  // a group across processes: peers send to this rank by message
+    m.inboxes[group_.rank] = own_inbox_;
   m.inboxes[group_.rank]->start_epoch(m.first_step);  // the steps of an earlier group give up
   if (pipeline_) {
     pending_members_ = std::move(m);
@@ -269,6 +271,18 @@ void ep_rank_core::on_peer_step(int64_t step) {
     maybe_start(false);  // a peer began a step: take part, even with nothing
 }
 
+void ep_rank_core::on_peer_payload(std::shared_ptr<const ep_dispatch> d) {
+  const int64_t step = d->key.step;
+  if (own_inbox_->put(std::move(d), ep_inbox::clock::now()))
+    on_peer_step(step);
+}
+
+void ep_rank_core::on_peer_payload(std::shared_ptr<const ep_combine> c) {
+  const int64_t step = c->key.step;
+  if (own_inbox_->put(std::move(c), ep_inbox::clock::now()))
+    on_peer_step(step);
+}
+
 void ep_rank_core::on_stage_done(int64_t step, int64_t /*micro_batch*/, int32_t stage,
                                  const std::string& error) {
   if (!pipeline_ || step != pipeline_->step() || static_cast<stage_kind>(stage) != stage_kind::logits)
@@ -392,7 +406,12 @@ void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload
                          .begin = now,
                          .end = at});
   }
-  if (!members_.inboxes.at(dest_rank)->put(std::move(p), at))
+  const std::shared_ptr<ep_inbox>& dest_inbox = members_.inboxes.at(dest_rank);
+  if (!dest_inbox) {  // a peer in another process: the payload goes as a message (serialized)
+    caf::anon_send(members_.peers.at(dest_rank), dispatch_atom::value, *p);
+    return;
+  }
+  if (!dest_inbox->put(std::move(p), at))
     return;
   // the peer has not begun this step: its owner starts it when the payload arrives
   const caf::actor& dest = members_.peers.at(dest_rank);

@@ -186,6 +186,10 @@ class ep_rank_core final : public pipeline_io {
   // message handlers
   /// A peer began step `step` (its dispatch is in this rank's inbox).
   void on_peer_step(int64_t step);
+  /// A peer in another process sent this rank a payload (by message, not into a shared inbox):
+  /// into the rank's own inbox, then as on_peer_step when its step has not begun here.
+  void on_peer_payload(std::shared_ptr<const ep_dispatch> d);
+  void on_peer_payload(std::shared_ptr<const ep_combine> c);
   void on_stage_done(int64_t step, int64_t micro_batch, int32_t stage, const std::string& error);
 
   // pipeline_io
@@ -242,6 +246,10 @@ class ep_rank_core final : public pipeline_io {
   ep_membership members_;
   std::optional<ep_membership> pending_members_;  // came while a step was in flight
   std::shared_ptr<ep_inbox> inbox_;               // members_.inboxes[group_.rank] (its own in a group of one)
+  // where peers in other processes send to: the inbox of every membership that arrives without
+  // inboxes (one across processes), kept for the rank's life so that a payload that comes before
+  // the membership waits here; start_epoch abandons an earlier membership's steps
+  std::shared_ptr<ep_inbox> own_inbox_ = std::make_shared<ep_inbox>();
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
   int64_t next_step_ = 0;  // the step to begin next (== steps begun)

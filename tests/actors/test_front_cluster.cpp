@@ -1,7 +1,7 @@
 // tests/actors/test_front_cluster.cpp
 // The front node orders the ranks the nodes' rosters list into the cluster's groups: every rank
-// exactly once, in group order whatever the order the nodes joined in; a missing rank, one
-// listed twice, one out of range or a group split over nodes is an error naming it.
+// exactly once, in group order whatever the order the nodes joined in (a group may span nodes);
+// a missing rank, one listed twice or one out of range is an error naming it.
 #include <doctest/doctest.h>
 
 #include <caf/event_based_actor.hpp>
@@ -66,9 +66,10 @@ TEST_CASE_FIXTURE(actor_fixture, "front: the rosters' ranks in group order, whic
                                 .prefill_ranks = {},
                                 .first_decode_rank = 2,
                                 .decode_ranks = {a[4]}};
-  CHECK(error_of({first, second}, false, 3) ==
-        "the decode ranks' expert-parallel group is split over nodes decode-0 and decode-1: a group across "
-        "processes is not built yet; put each role's ranks on one node");
+  CHECK(moe::ranks_in_order({second, first}, false, 3) == std::vector<caf::actor>{a[2], a[3], a[4]});
+  CHECK(moe::split_over_nodes({prefill, first, second}, false));
+  CHECK_FALSE(moe::split_over_nodes({prefill, first, second}, true));
+  CHECK_FALSE(moe::split_over_nodes({decode, prefill}, false));
   for (const caf::actor& x : a)
     caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
 }

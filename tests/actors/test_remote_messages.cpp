@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "actor_fixture.hpp"
+#include "actors/rank/ep_member.hpp"
+#include "kernels/model/dispatch_payload.hpp"
 #include "kernels/sampling/logprobs.hpp"
 
 using moe::testing::actor_fixture;
@@ -192,4 +194,84 @@ TEST_CASE_FIXTURE(actor_fixture, "remote messages: a prefill job keeps its actor
   CHECK(back.decode_rank == job.decode_rank);
   CHECK(back.session == job.session);
   CHECK(!back.balancer);
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "remote messages: an FP8 dispatch and its BF16 combine come back byte for byte") {
+  // 3 tokens of 200 channels (2 FP8 scale blocks per row), top-2 over a placement of 4 experts
+  // on 2 ranks: the payloads a rank sends a peer in another process
+  std::mt19937 rng(7);
+  const int64_t tokens = 3, hidden = 200, top_k = 2;
+  const std::vector<float> x = random_row(rng, tokens * hidden);
+  const std::vector<int32_t> ids{0, 3, 2, 1, 3, 0};
+  const std::vector<float> weights{0.7f, 0.3f, 0.6f, 0.4f, 0.55f, 0.45f};
+  const moe::layer_placement placement = moe::default_layer_placement(4, 0, 2);
+  moe::dispatch_plan plan;
+  const auto dispatches = moe::make_dispatches(placement, {.step = 9, .layer_idx = 2, .micro_batch = 1}, 0, x,
+                                               ids, weights, tokens, hidden, top_k,
+                                               {.dispatch = moe::payload_dtype::fp8,
+                                                .combine = moe::payload_dtype::bf16,
+                                                .sum = moe::combine_sum::per_pair},
+                                               plan);
+  REQUIRE(dispatches.size() == 2);
+  moe::ep_dispatch d = *dispatches[1];
+  REQUIRE(d.rows.type == moe::payload_dtype::fp8);
+  REQUIRE(d.num_pairs() > 0);
+  const std::vector<char> bytes = save(sys, d);
+  CHECK(bytes.size() < d.rows.num_bytes() + d.pair_row.size() * 12 + 128);  // blobs, not element by element
+  moe::ep_dispatch back;
+  REQUIRE(!load(sys, bytes, back));
+  CHECK(back.key == d.key);
+  CHECK(back.src_rank == d.src_rank);
+  CHECK(back.rows.type == d.rows.type);
+  CHECK(back.rows.num_rows == d.rows.num_rows);
+  CHECK(back.rows.dim == d.rows.dim);
+  CHECK(back.rows.data == d.rows.data);
+  CHECK(back.rows.scales == d.rows.scales);
+  CHECK(back.pair_row == d.pair_row);
+  CHECK(back.pair_expert == d.pair_expert);
+  CHECK(back.pair_weight == d.pair_weight);
+  CHECK(back.combine_type == d.combine_type);
+  CHECK(back.sum == d.sum);
+
+  moe::ep_combine c{
+    .key = d.key, .src_rank = 1, .outputs = moe::encode_rows(x.data(), 2, hidden, moe::payload_dtype::bf16)};
+  moe::ep_combine c_back;
+  REQUIRE(!load(sys, save(sys, c), c_back));
+  CHECK(c_back.key == c.key);
+  CHECK(c_back.outputs.data == c.outputs.data);
+  CHECK(c_back.outputs.num_rows == 2);
+
+  // a pair naming a row the payload does not have, and a blob of the wrong size, are refused
+  moe::ep_dispatch bad = d;
+  bad.pair_row.back() = static_cast<int32_t>(d.rows.num_rows);
+  CHECK(load(sys, save(sys, bad), back));
+  moe::ep_combine short_blob = c;
+  short_blob.outputs.data.pop_back();
+  CHECK(load(sys, save(sys, short_blob), c_back));
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "remote messages: a membership keeps its peers and placement, without inboxes") {
+  moe::ep_membership m;
+  m.peers = {caf::actor_cast<caf::actor>(self), caf::actor_cast<caf::actor>(self)};
+  m.inboxes = {std::make_shared<moe::ep_inbox>(), std::make_shared<moe::ep_inbox>()};
+  m.global_ranks = {2, 3};
+  m.first_step = int64_t{3} << 40;
+  m.placements = std::make_shared<const std::vector<moe::layer_placement>>(
+    std::vector<moe::layer_placement>{{}, moe::default_layer_placement(4, 2, 2)});
+  m.placement_epoch = 5;
+  moe::ep_membership back;
+  REQUIRE(!load(sys, save(sys, m), back));
+  CHECK(back.peers == m.peers);
+  CHECK(back.global_ranks == m.global_ranks);
+  CHECK(back.first_step == m.first_step);
+  CHECK(back.placement_epoch == 5);
+  REQUIRE(back.placements);
+  REQUIRE(back.placements->size() == 2);
+  CHECK((*back.placements)[1].slot_expert == (*m.placements)[1].slot_expert);
+  CHECK((*back.placements)[1].expert_slots == (*m.placements)[1].expert_slots);
+  REQUIRE(back.inboxes.size() == 2);  // each rank sends to these peers by message
+  CHECK(back.inboxes[0] == nullptr);
+  CHECK(back.inboxes[1] == nullptr);
 }

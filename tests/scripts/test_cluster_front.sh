@@ -2,9 +2,10 @@
 # tests/scripts/test_cluster_front.sh
 # A multi-process cluster on loopback (tiny model, reference backend, a cluster file written
 # here with free ports): the front node (`serve --cluster FILE --node front`) started first waits
-# for the nodes, which start in any order; it serves once every rank has joined. Four greedy
-# requests sent at once through the front, whose ranks are in two other processes, give the same
-# text as a one-process `serve` of the same 2 prefill + 2 decode ranks. A node killed with -9 is
+# for the nodes, which start in any order; it serves once every rank has joined. The decode
+# group's two ranks are on two nodes, so each MoE layer's experts are split over two processes
+# and its dispatches and combines cross them. Four greedy requests sent at once through the
+# front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks. A node killed with -9 is
 # reported down by the front, which keeps answering: a request then gets a retryable 503, not
 # silence.
 # SIGTERM stops the front cleanly and leaves the nodes running. Everything started here is
@@ -25,9 +26,9 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$moeserve" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
-read -r p0 p1 p2 rpc single < <(/usr/bin/python3 -c '
+read -r p0 p1 p2 p3 rpc single < <(/usr/bin/python3 -c '
 import socket
-socks = [socket.socket() for _ in range(5)]
+socks = [socket.socket() for _ in range(6)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])')
 cat >"$tmp/cluster.toml" <<TOML
@@ -48,7 +49,11 @@ prefill_ranks = 2
 [[node]]
 name = "decode-0"
 port = $p2
-decode_ranks = 2
+decode_ranks = 1
+[[node]]
+name = "decode-1"
+port = $p3
+decode_ranks = 1
 TOML
 
 # start NAME: a node of the cluster in the background (its pid in pid_NAME)
@@ -70,12 +75,13 @@ wait_for() {
 }
 
 start front
-wait_for "$tmp/front.out" "waiting for prefill-0, decode-0" "$pid_front"
-start decode-0   # the nodes in another order than the file's
+wait_for "$tmp/front.out" "waiting for prefill-0, decode-0, decode-1" "$pid_front"
+start decode-1   # the nodes in another order than the file's
+start decode-0
 sleep 0.5
 start prefill-0
 wait_for "$tmp/front.out" "moeserve: listening on" "$pid_front"
-grep -q "joined node decode-0 (decode ranks 0-1)" "$tmp/front.out" || fail "front: $(cat "$tmp/front.out")"
+grep -q "joined node decode-1 (decode rank 1)" "$tmp/front.out" || fail "front: $(cat "$tmp/front.out")"
 echo "ok: the front waited for both nodes and serves: $(grep 'listening' "$tmp/front.out")"
 
 prompts=("The capital of France is" "Once upon a time" "1, 2, 3, 4," "def fibonacci(n):")
@@ -102,14 +108,14 @@ wait "$pid_single"
 for i in "${!prompts[@]}"; do
   [ -s "$tmp/one.$i" ] || fail "no text for prompt $i"
   cmp -s "$tmp/multi.$i" "$tmp/one.$i" ||
-    fail "prompt $i: 3 processes gave '$(cat "$tmp/multi.$i")', one process '$(cat "$tmp/one.$i")'"
+    fail "prompt $i: 4 processes gave '$(cat "$tmp/multi.$i")', one process '$(cat "$tmp/one.$i")'"
 done
-echo "ok: 4 greedy answers through 3 processes equal one process's"
+echo "ok: 4 greedy answers through 4 processes (the decode group's experts on two of them) equal one process's"
 
 kill -KILL "$pid_decode_0"
 wait "$pid_decode_0" 2>/dev/null
 for _ in $(seq 50); do
-  grep -q "decode_rank 1, in another process, is down" "$tmp/front.err" && break
+  grep -q "decode_rank 0, in another process, is down" "$tmp/front.err" && break
   sleep 0.1
 done
 grep -q "decode_rank 0, in another process, is down" "$tmp/front.err" ||
@@ -127,4 +133,5 @@ status=$?
 [[ $status -eq 0 ]] && grep -q "moeserve: stopped" "$tmp/front.out" ||
   fail "front on SIGTERM: exit $status: $(cat "$tmp/front.out" "$tmp/front.err")"
 kill -0 "$pid_prefill_0" || fail "prefill-0 stopped with the front"
-echo "ok: the front stopped on SIGTERM; prefill-0 runs on"
+kill -0 "$pid_decode_1" || fail "decode-1 stopped with the front"
+echo "ok: the front stopped on SIGTERM; prefill-0 and decode-1 run on"
