@@ -170,6 +170,7 @@ void add_cluster(CLI::App& app) {
     ->capture_default_str()
     ->check(CLI::Range(0.1, 3600.0));
   ping->callback([ping_opts] { run_cluster_ping(*ping_opts); });
+  add_cluster_up(*cmd);
 }
 
 }  // namespace moe::tools

@@ -26,6 +26,7 @@ void add_chaos(CLI::App& app);            // tools/chaos.cpp: a load under rando
 void add_eplb_plan(CLI::App& app);        // tools/eplb_plan.cpp: an expert placement from loads
 void add_ctl(CLI::App& app);              // tools/ctl.cpp: live changes over an admin connection
 void add_cluster(CLI::App& app);          // tools/cluster.cpp: cluster check FILE
+void add_cluster_up(CLI::App& cluster);   // tools/cluster_up.cpp: cluster up FILE (a subcommand of cluster)
 void add_bench_transport(CLI::App& app);  // tools/bench_transport.cpp: tensors between processes
 
 }  // namespace moe::tools
