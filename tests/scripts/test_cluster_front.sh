@@ -5,11 +5,11 @@
 # for the nodes, which start in any order; it serves once every rank has joined. The decode
 # group's two ranks are on two nodes, so each MoE layer's experts are split over two processes
 # and its dispatches and combines cross them. Four greedy requests sent at once through the
-# front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks. A node killed with -9 is
-# reported down by the front, which keeps answering: a request then gets a retryable 503, not
-# silence.
-# SIGTERM stops the front cleanly and leaves the nodes running. Everything started here is
-# stopped at the end.
+# front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks. A
+# node stopped with SIGSTOP is found down by the heartbeats within seconds, and one killed with
+# -9 at once; the front keeps answering, with a retryable 503 (also after SIGCONT: a node does
+# not rejoin yet), not silence. SIGTERM stops the front cleanly and leaves the nodes running.
+# Everything started here is stopped at the end.
 # Run by CTest as: bash test_cluster_front.sh <path-to-moeserve>
 set -uo pipefail
 moeserve=${1:?usage: test_cluster_front.sh <moeserve>}
@@ -112,12 +112,34 @@ for i in "${!prompts[@]}"; do
 done
 echo "ok: 4 greedy answers through 4 processes (the decode group's experts on two of them) equal one process's"
 
+# SIGSTOP: the node is silent, not gone; the heartbeats (0.1 s, timeout 1 s) find it
+kill -STOP "$pid_decode_1"
+stopped_at=$(date +%s%N)
+for _ in $(seq 100); do
+  grep -q "decode_rank 1, in another process, is down" "$tmp/front.err" && break
+  sleep 0.05
+done
+grep -q "decode_rank 1, in another process, is down" "$tmp/front.err" ||
+  fail "the front did not find the stopped decode-1: $(cat "$tmp/front.err")"
+detected_ms=$((($(date +%s%N) - stopped_at) / 1000000))
+out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "While it sleeps" 2>&1)
+[[ $? -ne 0 && $out == *"503"*"unavailable"* ]] || fail "a request while decode-1 is stopped: $out"
+kill -CONT "$pid_decode_1"
+sleep 1.5
+kill -0 "$pid_decode_1" || fail "decode-1 exited after SIGCONT"
+kill -0 "$pid_front" || fail "the front exited after decode-1 came back"
+out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "After it woke" 2>&1)
+[[ $? -ne 0 && $out == *"503"* ]] || fail "a request after decode-1 woke (it has not rejoined): $out"
+echo "ok: decode-1 stopped with SIGSTOP was found down in $detected_ms ms; requests get 503, also after SIGCONT"
+
+killed_at=$(date +%s%N)
 kill -KILL "$pid_decode_0"
 wait "$pid_decode_0" 2>/dev/null
-for _ in $(seq 50); do
+for _ in $(seq 500); do
   grep -q "decode_rank 0, in another process, is down" "$tmp/front.err" && break
-  sleep 0.1
+  sleep 0.01
 done
+detected_ms=$((($(date +%s%N) - killed_at) / 1000000))
 grep -q "decode_rank 0, in another process, is down" "$tmp/front.err" ||
   fail "the front did not report decode-0's ranks down: $(cat "$tmp/front.err")"
 out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "After the node died" 2>&1)
@@ -125,7 +147,7 @@ status=$?
 [[ $status -ne 0 && $status -ne 124 && $out == *"503"*"unavailable"*"down in another process"* ]] ||
   fail "a request after decode-0 died: exit $status: $out"
 kill -0 "$pid_front" || fail "the front exited after decode-0 died"
-echo "ok: decode-0 killed with -9: the front reports its ranks down and answers with an error: $out"
+echo "ok: decode-0 killed with -9 was found down in $detected_ms ms; a request gets: $out"
 
 kill -TERM "$pid_front"
 wait "$pid_front"
