@@ -41,6 +41,8 @@ void cluster::stop() const {
   caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
   if (copy_engine)
     caf::anon_send_exit(copy_engine, caf::exit_reason::user_shutdown);
+  if (node_watch)
+    caf::anon_send_exit(node_watch, caf::exit_reason::user_shutdown);
 }
 
 namespace {

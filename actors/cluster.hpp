@@ -44,6 +44,7 @@ struct cluster {
   caf::actor root;              // the supervisor: its exit stops them all; it exits if one cannot recover
   caf::actor watchdog;          // kills ranks that stop making progress (null when off)
   caf::actor copy_engine;       // expert moves' copies, at low priority (actors/rank/copy_engine.hpp)
+  caf::actor node_watch;        // a multi-process front's: joins lost nodes again (actors/node_watch.hpp)
 
   /// Stops every actor of the cluster.
   void stop() const;

@@ -11,6 +11,7 @@
 #include "actors/front_cluster.hpp"
 #include "actors/node_gate.hpp"
 #include "actors/node_join.hpp"
+#include "actors/node_watch.hpp"
 #include "actors/node_ranks.hpp"
 #include "actors/system_config.hpp"
 #include "config/cluster_file.hpp"
@@ -87,7 +88,10 @@ cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluste
     std::printf("moeserve: joined node %s (%s)\n", awaited[i]->name.c_str(), hosted(rosters.back()).c_str());
     std::fflush(stdout);
   }
-  return spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters);
+  cluster out = spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters);
+  out.node_watch = spawn_node_watch(
+    sys, {.file = c, .self_name = front.name, .supervisor = out.root, .rosters = std::move(rosters)});
+  return out;
 }
 
 }  // namespace moe::tools

@@ -6,10 +6,10 @@
 # group's two ranks are on two nodes, so each MoE layer's experts are split over two processes
 # and its dispatches and combines cross them. Four greedy requests sent at once through the
 # front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks. A
-# node stopped with SIGSTOP is found down by the heartbeats within seconds, and one killed with
-# -9 at once; the front keeps answering, with a retryable 503 (also after SIGCONT: a node does
-# not rejoin yet), not silence. SIGTERM stops the front cleanly and leaves the nodes running.
-# Everything started here is stopped at the end.
+# node stopped with SIGSTOP is found down by the heartbeats within seconds, one killed with -9
+# at once; meanwhile requests get a retryable 503, not silence. Continued, or started again, the
+# node rejoins and the same requests give the same text. SIGTERM stops the front cleanly and
+# leaves the nodes running. Everything started here is stopped at the end.
 # Run by CTest as: bash test_cluster_front.sh <path-to-moeserve>
 set -uo pipefail
 moeserve=${1:?usage: test_cluster_front.sh <moeserve>}
@@ -112,42 +112,58 @@ for i in "${!prompts[@]}"; do
 done
 echo "ok: 4 greedy answers through 4 processes (the decode group's experts on two of them) equal one process's"
 
-# SIGSTOP: the node is silent, not gone; the heartbeats (0.1 s, timeout 1 s) find it
-kill -STOP "$pid_decode_1"
-stopped_at=$(date +%s%N)
-for _ in $(seq 100); do
-  grep -q "decode_rank 1, in another process, is down" "$tmp/front.err" && break
-  sleep 0.05
-done
-grep -q "decode_rank 1, in another process, is down" "$tmp/front.err" ||
-  fail "the front did not find the stopped decode-1: $(cat "$tmp/front.err")"
-detected_ms=$((($(date +%s%N) - stopped_at) / 1000000))
-out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "While it sleeps" 2>&1)
-[[ $? -ne 0 && $out == *"503"*"unavailable"* ]] || fail "a request while decode-1 is stopped: $out"
-kill -CONT "$pid_decode_1"
-sleep 1.5
-kill -0 "$pid_decode_1" || fail "decode-1 exited after SIGCONT"
-kill -0 "$pid_front" || fail "the front exited after decode-1 came back"
-out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "After it woke" 2>&1)
-[[ $? -ne 0 && $out == *"503"* ]] || fail "a request after decode-1 woke (it has not rejoined): $out"
-echo "ok: decode-1 stopped with SIGSTOP was found down in $detected_ms ms; requests get 503, also after SIGCONT"
+# same_answers TAG: the four prompts through the front again equal the one-process answers
+same_answers() {
+  ask "$rpc" "$1"
+  for i in "${!prompts[@]}"; do
+    cmp -s "$tmp/$1.$i" "$tmp/one.$i" || fail "$1: prompt $i gave '$(cat "$tmp/$1.$i")', not '$(cat "$tmp/one.$i")'"
+  done
+}
+# expect_503 WHEN: a request now gets the retryable 503 naming a lost rank
+expect_503() {
+  local out
+  out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "Hello" 2>&1)
+  [[ $? -ne 0 && $out == *"503"*"unavailable"*"down in another process"* ]] || fail "a request $1: $out"
+}
+# found_down NODE SINCE_NS: waits (5 s at most) for the front's line; prints the ms it took
+found_down() {
+  for _ in $(seq 500); do
+    grep -q "node $1 is down" "$tmp/front.out" && break
+    sleep 0.01
+  done
+  grep -q "node $1 is down" "$tmp/front.out" || fail "the front did not find $1 down: $(cat "$tmp/front.out" "$tmp/front.err")"
+  echo $((($(date +%s%N) - $2) / 1000000))
+}
+# rejoined NODE COUNT: waits (20 s at most) for the front's COUNT-th "rejoined" line of NODE
+rejoined() {
+  for _ in $(seq 200); do
+    [ "$(grep -c "node $1 rejoined" "$tmp/front.out")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "$1 did not rejoin: $(cat "$tmp/front.out" "$tmp/front.err")"
+}
 
-killed_at=$(date +%s%N)
+# SIGSTOP: the node is silent, not gone; the heartbeats (0.1 s, timeout 1 s) find it, and after
+# SIGCONT its gate answers again and its rank takes its place (a new epoch of the decode group)
+since=$(date +%s%N)
+kill -STOP "$pid_decode_1"
+ms=$(found_down decode-1 "$since")
+expect_503 "while decode-1 is stopped"
+kill -CONT "$pid_decode_1"
+rejoined decode-1 1
+same_answers woke
+echo "ok: decode-1 stopped with SIGSTOP was found down in $ms ms (503 meanwhile); after SIGCONT it rejoined and the answers are the same"
+
+since=$(date +%s%N)
 kill -KILL "$pid_decode_0"
 wait "$pid_decode_0" 2>/dev/null
-for _ in $(seq 500); do
-  grep -q "decode_rank 0, in another process, is down" "$tmp/front.err" && break
-  sleep 0.01
-done
-detected_ms=$((($(date +%s%N) - killed_at) / 1000000))
-grep -q "decode_rank 0, in another process, is down" "$tmp/front.err" ||
-  fail "the front did not report decode-0's ranks down: $(cat "$tmp/front.err")"
-out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "After the node died" 2>&1)
-status=$?
-[[ $status -ne 0 && $status -ne 124 && $out == *"503"*"unavailable"*"down in another process"* ]] ||
-  fail "a request after decode-0 died: exit $status: $out"
+ms=$(found_down decode-0 "$since")
+expect_503 "after decode-0 died"
 kill -0 "$pid_front" || fail "the front exited after decode-0 died"
-echo "ok: decode-0 killed with -9 was found down in $detected_ms ms; a request gets: $out"
+start decode-0
+rejoined decode-0 1
+same_answers restarted
+echo "ok: decode-0 killed with -9 was found down in $ms ms (503 meanwhile); restarted, it rejoined and the answers are the same"
 
 kill -TERM "$pid_front"
 wait "$pid_front"

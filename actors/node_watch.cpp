@@ -1,0 +1,174 @@
+// actors/node_watch.cpp
+#include "actors/node_watch.hpp"
+
+#include <caf/blocking_actor.hpp>
+#include <caf/send.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "actors/decode_balancer.hpp"
+#include "actors/decode_rank.hpp"
+#include "actors/front_cluster.hpp"
+#include "actors/node_join.hpp"
+#include "actors/prefill_balancer.hpp"
+#include "actors/prefill_rank.hpp"
+#include "actors/rank/ep_member.hpp"
+#include "actors/supervisor.hpp"
+
+namespace moe {
+namespace {
+
+using rejoin_tick = caf::atom_constant<caf::atom("rejointk")>;
+
+constexpr auto rejoin_period = std::chrono::milliseconds(500);
+// Each new epoch's steps start this far above the last one's (as actors/group_roster.cpp's).
+constexpr int epoch_step_bits = 40;
+
+struct watch_state {
+  node_watch_config cfg;
+  std::map<caf::actor_addr, size_t> node_of;  // a monitored rank -> its roster's index
+  std::set<size_t> lost;                      // rosters whose node is down
+  int64_t epoch = 0;                          // memberships sent to split groups
+};
+
+void watch_ranks(caf::blocking_actor* self, watch_state& st, size_t i) {
+  const node_roster& r = st.cfg.rosters[i];
+  for (const auto* ranks : {&r.prefill_ranks, &r.decode_ranks})
+    for (const caf::actor& a : *ranks) {
+      self->monitor(a);
+      st.node_of[a.address()] = i;
+    }
+}
+
+// The supervisor's current handle of (kind, index).
+caf::actor lookup(caf::blocking_actor* self, const caf::actor& supervisor, const std::string& kind,
+                  int64_t index) {
+  caf::actor out;
+  self
+    ->request(caf::actor_cast<supervisor_actor>(supervisor), std::chrono::seconds(5), lookup_atom::value,
+              kind, index)
+    .receive([&](caf::actor& a) { out = std::move(a); }, [](const caf::error&) {});
+  return out;
+}
+
+// A group split over nodes, with the ranks that live now: a membership of a new epoch.
+void renew_split_group(watch_state& st, bool prefill) {
+  if (!split_over_nodes(st.cfg.rosters, prefill))
+    return;
+  const int64_t count = prefill ? st.cfg.file.topology.prefill_ranks : st.cfg.file.topology.decode_ranks;
+  ep_membership m;
+  m.peers = ranks_in_order(st.cfg.rosters, prefill, count);
+  m.inboxes.assign(m.peers.size(), nullptr);
+  const int64_t first_global = prefill ? 0 : st.cfg.file.topology.prefill_ranks;
+  for (size_t r = 0; r < m.peers.size(); ++r)
+    m.global_ranks.push_back(first_global + static_cast<int64_t>(r));
+  m.first_step = ++st.epoch << epoch_step_bits;
+  for (const caf::actor& rank : m.peers)
+    caf::anon_send(rank, peers_atom::value, m);
+}
+
+// Node `i` answered again with `roster`: its ranks take the lost ones' places.
+void rejoined(caf::blocking_actor* self, watch_state& st, size_t i, node_roster roster) {
+  st.cfg.rosters[i] = std::move(roster);
+  const node_roster& r = st.cfg.rosters[i];
+  const caf::actor& sup = st.cfg.supervisor;
+  for (size_t k = 0; k < r.prefill_ranks.size(); ++k) {
+    const int64_t index = r.first_prefill_rank + static_cast<int64_t>(k);
+    caf::anon_send(caf::actor_cast<supervisor_actor>(sup), start_atom::value,
+                   child_spec{.kind = "prefill_rank",
+                              .index = index,
+                              .restart = restart_policy::elsewhere,
+                              .running = r.prefill_ranks[k],
+                              .start = {},
+                              .introduce = {}});
+  }
+  for (size_t k = 0; k < r.decode_ranks.size(); ++k) {
+    const int64_t index = r.first_decode_rank + static_cast<int64_t>(k);
+    caf::anon_send(caf::actor_cast<supervisor_actor>(sup), start_atom::value,
+                   child_spec{.kind = "decode_rank",
+                              .index = index,
+                              .restart = restart_policy::elsewhere,
+                              .running = r.decode_ranks[k],
+                              .start = {},
+                              .introduce = {}});
+  }
+  renew_split_group(st, true);
+  renew_split_group(st, false);
+  // the balancers learn them as they learn a restarted rank (actors/cluster.cpp's introductions)
+  const caf::actor prefill_balancer = lookup(self, sup, "prefill_balancer", 0);
+  const caf::actor decode_balancer = lookup(self, sup, "decode_balancer", 0);
+  for (size_t k = 0; k < r.prefill_ranks.size(); ++k)
+    caf::anon_send(caf::actor_cast<prefill_balancer_actor>(prefill_balancer), peers_atom::value,
+                   r.first_prefill_rank + static_cast<int64_t>(k),
+                   caf::actor_cast<prefill_rank_actor>(r.prefill_ranks[k]));
+  for (size_t k = 0; k < r.decode_ranks.size(); ++k) {
+    const int64_t index = r.first_decode_rank + static_cast<int64_t>(k);
+    const auto rank = caf::actor_cast<decode_rank_actor>(r.decode_ranks[k]);
+    caf::anon_send(rank, route_atom::value, decode_balancer);
+    caf::anon_send(caf::actor_cast<decode_balancer_actor>(decode_balancer), peers_atom::value, index, rank);
+    caf::anon_send(caf::actor_cast<prefill_balancer_actor>(prefill_balancer), peers_atom::value, index, rank);
+  }
+  watch_ranks(self, st, i);
+}
+
+void try_rejoin(caf::blocking_actor* self, watch_state& st) {
+  for (auto it = st.lost.begin(); it != st.lost.end();) {
+    const size_t i = *it;
+    const cluster_node& node = find_node(st.cfg.file, st.cfg.rosters[i].node);
+    try {
+      node_roster roster = join_node(self->system(), node, st.cfg.file.name, st.cfg.file.token,
+                                     st.cfg.self_name,
+                                     std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+      std::printf("moeserve: node %s rejoined\n", node.name.c_str());
+      std::fflush(stdout);
+      rejoined(self, st, i, std::move(roster));
+      it = st.lost.erase(it);
+    } catch (const input_error&) {
+      ++it;  // not back yet (or refusing): tried again next period
+    }
+  }
+}
+
+}  // namespace
+
+caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg) {
+  return sys.spawn<caf::detached>([cfg = std::move(cfg)](caf::blocking_actor* self) {
+    watch_state st{.cfg = cfg, .node_of = {}, .lost = {}, .epoch = 0};
+    for (size_t i = 0; i < st.cfg.rosters.size(); ++i)
+      watch_ranks(self, st, i);
+    bool ticking = false;
+    bool running = true;
+    self->receive_while([&] { return running; })(
+      [&](caf::down_msg& dm) {
+        const auto it = st.node_of.find(dm.source);
+        if (it == st.node_of.end())
+          return;
+        const size_t i = it->second;
+        st.node_of.erase(it);
+        if (st.lost.insert(i).second) {
+          std::printf("moeserve: node %s is down: joining it again every %lld ms\n",
+                      st.cfg.rosters[i].node.c_str(), static_cast<long long>(rejoin_period.count()));
+          std::fflush(stdout);
+        }
+        if (!ticking) {
+          ticking = true;
+          self->delayed_send(self, rejoin_period, rejoin_tick::value);
+        }
+      },
+      [&](rejoin_tick) {
+        try_rejoin(self, st);
+        ticking = !st.lost.empty();
+        if (ticking)
+          self->delayed_send(self, rejoin_period, rejoin_tick::value);
+      },
+      [&](caf::exit_msg& em) {
+        if (em.reason)
+          running = false;
+      });
+  });
+}
+
+}  // namespace moe

@@ -1,0 +1,31 @@
+// actors/node_watch.hpp
+// The front node's watch over the other nodes of a multi-process cluster: it monitors their
+// ranks, and a node whose ranks went down (killed, or silent past the heartbeat timeout) is
+// joined again through its gate every half second. Once it answers (restarted, or woken from a
+// SIGSTOP), its ranks replace the lost ones as the supervisor's children, the balancers learn
+// them as they learn a restarted rank, and a group split over nodes starts a new epoch with
+// them (its survivors abandon the step they were in). Requests that failed while it was away
+// got a retryable 503; new ones go to it again.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <string>
+#include <vector>
+
+#include "actors/node_gate.hpp"
+#include "config/cluster_file.hpp"
+
+namespace moe {
+
+struct node_watch_config {
+  cluster_file file;                 // the nodes' addresses, the cluster's name and token
+  std::string self_name;             // the front node's name, presented to the gates
+  caf::actor supervisor;             // the front's: the ranks are its `elsewhere` children
+  std::vector<node_roster> rosters;  // as the nodes first answered
+};
+
+/// Spawns the watch (a detached actor: joining blocks); it stops with an exit message.
+[[nodiscard]] caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg);
+
+}  // namespace moe
