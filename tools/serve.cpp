@@ -7,9 +7,11 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "actors/cluster.hpp"
 #include "actors/system_config.hpp"
@@ -131,11 +133,35 @@ void run_front(serve_options& o, const cluster_file& file, const cluster_node& f
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     throw input_error(o.model_dir + "/tokenizer.json not found: the front node needs the model's tokenizer");
   const std::shared_ptr<const tokenizer> tok = tokenizer::load(o.model_dir);
+  // Ctrl-C while the nodes are awaited (a connect to an absent host can block for minutes):
+  // a thread takes the signal and ends the process, which holds nothing yet; SIGUSR1 (blocked
+  // here before any other thread starts) ends that thread once every node has joined
+  sigset_t joining = signals;
+  sigaddset(&joining, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &joining, nullptr);
+  std::thread stop_while_joining([joining] {
+    int signal = 0;
+    sigwait(&joining, &signal);
+    if (signal == SIGUSR1)
+      return;
+    std::printf("moeserve: stopping before every node joined\n");
+    std::fflush(stdout);
+    std::_Exit(0);
+  });
   caf::actor_system_config cfg;
   configure_actor_system(cfg);
   configure_remote(cfg, file.heartbeat_interval_s, file.connection_timeout_s);
   caf::actor_system sys{cfg};
-  const cluster c = join_cluster(sys, file, front, model, tok);
+  const cluster c = [&] {
+    struct joined_or_not {  // on every way out of the join, the thread above ends
+      std::thread& t;
+      ~joined_or_not() {
+        pthread_kill(t.native_handle(), SIGUSR1);
+        t.join();
+      }
+    } done{stop_while_joining};
+    return join_cluster(sys, file, front, model, tok);
+  }();
   struct stop_on_exit {
     const cluster& c;
     ~stop_on_exit() { c.stop(); }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/scripts/test_cluster_up.sh
 # `moeserve cluster up FILE --model DIR` starts every loopback node of a cluster file (tiny
-# model, reference backend, free ports), prints how to start a node of another host instead, and
+# model, reference backend, free ports), prints how to start a node of another host instead (the
+# front, waiting for that node, still stops at once on Ctrl-C), and
 # the cluster it started answers a request through its front node. Ctrl-C (SIGINT) stops every
 # node it started and it exits 0; a node that dies on its own stops the rest, and it exits with
 # an error naming the node. Nothing is left running.
@@ -58,9 +59,14 @@ pids="$pids $pid"
 for _ in $(seq 100); do grep -q "started node ranks" "$tmp/remote.out" && break; sleep 0.1; done
 grep -q "cluster up: node elsewhere is on 192.0.2.7: start it there with \`moeserve serve --cluster $tmp/cluster.toml --node elsewhere" "$tmp/remote.out" ||
   fail "the other host's node: $(cat "$tmp/remote.out")"
+for _ in $(seq 100); do grep -q "waiting for ranks, elsewhere" "$tmp/remote.out" && break; sleep 0.1; done
+started=$SECONDS
 kill -INT "$pid"
 wait "$pid" || fail "cluster up on SIGINT: $(cat "$tmp/remote.out")"
-echo "ok: a node on another host is named with the command that starts it"
+grep -q "moeserve: stopping before every node joined" "$tmp/remote.out" ||
+  fail "the front waiting for nodes did not stop on its own: $(cat "$tmp/remote.out")"
+((SECONDS - started < 20)) || fail "Ctrl-C took $((SECONDS - started)) s while the front waited for nodes"
+echo "ok: a node on another host is named with the command that starts it; Ctrl-C stops the waiting front at once"
 
 head -n -5 "$tmp/cluster.toml" >"$tmp/local.toml"
 mv "$tmp/local.toml" "$tmp/cluster.toml"
