@@ -5,11 +5,12 @@
 # for the nodes, which start in any order; it serves once every rank has joined. The decode
 # group's two ranks are on two nodes, so each MoE layer's experts are split over two processes
 # and its dispatches and combines cross them. Four greedy requests sent at once through the
-# front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks. A
-# node stopped with SIGSTOP is found down by the heartbeats within seconds, one killed with -9
-# at once; meanwhile requests get a retryable 503, not silence. Continued, or started again, the
-# node rejoins and the same requests give the same text. SIGTERM stops the front cleanly and
-# leaves the nodes running. Everything started here is stopped at the end.
+# front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks, and
+# a load of 24 requests (8 in flight) is answered in full. A node stopped with SIGSTOP is found
+# down by the heartbeats within seconds, one killed with -9 at once; meanwhile requests get a
+# retryable 503, not silence. Continued, or started again, the node rejoins and the same
+# requests give the same text. SIGTERM stops the front cleanly and leaves the nodes running.
+# Everything started here is stopped at the end.
 # Run by CTest as: bash test_cluster_front.sh <path-to-moeserve>
 set -uo pipefail
 moeserve=${1:?usage: test_cluster_front.sh <moeserve>}
@@ -111,6 +112,12 @@ for i in "${!prompts[@]}"; do
     fail "prompt $i: 4 processes gave '$(cat "$tmp/multi.$i")', one process '$(cat "$tmp/one.$i")'"
 done
 echo "ok: 4 greedy answers through 4 processes (the decode group's experts on two of them) equal one process's"
+
+# a load through the split group: 24 requests, 8 in flight, every one answered in full
+out=$(timeout -k 5 120 "$moeserve" bench --port "$rpc" --num-prompts 24 --concurrency 8 --input-len 48 \
+  --output-len 24 --seed 3 2>&1) || fail "bench through the cluster: $out"
+[[ $out == *"24/24 done, 0 failed, 0 rejected"* ]] || fail "bench through the cluster: $out"
+echo "ok: 24 requests, 8 in flight, all answered through the split group"
 
 # same_answers TAG: the four prompts through the front again equal the one-process answers
 same_answers() {
