@@ -3,7 +3,8 @@
 // balancers and the sessions run here, over ranks that other nodes run and listed in the rosters
 // their gates handed out (actors/node_gate.hpp). The supervisor here watches those ranks and
 // lists them (admin.actors, stats), but their own nodes run them (restart_policy::elsewhere):
-// a rank that is lost is reported and left out, never restarted from here. An expert-parallel
+// a rank that is lost is reported and left out until its node answers again (actors/node_watch.hpp
+// joins it again and puts its ranks in the lost ones' places). An expert-parallel
 // group split over nodes is introduced from here: its ranks send each other their dispatches and
 // combines as messages through the middleman.
 #pragma once

@@ -29,8 +29,9 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
                       bool reference, const sigset_t& signals);
 
 /// The front node's cluster: joins every node of `c` that runs ranks as soon as it listens
-/// (nodes start in any order; the ones still awaited are printed every few seconds), then
-/// spawns the queue, balancers and supervisor over their ranks on `sys` (actors/front_cluster.hpp).
+/// (nodes start in any order; the ones still awaited are printed as each joins), then
+/// spawns the queue, balancers and supervisor over their ranks on `sys` (actors/front_cluster.hpp)
+/// and the watch that joins a lost node again (actors/node_watch.hpp).
 /// Throws input_error when a node refuses or none answers within `timeout`.
 [[nodiscard]] cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluster_node& front,
                                    const model_config& model, std::shared_ptr<const tokenizer> tok,
