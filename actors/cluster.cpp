@@ -173,9 +173,7 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
          [r, roster = recipe.prefill_roster](const caf::actor& fresh, const child_lookup& current) {
            rejoin(*roster, r, fresh);
            tell_expert_balancer(current("expert_balancer", 0), r, fresh);
-           caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
-                          peers_atom::value, static_cast<int64_t>(r),
-                          caf::actor_cast<prefill_rank_actor>(fresh));
+           introduce_prefill_rank(current, static_cast<int64_t>(r), fresh);
          }});
   for (size_t r = 0; r < num_decode; ++r)
     specs.push_back(
@@ -195,13 +193,7 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
          [r, roster = recipe.decode_roster](const caf::actor& fresh, const child_lookup& current) {
            rejoin(*roster, r, fresh);
            tell_expert_balancer(current("expert_balancer", 1), r, fresh);
-           const auto rank = caf::actor_cast<decode_rank_actor>(fresh);
-           const caf::actor balancer = current("decode_balancer", 0);
-           caf::anon_send(rank, route_atom::value, balancer);
-           caf::anon_send(caf::actor_cast<decode_balancer_actor>(balancer), peers_atom::value,
-                          static_cast<int64_t>(r), rank);
-           caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)),
-                          peers_atom::value, static_cast<int64_t>(r), rank);
+           introduce_decode_rank(current, static_cast<int64_t>(r), fresh);
          }});
   // An expert balancer per EP group (after the ranks it asks): it records its decisions with
   // the supervisor, and learns a rank's restart from the rank's introduction.

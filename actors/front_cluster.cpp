@@ -7,7 +7,7 @@
 #include <string>
 
 #include "actors/front_graph.hpp"
-#include "actors/rank/ep_member.hpp"
+#include "actors/group_roster.hpp"
 #include "config/model_config.hpp"
 
 namespace moe {
@@ -44,23 +44,6 @@ bool split_over_nodes(const std::vector<node_roster>& rosters, bool prefill) {
   return nodes > 1;
 }
 
-namespace {
-
-// A group over several processes learns its membership from here: no inboxes (each rank sends
-// its peers their payloads as messages), global ranks from `first_global_rank`, step 0, and each
-// rank's own default placement.
-void introduce_across(const std::vector<caf::actor>& ranks, int64_t first_global_rank) {
-  ep_membership m;
-  m.peers = ranks;
-  m.inboxes.assign(ranks.size(), nullptr);
-  for (size_t r = 0; r < ranks.size(); ++r)
-    m.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
-  for (const caf::actor& r : ranks)
-    caf::anon_send(r, peers_atom::value, m);
-}
-
-}  // namespace
-
 cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                             std::shared_ptr<const tokenizer> tok, const topology_config& topo,
                             const std::vector<node_roster>& rosters) {
@@ -73,9 +56,9 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
     c.decode_ranks.push_back(caf::actor_cast<decode_rank_actor>(r));
   // a node introduced a group it hosts whole; the front introduces one split over nodes
   if (split_over_nodes(rosters, true))
-    introduce_across(prefill, 0);
+    introduce_across(prefill, 0, 0);
   if (split_over_nodes(rosters, false))
-    introduce_across(decode, topo.prefill_ranks);
+    introduce_across(decode, topo.prefill_ranks, 0);
   const front_graph front = spawn_front_graph(
     sys, c, topo, served_context(topo, model.max_position_embeddings), std::move(tok), false);
   std::vector<child_spec> specs = front_child_specs(sys, c, front);

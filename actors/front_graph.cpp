@@ -116,4 +116,18 @@ front_graph spawn_front_graph(caf::actor_system& sys, cluster& c, const topology
   return out;
 }
 
+void introduce_prefill_rank(const child_lookup& current, int64_t index, const caf::actor& rank) {
+  caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)), peers_atom::value,
+                 index, caf::actor_cast<prefill_rank_actor>(rank));
+}
+
+void introduce_decode_rank(const child_lookup& current, int64_t index, const caf::actor& rank) {
+  const auto decode = caf::actor_cast<decode_rank_actor>(rank);
+  const caf::actor balancer = current("decode_balancer", 0);
+  caf::anon_send(decode, route_atom::value, balancer);
+  caf::anon_send(caf::actor_cast<decode_balancer_actor>(balancer), peers_atom::value, index, decode);
+  caf::anon_send(caf::actor_cast<prefill_balancer_actor>(current("prefill_balancer", 0)), peers_atom::value,
+                 index, decode);
+}
+
 }  // namespace moe

@@ -33,4 +33,10 @@ struct front_graph {
 [[nodiscard]] std::vector<child_spec> front_child_specs(caf::actor_system& sys, const cluster& c,
                                                         const front_graph& front);
 
+/// A prefill rank's new handle (restarted, or its node rejoined), told to the prefill balancer
+/// (`current`: the supervisor's current handles).
+void introduce_prefill_rank(const child_lookup& current, int64_t index, const caf::actor& rank);
+/// A decode rank's new handle, told to the balancers, and the decode balancer to the rank.
+void introduce_decode_rank(const child_lookup& current, int64_t index, const caf::actor& rank);
+
 }  // namespace moe

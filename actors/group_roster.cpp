@@ -9,6 +9,19 @@ constexpr int epoch_step_bits = 40;
 
 }  // namespace
 
+int64_t epoch_first_step(int64_t epoch) noexcept { return epoch << epoch_step_bits; }
+
+void introduce_across(const std::vector<caf::actor>& ranks, int64_t first_global_rank, int64_t first_step) {
+  ep_membership m;
+  m.peers = ranks;
+  m.inboxes.assign(ranks.size(), nullptr);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    m.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
+  m.first_step = first_step;
+  for (const caf::actor& rank : ranks)
+    caf::anon_send(rank, peers_atom::value, m);
+}
+
 void tell_members(const group_roster& g) {
   for (const caf::actor& rank : g.members.peers)
     caf::anon_send(rank, peers_atom::value, g.members);
@@ -32,12 +45,12 @@ void rejoin(group_roster& g, size_t r, const caf::actor& fresh) {
     return;  // a group of one needs no introduction
   g.members.peers[r] = fresh;
   g.members.inboxes[r] = std::make_shared<ep_inbox>();
-  g.members.first_step = ++g.epoch << epoch_step_bits;
+  g.members.first_step = epoch_first_step(++g.epoch);
   tell_members(g);
 }
 
 void renew(group_roster& g) {
-  g.members.first_step = ++g.epoch << epoch_step_bits;
+  g.members.first_step = epoch_first_step(++g.epoch);
   tell_members(g);
 }
 

@@ -39,4 +39,12 @@ void rejoin(group_roster& g, size_t r, const caf::actor& fresh);
 /// placement from the new first step.
 void renew(group_roster& g);
 
+/// The first step of a group's `epoch`-th membership (each epoch's steps start 2^40 above the last's).
+[[nodiscard]] int64_t epoch_first_step(int64_t epoch) noexcept;
+
+/// Tells the ranks of a group split over processes their membership from `first_step`: no
+/// inboxes (each sends its peers their payloads as messages, and takes theirs into its own),
+/// global ranks from `first_global_rank`, and each rank's own placement.
+void introduce_across(const std::vector<caf::actor>& ranks, int64_t first_global_rank, int64_t first_step);
+
 }  // namespace moe

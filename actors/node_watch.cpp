@@ -9,13 +9,10 @@
 #include <map>
 #include <set>
 
-#include "actors/decode_balancer.hpp"
-#include "actors/decode_rank.hpp"
 #include "actors/front_cluster.hpp"
+#include "actors/front_graph.hpp"
+#include "actors/group_roster.hpp"
 #include "actors/node_join.hpp"
-#include "actors/prefill_balancer.hpp"
-#include "actors/prefill_rank.hpp"
-#include "actors/rank/ep_member.hpp"
 #include "actors/supervisor.hpp"
 
 namespace moe {
@@ -24,8 +21,6 @@ namespace {
 using rejoin_tick = caf::atom_constant<caf::atom("rejointk")>;
 
 constexpr auto rejoin_period = std::chrono::milliseconds(500);
-// Each new epoch's steps start this far above the last one's (as actors/group_roster.cpp's).
-constexpr int epoch_step_bits = 40;
 
 struct watch_state {
   node_watch_config cfg;
@@ -58,16 +53,9 @@ caf::actor lookup(caf::blocking_actor* self, const caf::actor& supervisor, const
 void renew_split_group(watch_state& st, bool prefill) {
   if (!split_over_nodes(st.cfg.rosters, prefill))
     return;
-  const int64_t count = prefill ? st.cfg.file.topology.prefill_ranks : st.cfg.file.topology.decode_ranks;
-  ep_membership m;
-  m.peers = ranks_in_order(st.cfg.rosters, prefill, count);
-  m.inboxes.assign(m.peers.size(), nullptr);
-  const int64_t first_global = prefill ? 0 : st.cfg.file.topology.prefill_ranks;
-  for (size_t r = 0; r < m.peers.size(); ++r)
-    m.global_ranks.push_back(first_global + static_cast<int64_t>(r));
-  m.first_step = ++st.epoch << epoch_step_bits;
-  for (const caf::actor& rank : m.peers)
-    caf::anon_send(rank, peers_atom::value, m);
+  const topology_config& topo = st.cfg.file.topology;
+  introduce_across(ranks_in_order(st.cfg.rosters, prefill, prefill ? topo.prefill_ranks : topo.decode_ranks),
+                   prefill ? 0 : topo.prefill_ranks, epoch_first_step(++st.epoch));
 }
 
 // Node `i` answered again with `roster`: its ranks take the lost ones' places.
@@ -75,42 +63,30 @@ void rejoined(caf::blocking_actor* self, watch_state& st, size_t i, node_roster 
   st.cfg.rosters[i] = std::move(roster);
   const node_roster& r = st.cfg.rosters[i];
   const caf::actor& sup = st.cfg.supervisor;
-  for (size_t k = 0; k < r.prefill_ranks.size(); ++k) {
-    const int64_t index = r.first_prefill_rank + static_cast<int64_t>(k);
+  // the lost ones' places as the supervisor's children (it never restarts them: their node does)
+  const auto adopt = [&](const char* kind, int64_t index, const caf::actor& rank) {
     caf::anon_send(caf::actor_cast<supervisor_actor>(sup), start_atom::value,
-                   child_spec{.kind = "prefill_rank",
+                   child_spec{.kind = kind,
                               .index = index,
                               .restart = restart_policy::elsewhere,
-                              .running = r.prefill_ranks[k],
+                              .running = rank,
                               .start = {},
                               .introduce = {}});
-  }
-  for (size_t k = 0; k < r.decode_ranks.size(); ++k) {
-    const int64_t index = r.first_decode_rank + static_cast<int64_t>(k);
-    caf::anon_send(caf::actor_cast<supervisor_actor>(sup), start_atom::value,
-                   child_spec{.kind = "decode_rank",
-                              .index = index,
-                              .restart = restart_policy::elsewhere,
-                              .running = r.decode_ranks[k],
-                              .start = {},
-                              .introduce = {}});
-  }
+  };
+  for (size_t k = 0; k < r.prefill_ranks.size(); ++k)
+    adopt("prefill_rank", r.first_prefill_rank + static_cast<int64_t>(k), r.prefill_ranks[k]);
+  for (size_t k = 0; k < r.decode_ranks.size(); ++k)
+    adopt("decode_rank", r.first_decode_rank + static_cast<int64_t>(k), r.decode_ranks[k]);
   renew_split_group(st, true);
   renew_split_group(st, false);
-  // the balancers learn them as they learn a restarted rank (actors/cluster.cpp's introductions)
-  const caf::actor prefill_balancer = lookup(self, sup, "prefill_balancer", 0);
-  const caf::actor decode_balancer = lookup(self, sup, "decode_balancer", 0);
+  // the balancers learn them as they learn a restarted rank
+  const child_lookup current = [&](const std::string& kind, int64_t index) {
+    return lookup(self, sup, kind, index);
+  };
   for (size_t k = 0; k < r.prefill_ranks.size(); ++k)
-    caf::anon_send(caf::actor_cast<prefill_balancer_actor>(prefill_balancer), peers_atom::value,
-                   r.first_prefill_rank + static_cast<int64_t>(k),
-                   caf::actor_cast<prefill_rank_actor>(r.prefill_ranks[k]));
-  for (size_t k = 0; k < r.decode_ranks.size(); ++k) {
-    const int64_t index = r.first_decode_rank + static_cast<int64_t>(k);
-    const auto rank = caf::actor_cast<decode_rank_actor>(r.decode_ranks[k]);
-    caf::anon_send(rank, route_atom::value, decode_balancer);
-    caf::anon_send(caf::actor_cast<decode_balancer_actor>(decode_balancer), peers_atom::value, index, rank);
-    caf::anon_send(caf::actor_cast<prefill_balancer_actor>(prefill_balancer), peers_atom::value, index, rank);
-  }
+    introduce_prefill_rank(current, r.first_prefill_rank + static_cast<int64_t>(k), r.prefill_ranks[k]);
+  for (size_t k = 0; k < r.decode_ranks.size(); ++k)
+    introduce_decode_rank(current, r.first_decode_rank + static_cast<int64_t>(k), r.decode_ranks[k]);
   watch_ranks(self, st, i);
 }
 

@@ -58,6 +58,11 @@ void wait_for_signal(const sigset_t& signals) {
   sigwait(&signals, &signal);
 }
 
+void check_keys(const net::auth_keys& keys) {
+  if (!keys.admin_key.empty() && keys.admin_key == keys.api_key)
+    throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
+}
+
 // Serves cluster `c` on `sys` over MessagePack-RPC and HTTP until SIGINT or SIGTERM, then
 // drains and stops the server (the caller stops the cluster).
 void serve_until_signal(caf::actor_system& sys, const cluster& c, const topology_config& topo,
@@ -126,8 +131,7 @@ void run_front(serve_options& o, const cluster_file& file, const cluster_node& f
   if (o.topology.http_port)
     topo.http_port = *o.topology.http_port;
   validate(topo);
-  if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
-    throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
+  check_keys(o.keys);
   const model_config model = load_model_config(o.model_dir);
   validate_cluster_for_model(file, model, o.node.cluster_file);
   if (!std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
@@ -183,8 +187,7 @@ void run(serve_options& o) {
     return run_cluster_node(o.node, o.model_dir, o.weights, o.reference, signals);
   }
   const topology_config topo = resolve_topology(o.topology);
-  if (!o.keys.admin_key.empty() && o.keys.admin_key == o.keys.api_key)
-    throw input_error("--admin-key: must differ from --api-key (a token grants one role)");
+  check_keys(o.keys);
   auto [weights, tok] = load_for_serving(o.model_dir, topo, o.weights, o.reference, "serve");
   running_cluster running(weights, tok, {.topology = topo, .reference = o.reference});
   const std::string threads = describe(detect_usable_cores(), threads_per_rank(topo)) +
