@@ -9,24 +9,10 @@
 # Run by CTest as: bash test_cluster_nodes.sh <path-to-moeserve> <build-dir>
 set -uo pipefail
 moeserve=${1:?usage: test_cluster_nodes.sh <moeserve> [build-dir]}
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-  for pid in $pids; do
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
-read -r p0 p1 p2 p3 < <(/usr/bin/python3 -c '
-import socket
-socks = [socket.socket() for _ in range(4)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])')
+read -r p0 p1 p2 p3 < <(free_ports 4)
 cat >"$tmp/cluster.toml" <<TOML
 name = "test"
 token = "test-token-0123456789"

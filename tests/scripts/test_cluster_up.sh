@@ -9,25 +9,10 @@
 # Run by CTest as: bash test_cluster_up.sh <path-to-moeserve>
 set -uo pipefail
 moeserve=${1:?usage: test_cluster_up.sh <moeserve>}
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-  for pid in $pids; do
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
-  pkill -KILL -f -- "--cluster $tmp/cluster.toml" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
-read -r p0 p1 p2 rpc < <(/usr/bin/python3 -c '
-import socket
-socks = [socket.socket() for _ in range(4)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])')
+read -r p0 p1 p2 rpc < <(free_ports 4)
 cat >"$tmp/cluster.toml" <<TOML
 name = "up-test"
 token = "up-test-token-0123456789"
