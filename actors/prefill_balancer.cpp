@@ -190,11 +190,14 @@ void ask_pick(balancer_pointer self, uint64_t id) {
           std::find(st.prefill_down.begin(), st.prefill_down.end(), true) != st.prefill_down.end();
         const bool cancelled = it->second.session ? st.session_ids.count(it->second.session.address()) == 0
                                                   : st.cancelled_while_picking.count(id) > 0;
-        if (ranks_down && !cancelled && !st.graph.ranks_restart)  // back only when their node rejoins
+        if (ranks_down && !cancelled && !st.graph.ranks_restart) {  // back only when their node rejoins
+          // the booking goes back as a cancelled pick's does (a lost rank's goes when its node rejoins)
+          caf::anon_send(st.graph.decode_ranks[decode_idx], done_atom::value, id);
           return pick_failed(
             self, id, attempt,
             caf::make_error(serve_errc::unavailable,
                             "a rank of the cluster is down in another process; retry later"));
+        }
         if (ranks_down && !cancelled) {  // placed on a dead rank, it would only be lost again
           it->second.deferred = true;
           return;
