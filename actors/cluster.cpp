@@ -248,7 +248,8 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                                                              .inter_node = topo.inter_node,
                                                              .even_steps_only = cfg.link_even_steps_only},
                                            topo.prefill_ranks + topo.decode_ranks);
-  const copy_engine_actor copies = spawn_copy_engine(sys);  // told to watch the supervisor below
+  // told to watch the supervisor below; inline streams keep it off a thread of its own too
+  const copy_engine_actor copies = spawn_copy_engine(sys, !cfg.synchronous_streams);
   c.copy_engine = caf::actor_cast<caf::actor>(copies);
   const cluster_links links{.links = c.links, .trace = c.trace, .copies = copies};
   for (int64_t r = 0; r < topo.prefill_ranks; ++r) {

@@ -25,7 +25,7 @@ struct cluster_config {
   bool reference = false;             // CPU reference backend on every rank (bit-exact runs)
   bool trace = false;                 // record a Chrome trace
   bool link_even_steps_only = false;  // link_model_config::even_steps_only (benchmarks)
-  bool synchronous_streams = false;   // every rank's stream runs inline (1 prefill + 1 decode rank)
+  bool synchronous_streams = false;   // every rank's stream and the copy engine run inline (1P + 1D)
   // The restart limits, the watchdog's stall timeout (0: none, as the deterministic tests that
   // run one message at a time want) and the migration limit come from the topology.
 };

@@ -47,7 +47,9 @@ copy_engine_actor::behavior_type copy_engine(copy_engine_actor::pointer self) {
 
 }  // namespace
 
-copy_engine_actor spawn_copy_engine(caf::actor_system& sys) { return sys.spawn<caf::detached>(copy_engine); }
+copy_engine_actor spawn_copy_engine(caf::actor_system& sys, bool own_thread) {
+  return own_thread ? sys.spawn<caf::detached>(copy_engine) : sys.spawn(copy_engine);
+}
 
 copy_engine_actor spawn_copy_engine_for(caf::actor_system& sys, const caf::actor& owner) {
   copy_engine_actor engine = spawn_copy_engine(sys);

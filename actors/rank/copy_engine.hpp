@@ -29,8 +29,10 @@ using copy_engine_actor = caf::typed_actor<
   // quit when this actor (the cluster's supervisor) goes down
   caf::reacts_to<watch_atom, caf::actor>>;
 
-/// Spawns the engine on a thread of its own.
-[[nodiscard]] copy_engine_actor spawn_copy_engine(caf::actor_system& sys);
+/// Spawns the engine on a thread of its own, or, with `own_thread` false, on the scheduler like
+/// any actor: a cluster whose streams run inline (cluster_config::synchronous_streams) runs on
+/// CAF's deterministic scheduler, whose clock only its one thread may touch.
+[[nodiscard]] copy_engine_actor spawn_copy_engine(caf::actor_system& sys, bool own_thread = true);
 
 /// A new engine for `owner` alone (a rank whose engine went away), quitting when it does.
 [[nodiscard]] copy_engine_actor spawn_copy_engine_for(caf::actor_system& sys, const caf::actor& owner);
