@@ -7,7 +7,8 @@
 # Run by CTest as: bash test_bench_transport.sh <path-to-moeserve> <build-dir>
 set -uo pipefail
 moeserve=${1:?usage: test_bench_transport.sh <moeserve> [build-dir]}
-out=$(timeout -k 5 120 "$moeserve" bench-transport --sizes 4,4096,1048576 --iters 5 --window 4 2>&1)
+out=$(timeout -k 5 120 "$moeserve" bench-transport --engine middleman --sizes 4,4096,1048576 --iters 5 \
+  --window 4 2>&1)
 status=$?
 [[ $status -eq 0 ]] || { echo "FAIL: bench-transport exited $status: $out"; exit 1; }
 rows=$(echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF == 4' | wc -l)
