@@ -86,6 +86,28 @@ void serve_waiting(balancer_pointer self) {
   }
 }
 
+// Where ranks do not restart: the rank at `addr`, if it is a current one, was lost with its node.
+// Its bookings go (their sessions place their requests again); with no rank left up, the picks
+// waiting fail as unavailable rather than wait for a node that may not return.
+void mark_lost(balancer_pointer self, const caf::actor_addr& addr) {
+  auto& st = self->state;
+  for (size_t r = 0; r < st.ranks.size(); ++r) {
+    if (st.ranks[r].address() != addr || !st.loads[r].up)
+      continue;
+    st.loads[r].up = false;
+    st.loads[r].num_used_blocks = 0;
+    st.loads[r].num_running = 0;
+    for (auto it = st.booked.begin(); it != st.booked.end();)
+      it = it->second.rank == static_cast<int64_t>(r) ? st.booked.erase(it) : std::next(it);
+  }
+  if (std::any_of(st.loads.begin(), st.loads.end(), [](const decode_load& l) { return l.up; }))
+    return;
+  for (waiting_pick& w : st.waiting)
+    w.promise.deliver(
+      caf::make_error(serve_errc::unavailable, "every decode rank is down in another process; retry later"));
+  st.waiting.clear();
+}
+
 }  // namespace
 
 decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
@@ -102,6 +124,11 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
                                                      .num_running = 0,
                                                      .max_running = cfg.max_running});
   self->state.ranks = std::move(ranks);
+  if (!cfg.ranks_restart) {
+    for (const decode_rank_actor& r : self->state.ranks)
+      self->monitor(r);
+    self->set_down_handler([=](caf::down_msg& dm) { mark_lost(self, dm.source); });
+  }
   if (cfg.rebuild) {
     self->state.num_rebuilding = static_cast<int64_t>(self->state.ranks.size());
     for (size_t r = 0; r < self->state.ranks.size(); ++r)
@@ -128,6 +155,10 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
                                                       " tokens exceeds a decode rank's KV pool");
       if (auto it = st.booked.find(id); it != st.booked.end() && st.num_rebuilding == 0)
         return it->second.rank;
+      if (!st.cfg.ranks_restart &&
+          std::none_of(st.loads.begin(), st.loads.end(), [](const decode_load& l) { return l.up; }))
+        return caf::make_error(serve_errc::unavailable,
+                               "every decode rank is down in another process; retry later");
       if (st.waiting.empty() && st.num_rebuilding == 0)
         if (auto rank = try_book(st, id, num_prompt_tokens, num_blocks))
           return *rank;
@@ -150,9 +181,16 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
       st.ranks.at(index) = std::move(rank);
       st.loads[index].num_used_blocks = 0;
       st.loads[index].num_running = 0;
+      st.loads[index].up = true;
+      if (!st.cfg.ranks_restart)
+        self->monitor(st.ranks[index]);
       for (auto it = st.booked.begin(); it != st.booked.end();)
         it = it->second.rank == index ? st.booked.erase(it) : std::next(it);
       serve_waiting(self);
+    },
+    [=](migrate_atom, const caf::actor_addr& lost) {
+      if (!self->state.cfg.ranks_restart)
+        mark_lost(self, lost);
     },
     [=](stats_atom) {
       std::vector<int64_t> running;

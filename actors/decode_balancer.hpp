@@ -28,6 +28,10 @@ using decode_balancer_actor = caf::typed_actor<
   // Decode rank `index` was restarted, empty: its bookings are gone (their sessions place
   // their requests again).
   caf::reacts_to<peers_atom, int64_t, decode_rank_actor>,
+  // The rank at this address was lost (the prefill balancer heard it from a session, maybe
+  // before this balancer's own monitor did): where ranks do not restart, it takes no picks
+  // until it is introduced again (peers_atom); ignored where they restart.
+  caf::reacts_to<migrate_atom, caf::actor_addr>,
   // Requests booked per rank.
   caf::replies_to<stats_atom>::with<std::vector<int64_t>>,
   // The requests it sent each rank over its last 256 picks, and their mean / max.
@@ -36,8 +40,12 @@ using decode_balancer_actor = caf::typed_actor<
 struct decode_balancer_config {
   int64_t num_blocks = 0;  // per rank
   int64_t block_size = 64;
-  int64_t max_running = 0;            // per rank; 0: unlimited
-  bool rebuild = false;               // a restart: first collect the ranks' bookings (picks wait meanwhile)
+  int64_t max_running = 0;  // per rank; 0: unlimited
+  bool rebuild = false;     // a restart: first collect the ranks' bookings (picks wait meanwhile)
+  // false where the ranks are other processes' (the front node): a rank that goes down takes no
+  // picks until its node rejoins and it is introduced again, and with every rank down a pick
+  // fails as unavailable (retryable) instead of waiting for a node that may not return
+  bool ranks_restart = true;
   decode_balancer_settings settings;  // num_ranks: set from the ranks given
 };
 

@@ -4,7 +4,9 @@
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "actors/front_graph.hpp"
 #include "actors/group_roster.hpp"
@@ -44,6 +46,27 @@ bool split_over_nodes(const std::vector<node_roster>& rosters, bool prefill) {
   return nodes > 1;
 }
 
+group_alive ranks_alive(const std::vector<node_roster>& rosters, bool prefill,
+                        const std::vector<bool>& lost) {
+  std::vector<std::pair<int64_t, caf::actor>> found;
+  for (size_t i = 0; i < rosters.size(); ++i) {
+    if (i < lost.size() && lost[i])
+      continue;
+    const node_roster& r = rosters[i];
+    const int64_t first = prefill ? r.first_prefill_rank : r.first_decode_rank;
+    const std::vector<caf::actor>& ranks = prefill ? r.prefill_ranks : r.decode_ranks;
+    for (size_t k = 0; k < ranks.size(); ++k)
+      found.emplace_back(first + static_cast<int64_t>(k), ranks[k]);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  group_alive out;
+  for (auto& [index, rank] : found) {
+    out.indices.push_back(index);
+    out.ranks.push_back(std::move(rank));
+  }
+  return out;
+}
+
 cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                             std::shared_ptr<const tokenizer> tok, const topology_config& topo,
                             const std::vector<node_roster>& rosters) {
@@ -55,10 +78,16 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
   for (const caf::actor& r : decode)
     c.decode_ranks.push_back(caf::actor_cast<decode_rank_actor>(r));
   // a node introduced a group it hosts whole; the front introduces one split over nodes
+  const auto numbered = [](int64_t first, size_t n) {
+    std::vector<int64_t> out(n);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = first + static_cast<int64_t>(i);
+    return out;
+  };
   if (split_over_nodes(rosters, true))
-    introduce_across(prefill, 0, 0);
+    introduce_across(prefill, numbered(0, prefill.size()), 0);
   if (split_over_nodes(rosters, false))
-    introduce_across(decode, topo.prefill_ranks, 0);
+    introduce_across(decode, numbered(topo.prefill_ranks, decode.size()), 0);
   const front_graph front = spawn_front_graph(
     sys, c, topo, served_context(topo, model.max_position_embeddings), std::move(tok), false);
   std::vector<child_spec> specs = front_child_specs(sys, c, front);

@@ -4,12 +4,14 @@
 // their gates handed out (actors/node_gate.hpp). The supervisor here watches those ranks and
 // lists them (admin.actors, stats), but their own nodes run them (restart_policy::elsewhere):
 // a rank that is lost is reported and left out until its node answers again (actors/node_watch.hpp
-// joins it again and puts its ranks in the lost ones' places). An expert-parallel
+// shrinks its split group to the survivors, joins the node again and puts its ranks in the lost
+// ones' places). An expert-parallel
 // group split over nodes is introduced from here: its ranks send each other their dispatches and
 // combines as messages through the middleman.
 #pragma once
 
 #include <caf/actor_system.hpp>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -34,5 +36,17 @@ namespace moe {
 /// Whether the group's ranks are on more than one node (the front introduces such a group, its
 /// members exchanging payloads as messages; a node introduces a group it hosts whole). Pure.
 [[nodiscard]] bool split_over_nodes(const std::vector<node_roster>& rosters, bool prefill);
+
+/// A group's ranks on the nodes still up: the group indices (ascending) and their ranks.
+struct group_alive {
+  std::vector<int64_t> indices;
+  std::vector<caf::actor> ranks;
+};
+
+/// The prefill (`prefill`) or decode ranks of the rosters not in `lost` (roster indices), in
+/// group order: after a node is lost, the survivors of a group split over nodes go on alone
+/// (elastic EP: they hold every expert between them, ep_rank_core::set_membership). Pure.
+[[nodiscard]] group_alive ranks_alive(const std::vector<node_roster>& rosters, bool prefill,
+                                      const std::vector<bool>& lost);
 
 }  // namespace moe

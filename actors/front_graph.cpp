@@ -89,7 +89,10 @@ front_graph spawn_front_graph(caf::actor_system& sys, cluster& c, const topology
                               int64_t max_context, std::shared_ptr<const tokenizer> tok, bool ranks_restart) {
   front_graph out{.decode_cfg = {.num_blocks = topo.kv_blocks,
                                  .block_size = topo.page_size,
-                                 .max_running = topo.max_running_requests},
+                                 .max_running = topo.max_running_requests,
+                                 .rebuild = false,
+                                 .ranks_restart = ranks_restart,
+                                 .settings = {}},
                   .queue_cfg = {.max_queued = topo.max_queued_requests,
                                 .max_running = topo.max_running_requests * topo.decode_ranks},
                   .prefill_graph = {.prefill_ranks = {},

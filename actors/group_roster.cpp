@@ -11,12 +11,12 @@ constexpr int epoch_step_bits = 40;
 
 int64_t epoch_first_step(int64_t epoch) noexcept { return epoch << epoch_step_bits; }
 
-void introduce_across(const std::vector<caf::actor>& ranks, int64_t first_global_rank, int64_t first_step) {
+void introduce_across(const std::vector<caf::actor>& ranks, const std::vector<int64_t>& global_ranks,
+                      int64_t first_step) {
   ep_membership m;
   m.peers = ranks;
   m.inboxes.assign(ranks.size(), nullptr);
-  for (size_t r = 0; r < ranks.size(); ++r)
-    m.global_ranks.push_back(first_global_rank + static_cast<int64_t>(r));
+  m.global_ranks = global_ranks;
   m.first_step = first_step;
   for (const caf::actor& rank : ranks)
     caf::anon_send(rank, peers_atom::value, m);

@@ -44,7 +44,9 @@ void renew(group_roster& g);
 
 /// Tells the ranks of a group split over processes their membership from `first_step`: no
 /// inboxes (each sends its peers their payloads as messages, and takes theirs into its own),
-/// global ranks from `first_global_rank`, and each rank's own placement.
-void introduce_across(const std::vector<caf::actor>& ranks, int64_t first_global_rank, int64_t first_step);
+/// their global ranks, and no placement: the whole group takes the one it began with, the
+/// survivors of a lost node one over themselves (ep_rank_core::set_membership).
+void introduce_across(const std::vector<caf::actor>& ranks, const std::vector<int64_t>& global_ranks,
+                      int64_t first_step);
 
 }  // namespace moe

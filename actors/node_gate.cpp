@@ -1,9 +1,14 @@
 // actors/node_gate.cpp
 #include "actors/node_gate.hpp"
 
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <memory>
+#include <set>
 
 #include "actors/errors.hpp"
 
@@ -19,9 +24,11 @@ bool same_secret(const std::string& a, const std::string& b) noexcept {
 }
 
 node_gate_actor spawn_node_gate(caf::actor_system& sys, node_roster roster, std::string cluster,
-                                std::string token) {
-  return sys.spawn([roster = std::move(roster), cluster = std::move(cluster),
-                    token = std::move(token)](node_gate_actor::pointer) -> node_gate_actor::behavior_type {
+                                std::string token, std::vector<node_address> peers) {
+  const caf::io::middleman_actor mm = sys.middleman().actor_handle();
+  return sys.spawn([roster = std::move(roster), cluster = std::move(cluster), token = std::move(token),
+                    peers = std::move(peers),
+                    mm](node_gate_actor::pointer self) -> node_gate_actor::behavior_type {
     return {
       [=](join_atom, const std::string& their_cluster, const std::string& their_token,
           const std::string& from) -> caf::result<node_roster> {
@@ -30,11 +37,31 @@ node_gate_actor spawn_node_gate(caf::actor_system& sys, node_roster roster, std:
           refused = "of cluster \"" + their_cluster + "\", not \"" + cluster + "\"";
         else if (!same_secret(their_token, token))
           refused = "with a wrong cluster token";
-        if (refused.empty())
+        if (!refused.empty()) {
+          std::fprintf(stderr, "moeserve: node %s refused a peer calling itself \"%s\" %s\n",
+                       roster.node.c_str(), from.c_str(), refused.c_str());
+          return caf::make_error(serve_errc::refused, "node " + roster.node + " refused: " + refused);
+        }
+        if (peers.empty())
           return roster;
-        std::fprintf(stderr, "moeserve: node %s refused a peer calling itself \"%s\" %s\n",
-                     roster.node.c_str(), from.c_str(), refused.c_str());
-        return caf::make_error(serve_errc::refused, "node " + roster.node + " refused: " + refused);
+        // connected already: answered at once; down, refusing or silent: left out (it connects
+        // to this node when it joins)
+        auto rp = self->make_response_promise<node_roster>();
+        struct pending {
+          caf::typed_response_promise<node_roster> rp;
+          size_t left = 0;
+        };
+        auto p = std::make_shared<pending>(pending{.rp = rp, .left = peers.size()});
+        const auto one_done = [p, roster] {
+          if (--p->left == 0)
+            p->rp.deliver(roster);
+        };
+        for (const node_address& peer : peers)
+          self->request(mm, std::chrono::milliseconds(500), caf::connect_atom::value, peer.host, peer.port)
+            .then([=](const caf::node_id&, const caf::strong_actor_ptr&,
+                      const std::set<std::string>&) { one_done(); },
+                  [=](const caf::error&) { one_done(); });
+        return rp;
       },
     };
   });

@@ -39,8 +39,21 @@ typename Inspector::result_type inspect(Inspector& f, node_roster& x) {
 using node_gate_actor =
   caf::typed_actor<caf::replies_to<join_atom, std::string, std::string, std::string>::with<node_roster>>;
 
+/// Another node that runs ranks, as the cluster file gives its control port.
+struct node_address {
+  std::string host;
+  uint16_t port = 0;
+};
+
+/// The gate of a node hosting `roster`. Before it hands the roster to the front, it connects
+/// this node to each of `peers` that answers within half a second (CAF's middleman, one
+/// connection per pair of nodes; a node reaches a peer's gate without the token, as anyone
+/// may): the ranks of the two nodes then message each other directly, not through the front.
+/// Without it, a peer's messages go through the front, and after a node that was stopped and
+/// continued rejoins, its first messages to a peer are dropped until that peer's first message
+/// reaches it (CAF 0.17 keeps its proxies of a third node, but not its route to them).
 [[nodiscard]] node_gate_actor spawn_node_gate(caf::actor_system& sys, node_roster roster, std::string cluster,
-                                              std::string token);
+                                              std::string token, std::vector<node_address> peers = {});
 
 /// Compares in time that does not depend on where the two differ (only on their lengths).
 [[nodiscard]] bool same_secret(const std::string& a, const std::string& b) noexcept;

@@ -49,13 +49,22 @@ caf::actor lookup(caf::blocking_actor* self, const caf::actor& supervisor, const
   return out;
 }
 
-// A group split over nodes, with the ranks that live now: a membership of a new epoch.
+// A group split over nodes, with the ranks on the nodes up now (all, or the survivors of a lost
+// node, which go on alone: elastic EP): a membership of a new epoch. A group none of whose
+// ranks is up waits for its nodes.
 void renew_split_group(watch_state& st, bool prefill) {
   if (!split_over_nodes(st.cfg.rosters, prefill))
     return;
-  const topology_config& topo = st.cfg.file.topology;
-  introduce_across(ranks_in_order(st.cfg.rosters, prefill, prefill ? topo.prefill_ranks : topo.decode_ranks),
-                   prefill ? 0 : topo.prefill_ranks, epoch_first_step(++st.epoch));
+  std::vector<bool> lost(st.cfg.rosters.size(), false);
+  for (const size_t i : st.lost)
+    lost[i] = true;
+  group_alive alive = ranks_alive(st.cfg.rosters, prefill, lost);
+  if (alive.ranks.empty())
+    return;
+  const int64_t first_global = prefill ? 0 : st.cfg.file.topology.prefill_ranks;
+  for (int64_t& index : alive.indices)
+    index += first_global;
+  introduce_across(alive.ranks, alive.indices, epoch_first_step(++st.epoch));
 }
 
 // Node `i` answered again with `roster`: its ranks take the lost ones' places.
@@ -97,11 +106,11 @@ void try_rejoin(caf::blocking_actor* self, watch_state& st) {
     try {
       node_roster roster = join_node(self->system(), node, st.cfg.file.name, st.cfg.file.token,
                                      st.cfg.self_name,
-                                     std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+                                     std::chrono::steady_clock::now() + std::chrono::milliseconds(1000));
       std::printf("moeserve: node %s rejoined\n", node.name.c_str());
       std::fflush(stdout);
-      rejoined(self, st, i, std::move(roster));
       it = st.lost.erase(it);
+      rejoined(self, st, i, std::move(roster));
     } catch (const input_error&) {
       ++it;  // not back yet (or refusing): tried again next period
     }
@@ -128,6 +137,8 @@ caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg) {
           std::printf("moeserve: node %s is down: joining it again every %lld ms\n",
                       st.cfg.rosters[i].node.c_str(), static_cast<long long>(rejoin_period.count()));
           std::fflush(stdout);
+          renew_split_group(st, true);  // the survivors go on without it
+          renew_split_group(st, false);
         }
         if (!ticking) {
           ticking = true;

@@ -1,11 +1,15 @@
 // actors/node_watch.hpp
 // The front node's watch over the other nodes of a multi-process cluster: it monitors their
-// ranks, and a node whose ranks went down (killed, or silent past the heartbeat timeout) is
+// ranks. When a node's ranks go down (killed, or silent past the heartbeat timeout), a group
+// split over nodes goes on with its survivors alone (elastic EP: a membership of a new epoch
+// without the lost ranks; the survivors hold every expert between them, copying the missing
+// ones from their checkpoint), the balancers give the lost ranks no work, and the sessions of
+// the lost ranks' requests place them again (re-prefilled on the ranks still up). The node is
 // joined again through its gate every half second. Once it answers (restarted, or woken from a
 // SIGSTOP), its ranks replace the lost ones as the supervisor's children, the balancers learn
-// them as they learn a restarted rank, and a group split over nodes starts a new epoch with
-// them (its survivors abandon the step they were in). Requests that failed while it was away
-// got a retryable 503; new ones go to it again.
+// them as they learn a restarted rank, and the split group starts a new epoch with all of them
+// and the placement it began with. Only a role with no rank left up (every prefill rank lost,
+// say) answers requests with a retryable 503 until its node returns.
 #pragma once
 
 #include <caf/actor.hpp>

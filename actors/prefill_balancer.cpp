@@ -48,7 +48,15 @@ using balancer_pointer = prefill_balancer_actor::stateful_pointer<prefill_balanc
 
 // The prefill rank for a prompt of n tokens, under the settings now.
 int64_t pick_rank(prefill_balancer_state& st, int64_t n) {
-  const int64_t rank = pick_prefill_rank(st.loads, n, st.settings.now, st.next_turn);
+  prefill_balancer_settings s = st.settings.now;
+  if (!st.graph.ranks_restart) {  // a rank lost with its node takes nothing until it rejoins
+    for (size_t r = 0; r < st.prefill_down.size(); ++r)
+      if (st.prefill_down[r])
+        s.drained.push_back(static_cast<int64_t>(r));
+    std::sort(s.drained.begin(), s.drained.end());
+    s.drained.erase(std::unique(s.drained.begin(), s.drained.end()), s.drained.end());
+  }
+  const int64_t rank = pick_prefill_rank(st.loads, n, s, st.next_turn);
   st.next_turn = rank + 1;
   st.picks.add(rank, static_cast<double>(n));
   return rank;
@@ -182,12 +190,15 @@ void ask_pick(balancer_pointer self, uint64_t id) {
         auto it = st.picking.find(id);
         if (it == st.picking.end() || it->second.attempt != attempt)
           return;  // asked again of a newer balancer
-        // (ranks that do not restart: one lost decode rank stalls its whole group, no elastic EP yet)
-        const bool ranks_down =
-          (st.graph.ranks_restart
-             ? st.decode_down.at(decode_idx)
-             : std::find(st.decode_down.begin(), st.decode_down.end(), true) != st.decode_down.end()) ||
-          std::find(st.prefill_down.begin(), st.prefill_down.end(), true) != st.prefill_down.end();
+        // Ranks that restart: any prefill rank down waits for its successor. Ranks of other
+        // processes: the survivors of a lost node go on alone (elastic EP), so only a decode
+        // rank down itself, or no prefill rank up at all, keeps a request from being placed.
+        const bool any_prefill_down = std::find(st.prefill_down.begin(), st.prefill_down.end(), true) !=
+                                      st.prefill_down.end();
+        const bool every_prefill_down = std::find(st.prefill_down.begin(), st.prefill_down.end(), false) ==
+                                        st.prefill_down.end();
+        const bool ranks_down = st.decode_down.at(decode_idx) ||
+                                (st.graph.ranks_restart ? any_prefill_down : every_prefill_down);
         const bool cancelled = it->second.session ? st.session_ids.count(it->second.session.address()) == 0
                                                   : st.cancelled_while_picking.count(id) > 0;
         if (ranks_down && !cancelled && !st.graph.ranks_restart) {  // back only when their node rejoins
@@ -339,6 +350,10 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
         const caf::actor_addr& lost_rank) {
       auto& st = self->state;
       mark_down(st, lost_rank);
+      // ranks that do not restart: the decode balancer learns the loss before this request's
+      // pick (messages from one sender arrive in order), so that it picks a rank still up
+      if (!st.graph.ranks_restart && lost_rank)
+        caf::anon_send(st.graph.decode_balancer, migrate_atom::value, lost_rank);
       if (st.sessions.count(id) == 0)
         return;  // ended meanwhile
       st.picking[pid] = {.spec = std::move(rest),

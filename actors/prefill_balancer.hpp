@@ -64,8 +64,11 @@ struct prefill_balancer_graph {
   int64_t max_migrations = 3;          // per request (session_config::max_migrations)
   double new_token_ratio = 1.0;        // share of the tokens left a pick books KV for (topology_config's)
   prefill_balancer_settings settings;  // as started; num_ranks: set from the prefill ranks
-  bool ranks_restart = true;  // a dead rank's successor comes (in-process); false on the front node of
-                              // a multi-process cluster: a request finds a dead rank -> unavailable
+  // true: a dead rank's successor comes (in-process), and requests wait for it. False on the
+  // front node of a multi-process cluster: a rank lost with its node takes no work until the
+  // node rejoins, its requests go to the others (its group's survivors go on alone), and a
+  // request with no prefill rank up, or picked for a decode rank just lost, -> unavailable
+  bool ranks_restart = true;
 };
 
 [[nodiscard]] prefill_balancer_actor spawn_prefill_balancer(caf::actor_system& sys,

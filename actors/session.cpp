@@ -178,8 +178,9 @@ session_actor::behavior_type session(session_pointer self, session_config cfg) {
     },
     [=](token_atom, token_chunk& chunk) {
       auto& st = self->state;
-      if (chunk.request_id != st.placement || st.placing)
-        return;  // from a placement given up
+      // from a placement given up; while placing, only the placer's error for the new one
+      if (chunk.request_id != st.placement || (st.placing && chunk.reason != finish_reason::error))
+        return;
       std::string delta;
       for (size_t i = 0; i < chunk.token_ids.size(); ++i) {
         const int32_t id = chunk.token_ids[i];

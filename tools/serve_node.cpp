@@ -48,7 +48,11 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
   configure_remote(cfg, c.heartbeat_interval_s, c.connection_timeout_s);
   caf::actor_system sys{cfg};
   const node_ranks ranks = spawn_node_ranks(sys, w, c, node, reference);
-  const node_gate_actor gate = spawn_node_gate(sys, ranks.roster, c.name, c.token);
+  std::vector<node_address> peers;  // the other nodes with ranks: connected to directly
+  for (const cluster_node& n : c.nodes)
+    if (!n.front && n.name != node.name)
+      peers.push_back({.host = n.host, .port = static_cast<uint16_t>(n.port)});
+  const node_gate_actor gate = spawn_node_gate(sys, ranks.roster, c.name, c.token, std::move(peers));
   auto port = sys.middleman().publish(gate, static_cast<uint16_t>(node.port), node.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);

@@ -77,7 +77,7 @@ int64_t pick_prefill_rank(const std::vector<prefill_load>& loads, int64_t num_un
 bool has_room(const decode_load& l, int64_t num_blocks_needed) {
   const bool has_blocks = l.num_blocks - l.num_used_blocks >= num_blocks_needed;
   const bool has_slot = l.max_running == 0 || l.num_running < l.max_running;
-  return has_blocks && has_slot && l.num_blocks > 0;
+  return has_blocks && has_slot && l.num_blocks > 0 && l.up;
 }
 
 std::optional<int64_t> pick_decode_rank(const std::vector<decode_load>& loads, int64_t num_blocks_needed) {

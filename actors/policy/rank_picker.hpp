@@ -35,6 +35,7 @@ struct decode_load {
   int64_t num_blocks = 0;
   int64_t num_running = 0;
   int64_t max_running = 0;  // 0: unlimited
+  bool up = true;           // false: lost with its node, until the node rejoins (no room)
 };
 
 /// The decode rank for a request needing `num_blocks_needed` KV blocks: among ranks with room

@@ -21,6 +21,8 @@ ep_rank_core::ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group
     for (size_t l = 0; l < group_.placements->size(); ++l)
       if (!(*group_.placements)[l].slot_expert.empty())
         fault_layer_ = static_cast<int64_t>(l);
+  first_placements_ = group_.placements;
+  first_num_ranks_ = group_.num_ranks;
   if (group_.num_ranks == 1) {  // a group of one needs no introduction
     inbox_ = std::make_shared<ep_inbox>();
     members_ = {.peers = {self_}, .inboxes = {inbox_}, .global_ranks = {0}};
@@ -28,13 +30,29 @@ ep_rank_core::ep_rank_core(rank_model& model, cpu_stream& stream, ep_group group
 }
 
 void ep_rank_core::set_membership(ep_membership m) {
-  if (static_cast<int64_t>(m.peers.size()) != group_.num_ranks || m.global_ranks.size() != m.peers.size() ||
-      m.inboxes.size() != m.peers.size())
-    throw std::logic_error("ep_rank_core: a group of " + std::to_string(m.peers.size()) +
-                           " ranks for a rank of " + std::to_string(group_.num_ranks));
-  if (!m.inboxes[group_.rank])  // a group across processes: peers send to this rank by message
-    m.inboxes[group_.rank] = own_inbox_;
-  m.inboxes[group_.rank]->start_epoch(m.first_step);  // the steps of an earlier group give up
+  const auto me = std::find(m.peers.begin(), m.peers.end(), self_);
+  if (m.global_ranks.size() != m.peers.size() || m.inboxes.size() != m.peers.size() || me == m.peers.end())
+    throw std::logic_error("ep_rank_core: a membership of " + std::to_string(m.peers.size()) +
+                           " ranks without this one, or with a peer list that does not fit");
+  const auto rank = static_cast<int64_t>(me - m.peers.begin());
+  const auto num_ranks = static_cast<int64_t>(m.peers.size());
+  if (!m.placements && first_placements_) {
+    if (num_ranks != first_num_ranks_)  // survivors of a lost node: every expert, from the checkpoint
+      m.placements = std::make_shared<const std::vector<layer_placement>>(
+        placements_for_survivors(*first_placements_, num_ranks));
+    else if (num_ranks != group_.num_ranks)  // the whole group again: the placement it began with
+      m.placements = first_placements_;
+  }
+  if (m.placements)
+    for (const layer_placement& p : *m.placements)
+      if (!p.slot_expert.empty() && p.num_ranks != num_ranks)
+        throw std::logic_error("ep_rank_core: a placement over " + std::to_string(p.num_ranks) +
+                               " ranks for a group of " + std::to_string(num_ranks));
+  if (!m.inboxes[rank])  // a group across processes: peers send to this rank by message
+    m.inboxes[rank] = own_inbox_;
+  m.inboxes[rank]->start_epoch(m.first_step);  // the steps of an earlier group give up
+  if (inbox_ && inbox_ != m.inboxes[rank])     // there too, when the new group brings another inbox
+    inbox_->start_epoch(m.first_step);
   if (pipeline_) {
     pending_members_ = std::move(m);
     return;
@@ -47,6 +65,8 @@ void ep_rank_core::set_membership(ep_membership m) {
 
 void ep_rank_core::take_membership(ep_membership m) {
   members_ = std::move(m);
+  group_.rank = std::find(members_.peers.begin(), members_.peers.end(), self_) - members_.peers.begin();
+  group_.num_ranks = static_cast<int64_t>(members_.peers.size());
   inbox_ = members_.inboxes[group_.rank];
   next_step_ = std::max(next_step_, members_.first_step);
   if (members_.placements) {  // the group's committed placement, from the first step on

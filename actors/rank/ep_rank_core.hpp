@@ -46,7 +46,8 @@ struct cluster_links {
 /// A rank's group: its peers in rank order (itself included), their inboxes and global rank ids
 /// (the link model's and the trace's numbering). A peer's restart makes a new membership (the new
 /// peer, a fresh inbox for it) whose steps are numbered from `first_step`: every rank abandons
-/// the steps it had begun below that and runs their requests again.
+/// the steps it had begun below that and runs their requests again. A lost node's makes one of
+/// the survivors alone (ep_rank_core::set_membership).
 struct ep_membership {
   std::vector<caf::actor> peers;
   std::vector<std::shared_ptr<ep_inbox>> inboxes;  // per group rank
@@ -96,6 +97,12 @@ class ep_rank_core final : public pipeline_io {
 
   /// Joins the group (before any step), or a changed group: a step in flight is abandoned (its
   /// stages are skipped or give up waiting) and the new membership holds from the next step.
+  /// The membership may be of fewer ranks than the group was spawned with (the survivors of a
+  /// lost node, elastic EP): this rank's group rank is its place among the peers, and without a
+  /// placement of its own the membership gets placements_for_survivors (every expert on the
+  /// survivors, the missing ones copied from the checkpoint); the whole group again, without a
+  /// placement, gets back the one it began with. Throws std::logic_error for a membership
+  /// without this rank, or with a placement over another number of ranks.
   void set_membership(ep_membership m);
   [[nodiscard]] bool step_in_flight() const noexcept { return pipeline_ != nullptr; }
   /// The step in flight (done) was abandoned for a new membership before its LOGITS stage: its
@@ -245,7 +252,11 @@ class ep_rank_core final : public pipeline_io {
 
   ep_membership members_;
   std::optional<ep_membership> pending_members_;  // came while a step was in flight
-  std::shared_ptr<ep_inbox> inbox_;               // members_.inboxes[group_.rank] (its own in a group of one)
+  // the group as spawned: a membership of fewer ranks (survivors of a lost node) without a
+  // placement gets placements_for_survivors of this one, and the whole group again gets it back
+  std::shared_ptr<const std::vector<layer_placement>> first_placements_;
+  int64_t first_num_ranks_ = 1;
+  std::shared_ptr<ep_inbox> inbox_;  // members_.inboxes[group_.rank] (its own in a group of one)
   // where peers in other processes send to: the inbox of every membership that arrives without
   // inboxes (one across processes), kept for the rank's life so that a payload that comes before
   // the membership waits here; start_epoch abandons an earlier membership's steps

@@ -40,6 +40,22 @@ layer_placement default_layer_placement(int64_t num_logical, int64_t num_redunda
   return make_layer_placement(std::move(slots), num_ranks, num_logical);
 }
 
+std::vector<layer_placement> placements_for_survivors(const std::vector<layer_placement>& first,
+                                                      int64_t num_ranks) {
+  if (num_ranks < 1)
+    throw std::invalid_argument("a group of " + std::to_string(num_ranks) + " ranks");
+  std::vector<layer_placement> out(first.size());
+  for (size_t l = 0; l < first.size(); ++l) {
+    if (first[l].slot_expert.empty())
+      continue;
+    const auto num_logical = static_cast<int64_t>(first[l].expert_slots.size());
+    const auto num_slots = static_cast<int64_t>(first[l].slot_expert.size());
+    const int64_t rounded = (num_slots + num_ranks - 1) / num_ranks * num_ranks;
+    out[l] = default_layer_placement(num_logical, rounded - num_logical, num_ranks);
+  }
+  return out;
+}
+
 std::vector<int32_t> experts_of_rank(const layer_placement& p, int64_t rank) {
   const auto slots = std::span(p.slot_expert).subspan(rank * p.slots_per_rank, p.slots_per_rank);
   std::vector<int32_t> experts(slots.begin(), slots.end());

@@ -44,6 +44,14 @@ struct layer_placement {
 [[nodiscard]] layer_placement default_layer_placement(int64_t num_logical, int64_t num_redundant,
                                                       int64_t num_ranks);
 
+/// The placement of a group shrunk to `num_ranks` ranks (the survivors of lost ones): on each
+/// MoE layer of `first` (empty layers stay empty), default_layer_placement of its logical
+/// experts over `num_ranks`, with its redundant slots rounded up to the fewest that split
+/// evenly (16 experts, none redundant, over 3 ranks: 18 slots, experts 0 and 1 twice). Every
+/// expert has a slot. Throws std::invalid_argument unless num_ranks >= 1.
+[[nodiscard]] std::vector<layer_placement> placements_for_survivors(const std::vector<layer_placement>& first,
+                                                                    int64_t num_ranks);
+
 /// The logical experts rank `rank` holds under `p`: its slots' experts, ascending, each once.
 [[nodiscard]] std::vector<int32_t> experts_of_rank(const layer_placement& p, int64_t rank);
 

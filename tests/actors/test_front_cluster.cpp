@@ -1,7 +1,8 @@
 // tests/actors/test_front_cluster.cpp
 // The front node orders the ranks the nodes' rosters list into the cluster's groups: every rank
 // exactly once, in group order whatever the order the nodes joined in (a group may span nodes);
-// a missing rank, one listed twice or one out of range is an error naming it.
+// a missing rank, one listed twice or one out of range is an error naming it. After a node is
+// lost, a group's ranks on the nodes still up, in group order.
 #include <doctest/doctest.h>
 
 #include <caf/event_based_actor.hpp>
@@ -70,6 +71,17 @@ TEST_CASE_FIXTURE(actor_fixture, "front: the rosters' ranks in group order, whic
   CHECK(moe::split_over_nodes({prefill, first, second}, false));
   CHECK_FALSE(moe::split_over_nodes({prefill, first, second}, true));
   CHECK_FALSE(moe::split_over_nodes({decode, prefill}, false));
+  // decode-0 lost: decode rank 2 goes on alone; decode-1 lost: ranks 0 and 1, still in order
+  const std::vector<moe::node_roster> three = {second, prefill, first};
+  const moe::group_alive without_first = moe::ranks_alive(three, false, {false, false, true});
+  CHECK(without_first.indices == std::vector<int64_t>{2});
+  CHECK(without_first.ranks == std::vector<caf::actor>{a[4]});
+  const moe::group_alive without_second = moe::ranks_alive(three, false, {true, false, false});
+  CHECK(without_second.indices == std::vector<int64_t>{0, 1});
+  CHECK(without_second.ranks == std::vector<caf::actor>{a[2], a[3]});
+  CHECK(moe::ranks_alive(three, false, {false, false, false}).ranks ==
+        std::vector<caf::actor>{a[2], a[3], a[4]});
+  CHECK(moe::ranks_alive(three, true, {false, true, false}).ranks.empty());  // the prefill node lost
   for (const caf::actor& x : a)
     caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
 }

@@ -297,6 +297,31 @@ TEST_CASE("a dispatch to a rank that lacks the expert, and bad placements, are r
                   std::invalid_argument);
 }
 
+TEST_CASE("survivors of a lost node: every expert over fewer ranks, slots rounded up to split evenly") {
+  // a dense layer, then 16 experts over 4 ranks, 4 redundant slots on the third layer
+  const std::vector<layer_placement> first = {
+    {}, default_layer_placement(16, 0, 4), default_layer_placement(16, 4, 4)};
+  const std::vector<layer_placement> two = placements_for_survivors(first, 2);
+  REQUIRE(two.size() == 3);
+  CHECK(two[0].slot_expert.empty());
+  CHECK(two[1].slots_per_rank == 8);  // 16 slots: experts 0-7, then 8-15
+  CHECK(experts_of_rank(two[1], 0) == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(experts_of_rank(two[1], 1) == std::vector<int32_t>{8, 9, 10, 11, 12, 13, 14, 15});
+  CHECK(two[2].slots_per_rank == 10);  // 20 slots split over 2 as they are
+  CHECK(experts_of_rank(two[2], 1) == std::vector<int32_t>{0, 1, 2, 3, 10, 11, 12, 13, 14, 15});
+  const std::vector<layer_placement> three = placements_for_survivors(first, 3);
+  CHECK(three[1].num_ranks == 3);
+  CHECK(three[1].slots_per_rank == 6);  // 18 slots: experts 0 and 1 twice
+  CHECK(three[1].expert_slots[0] == std::vector<int32_t>{0, 16});
+  CHECK(three[1].expert_slots[1] == std::vector<int32_t>{1, 17});
+  CHECK(three[1].expert_slots[2] == std::vector<int32_t>{2});
+  CHECK(experts_of_rank(three[1], 2) == std::vector<int32_t>{0, 1, 12, 13, 14, 15});
+  CHECK(three[2].slots_per_rank == 7);  // 20 slots round up to 21
+  const std::vector<layer_placement> one = placements_for_survivors(first, 1);
+  CHECK(experts_of_rank(one[1], 0).size() == 16);
+  CHECK_THROWS_AS((void)placements_for_survivors(first, 0), std::invalid_argument);
+}
+
 TEST_CASE("answer groups: one expert batch for small dispatches, peers first one by one for large ones") {
   // dispatches from ranks 0..R-1 with the given pair counts (received in src_rank order)
   auto received = [](std::vector<int64_t> pairs) {
