@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "actors/errors.hpp"
@@ -319,6 +320,27 @@ std::string missing_parts(const cluster& c, const std::vector<actor_info>& actor
   return out;
 }
 
+std::string not_serving(const cluster& c, const std::vector<actor_info>& actors, bool ranks_remote) {
+  const std::string missing = missing_parts(c, actors);
+  if (missing.empty())
+    return "";
+  if (!ranks_remote)
+    return "restarting: " + missing;
+  cluster front_only;  // the parts this process restarts
+  std::string restarting = missing_parts(front_only, actors);
+  if (!restarting.empty())
+    return "restarting: " + restarting;
+  const auto any_live = [&](const char* kind) {
+    return std::any_of(actors.begin(), actors.end(), [&](const actor_info& a) { return a.kind == kind; });
+  };
+  std::string lost;
+  for (const auto& [kind, role, count] : {std::tuple{"prefill_rank", "prefill", c.prefill_ranks.size()},
+                                          std::tuple{"decode_rank", "decode", c.decode_ranks.size()}})
+    if (count > 0 && !any_live(kind))
+      lost += std::string(lost.empty() ? "" : ", ") + "every " + role + " rank";
+  return lost.empty() ? "" : "lost with their nodes: " + lost;
+}
+
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
                        const reply_fn& reply) {
   sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
@@ -338,8 +360,9 @@ void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     self->request(target->handles.supervisor, probe_timeout, actors_atom::value)
       .then(
         [=](const std::vector<actor_info>& actors) {
-          if (const std::string missing = missing_parts(target->handles, actors); !missing.empty())
-            return not_ready("restarting: " + missing);
+          const bool remote = static_cast<bool>(target->handles.node_watch);
+          if (const std::string why = not_serving(target->handles, actors, remote); !why.empty())
+            return not_ready(why);
           with_queue(
             self, target->handles,
             [=](const request_queue_actor& queue) {

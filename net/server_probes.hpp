@@ -45,8 +45,17 @@ void spawn_admin_kill(caf::actor_system& sys, std::shared_ptr<const serving_targ
 /// supervisor's live children) lacks, as "decode_rank 1, request_queue 0"; empty when all live.
 [[nodiscard]] std::string missing_parts(const cluster& c, const std::vector<actor_info>& actors);
 
+/// What keeps `c` from serving, from the supervisor's live children (`actors`); empty when
+/// nothing does. In one process every missing part is being restarted: "restarting: " and
+/// missing_parts. Where other nodes run the ranks (`ranks_remote`: a multi-process front), a
+/// missing rank was lost with its node and its group's survivors serve without it (elastic EP):
+/// only a missing front part ("restarting: ...") or a role with no rank left ("lost with their
+/// nodes: every prefill rank") does.
+[[nodiscard]] std::string not_serving(const cluster& c, const std::vector<actor_info>& actors,
+                                      bool ranks_remote);
+
 /// Replies {ready: true, latency_s} after a greedy 1-token generation of the BOS prompt, or a
-/// 503 naming what failed ("restarting: " and missing_parts while a part is being restarted).
+/// 503 naming what failed (not_serving's reason first).
 void spawn_ready_probe(caf::actor_system& sys, std::shared_ptr<const serving_target> target, uint32_t msgid,
                        const reply_fn& reply);
 

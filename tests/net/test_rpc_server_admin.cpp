@@ -160,6 +160,23 @@ TEST_CASE("ready names the parts being restarted: every supervised part the list
   live.erase(live.begin() + 5);  // decode_rank 1
   live.erase(live.begin());      // request_queue
   CHECK(net::missing_parts(c, live) == "request_queue 0, decode_rank 1");
+  CHECK(net::not_serving(c, live, false) == "restarting: request_queue 0, decode_rank 1");
+  CHECK(net::not_serving(c, live, true) == "restarting: request_queue 0");  // the front's own part
+}
+
+TEST_CASE("ready on a multi-process front: a rank lost with its node leaves its group's survivors serving") {
+  cluster c;
+  c.prefill_ranks.resize(1);
+  c.decode_ranks.resize(2);
+  std::vector<actor_info> live = {{.kind = "request_queue"}, {.kind = "prefill_balancer"},
+                                  {.kind = "decode_balancer"}, {.kind = "prefill_rank"},
+                                  {.kind = "decode_rank", .index = 0}};  // decode_rank 1 lost
+  CHECK(net::not_serving(c, live, true).empty());
+  CHECK(net::not_serving(c, live, false) == "restarting: decode_rank 1");
+  live.pop_back();  // and decode_rank 0
+  CHECK(net::not_serving(c, live, true) == "lost with their nodes: every decode rank");
+  live.erase(live.begin() + 3);  // and the prefill rank
+  CHECK(net::not_serving(c, live, true) == "lost with their nodes: every prefill rank, every decode rank");
 }
 
 TEST_CASE_FIXTURE(server_fixture, "ready comes back on its own after a rank is killed") {

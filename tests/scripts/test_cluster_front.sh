@@ -10,7 +10,7 @@
 # under load is found down by the heartbeats within seconds, one killed with -9 at once; the
 # other decode node goes on alone (elastic EP), the lost node's requests are placed again, and
 # every request of the load is answered in full, greedy answers unchanged. With the prefill node
-# (every prefill rank) killed, requests get a retryable 503, not silence. Continued, or started
+# (every prefill rank) killed, requests get a retryable 503, not silence, and /ready says why. Continued, or started
 # again, a node rejoins and the same requests give the same text. SIGTERM stops the front
 # cleanly and leaves the nodes running.
 # Everything started here is stopped at the end.
@@ -20,7 +20,7 @@ moeserve=${1:?usage: test_cluster_front.sh <moeserve>}
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
-read -r p0 p1 p2 p3 rpc single < <(free_ports 6)
+read -r p0 p1 p2 p3 rpc http single < <(free_ports 7)
 cat >"$tmp/cluster.toml" <<TOML
 name = "front-test"
 token = "front-test-token-0123456789"
@@ -31,7 +31,7 @@ name = "front"
 port = $p0
 front = true
 rpc_port = $rpc
-http_port = 0
+http_port = $http
 [[node]]
 name = "prefill-0"
 port = $p1
@@ -111,6 +111,8 @@ kill -KILL "$pid_prefill_0"
 wait "$pid_prefill_0" 2>/dev/null
 found_down prefill-0 "$(date +%s%N)" >/dev/null
 expect_503 "with every prefill rank lost"
+ready=$(curl -s -w " %{http_code}" "http://127.0.0.1:$http/ready")
+[[ $ready == *"lost with their nodes: every prefill rank"*" 503" ]] || fail "GET /ready with prefill-0 lost: $ready"
 start prefill-0
 rejoined prefill-0 1
 same_answers prefill-back

@@ -6,7 +6,8 @@
 # one-process `serve` of 2 prefill + 2 decode ranks. Node b killed with -9 under a load of 24
 # requests takes a prefill and a decode rank with it: both groups go on with node a's ranks
 # alone (elastic EP), the requests on node b are placed again (re-prefilled on node a), every
-# request of the load is answered in full, and the greedy answers are unchanged. Started again,
+# request of the load is answered in full, the greedy answers are unchanged, and the front stays
+# ready (HTTP /ready 200). Started again,
 # node b rejoins and the answers are the same. Everything started here is stopped at the end.
 # Run by CTest as: bash test_cluster_mixed.sh <path-to-moeserve>
 set -uo pipefail
@@ -14,7 +15,7 @@ moeserve=${1:?usage: test_cluster_mixed.sh <moeserve>}
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 6 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
-read -r p0 p1 p2 rpc single < <(free_ports 5)
+read -r p0 p1 p2 rpc http single < <(free_ports 6)
 cat >"$tmp/cluster.toml" <<TOML
 name = "mixed-test"
 token = "mixed-test-token-0123456789"
@@ -25,7 +26,7 @@ name = "front"
 port = $p0
 front = true
 rpc_port = $rpc
-http_port = 0
+http_port = $http
 [[node]]
 name = "node-a"
 port = $p1
@@ -60,6 +61,8 @@ ms=$(found_down node-b "$since")
 load_answered killed
 migrated "$before"
 same_answers alone
+ready=$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$http/ready")
+[ "$ready" = 200 ] || fail "GET /ready with node-b lost: $ready (the survivors serve)"
 kill -0 "$pid_front" || fail "the front exited after node-b died"
 echo "ok: node-b (a prefill and a decode rank) killed with -9 under load was found down in $ms ms; node-a's ranks went on alone, all 24 requests answered in full and the answers the same"
 
