@@ -2,7 +2,10 @@
 // `moeserve cluster up FILE --model DIR`: a one-machine try-out of a multi-process cluster. Starts
 // `moeserve serve --cluster FILE --node NAME` for every node of the file whose host is this
 // machine's loopback (printing how to start the others where they run), and stops them all on
-// Ctrl-C or SIGTERM; if one exits on its own, the rest are stopped too and the exit status says so.
+// Ctrl-C or SIGTERM. A node with ranks that exits on its own (killed, or a rank of it died) is
+// started again, as a service manager would, and the front joins it again; more than
+// max_node_restarts within restart_window, or the front exiting, stops them all, and the exit
+// status names the node.
 #include <CLI/CLI.hpp>
 
 #include <spawn.h>
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,7 +41,17 @@ struct started_node {
   std::string name;
   pid_t pid = 0;
   bool running = true;
+  bool front = false;
+  std::deque<std::chrono::steady_clock::time_point> restarts;  // within restart_window
 };
+
+constexpr int max_node_restarts = 5;
+constexpr std::chrono::seconds restart_window{60};
+
+std::string exit_text(int status) {
+  return WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
+                           : "signal " + std::to_string(WTERMSIG(status));
+}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.starts_with("127.");
@@ -67,20 +81,30 @@ pid_t spawn_node(const cluster_up_options& o, const std::string& node) {
   return pid;
 }
 
-// Reaps the nodes that exited; the name of the first that did, or "".
-std::string reap(std::vector<started_node>& nodes, int& status_out) {
-  std::string first;
+// Reaps the nodes that exited and starts the rank nodes among them again; the error that stops
+// the cluster (the front exited, or a node past its restarts), or "".
+std::string reap(const cluster_up_options& o, std::vector<started_node>& nodes) {
   for (started_node& n : nodes) {
     int status = 0;
-    if (n.running && waitpid(n.pid, &status, WNOHANG) == n.pid) {
-      n.running = false;
-      if (first.empty()) {
-        first = n.name;
-        status_out = status;
-      }
-    }
+    if (!n.running || waitpid(n.pid, &status, WNOHANG) != n.pid)
+      continue;
+    n.running = false;
+    const std::string gone = "cluster up: node " + n.name + " exited (" + exit_text(status) + ")";
+    if (n.front)
+      return gone + ": the others were stopped";
+    const auto now = std::chrono::steady_clock::now();
+    while (!n.restarts.empty() && now - n.restarts.front() > restart_window)
+      n.restarts.pop_front();
+    if (static_cast<int>(n.restarts.size()) >= max_node_restarts)
+      return gone + " for the " + std::to_string(max_node_restarts + 1) + "th time within " +
+             std::to_string(restart_window.count()) + " s: the others were stopped";
+    n.restarts.push_back(now);
+    n.pid = spawn_node(o, n.name);
+    n.running = true;
+    std::printf("%s: started again (pid %d)\n", gone.c_str(), static_cast<int>(n.pid));
+    std::fflush(stdout);
   }
-  return first;
+  return "";
 }
 
 void stop_all(std::vector<started_node>& nodes) {
@@ -125,7 +149,8 @@ void run_cluster_up(const cluster_up_options& o) {
       continue;
     }
     try {
-      nodes.push_back({.name = n.name, .pid = spawn_node(o, n.name), .running = true});
+      nodes.push_back(
+        {.name = n.name, .pid = spawn_node(o, n.name), .running = true, .front = n.front, .restarts = {}});
     } catch (...) {
       stop_all(nodes);
       throw;
@@ -143,13 +168,9 @@ void run_cluster_up(const cluster_up_options& o) {
       std::printf("cluster up: stopped\n");
       return;
     }
-    int status = 0;
-    if (const std::string gone = reap(nodes, status); !gone.empty()) {
+    if (const std::string stop = reap(o, nodes); !stop.empty()) {
       stop_all(nodes);
-      throw input_error("cluster up: node " + gone + " exited (" +
-                        (WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
-                                           : "signal " + std::to_string(WTERMSIG(status))) +
-                        "): the others were stopped");
+      throw input_error(stop);
     }
   }
 }

@@ -4,9 +4,18 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
+#include <unistd.h>
 
+#include <atomic>
+
+#include <csignal>
 #include <cstdio>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "actors/front_cluster.hpp"
 #include "actors/node_gate.hpp"
@@ -34,6 +43,44 @@ std::string hosted(const node_roster& r) {
   return out;
 }
 
+// What a rank's death recorded (empty: none), and whether the node is stopping anyway.
+struct rank_death {
+  std::mutex mutex;
+  std::string what;
+  std::atomic<bool> stopping{false};
+};
+
+// Monitors the node's ranks: the first that dies while the node serves is recorded and the node
+// stops (SIGTERM to this process), whole. The front sees a node lost, as after kill -9: the
+// groups it splits go on with their survivors, and a node started again (cluster up does it)
+// rejoins with fresh ranks. A rank restarted alone here would leave a group it shares with
+// other nodes waiting for the front to introduce it again; a node that restarts whole does not.
+caf::actor watch_ranks(caf::actor_system& sys, const node_roster& roster, std::shared_ptr<rank_death> death) {
+  return sys.spawn([roster, death](caf::event_based_actor* self) -> caf::behavior {
+    std::map<caf::actor_addr, std::string> names;
+    for (size_t i = 0; i < roster.prefill_ranks.size(); ++i)
+      names[roster.prefill_ranks[i].address()] =
+        "prefill rank " + std::to_string(roster.first_prefill_rank + static_cast<int64_t>(i));
+    for (size_t i = 0; i < roster.decode_ranks.size(); ++i)
+      names[roster.decode_ranks[i].address()] =
+        "decode rank " + std::to_string(roster.first_decode_rank + static_cast<int64_t>(i));
+    for (const auto* ranks : {&roster.prefill_ranks, &roster.decode_ranks})
+      for (const caf::actor& rank : *ranks)
+        self->monitor(rank);
+    self->set_down_handler([self, death, names](caf::down_msg& dm) {
+      if (death->stopping)
+        return;
+      {
+        const std::lock_guard lock(death->mutex);
+        if (death->what.empty())
+          death->what = names.at(dm.source) + " died (" + self->system().render(dm.reason) + ")";
+      }
+      ::kill(::getpid(), SIGTERM);  // to the process: its main thread waits for it
+    });
+    return {[](stats_atom) {}};  // kept alive by its monitors; quits with an exit message
+  });
+}
+
 }  // namespace
 
 void run_cluster_node(const node_options& o, const std::string& model_dir, const weight_options& weights,
@@ -48,6 +95,8 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
   configure_remote(cfg, c.heartbeat_interval_s, c.connection_timeout_s);
   caf::actor_system sys{cfg};
   const node_ranks ranks = spawn_node_ranks(sys, w, c, node, reference);
+  auto death = std::make_shared<rank_death>();
+  const caf::actor watcher = watch_ranks(sys, ranks.roster, death);
   std::vector<node_address> peers;  // the other nodes with ranks: connected to directly
   for (const cluster_node& n : c.nodes)
     if (!n.front && n.name != node.name)
@@ -56,6 +105,8 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
   auto port = sys.middleman().publish(gate, static_cast<uint16_t>(node.port), node.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    death->stopping = true;
+    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
     ranks.stop();
     throw input_error("node " + node.name + ": cannot listen on " + node.host + ":" +
                       std::to_string(node.port) + ": " + sys.render(port.error()));
@@ -65,10 +116,21 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);
-  std::printf("moeserve: node %s stopping\n", node.name.c_str());
+  death->stopping = true;
+  std::string died;
+  {
+    const std::lock_guard lock(death->mutex);
+    died = death->what;
+  }
+  std::printf("moeserve: node %s stopping%s\n", node.name.c_str(),
+              died.empty() ? "" : (": its " + died).c_str());
   std::fflush(stdout);
+  caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
   ranks.stop();
+  if (!died.empty())
+    throw std::runtime_error("node " + node.name + ": its " + died +
+                             "; the node stopped whole (start it again: its front joins it again)");
 }
 
 cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluster_node& front,

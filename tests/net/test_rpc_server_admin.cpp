@@ -168,8 +168,10 @@ TEST_CASE("ready on a multi-process front: a rank lost with its node leaves its 
   cluster c;
   c.prefill_ranks.resize(1);
   c.decode_ranks.resize(2);
-  std::vector<actor_info> live = {{.kind = "request_queue"}, {.kind = "prefill_balancer"},
-                                  {.kind = "decode_balancer"}, {.kind = "prefill_rank"},
+  std::vector<actor_info> live = {{.kind = "request_queue"},
+                                  {.kind = "prefill_balancer"},
+                                  {.kind = "decode_balancer"},
+                                  {.kind = "prefill_rank"},
                                   {.kind = "decode_rank", .index = 0}};  // decode_rank 1 lost
   CHECK(net::not_serving(c, live, true).empty());
   CHECK(net::not_serving(c, live, false) == "restarting: decode_rank 1");

@@ -27,13 +27,15 @@ for s in socks: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])' "$1"
 }
 
-# start NAME: a node of the cluster in the background (its pid in pid_NAME)
+# start NAME [ARGS...]: a node of the cluster in the background (its pid in pid_NAME)
 start() {
-  "$moeserve" serve --model "$tmp/m" --reference --cluster "$tmp/cluster.toml" --node "$1" \
-    --log-stats-interval 1 >"$tmp/$1.out" 2>"$tmp/$1.err" &
+  local name=$1
+  shift
+  "$moeserve" serve --model "$tmp/m" --reference --cluster "$tmp/cluster.toml" --node "$name" \
+    --log-stats-interval 1 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   local pid=$!
   pids="$pids $pid"
-  eval "pid_${1//-/_}=$pid"
+  eval "pid_${name//-/_}=$pid"
 }
 # wait_for FILE TEXT PID: until FILE holds TEXT (30 s at most), failing if PID exits first
 wait_for() {

@@ -8,7 +8,9 @@
 # alone (elastic EP), the requests on node b are placed again (re-prefilled on node a), every
 # request of the load is answered in full, the greedy answers are unchanged, and the front stays
 # ready (HTTP /ready 200). Started again,
-# node b rejoins and the answers are the same. Everything started here is stopped at the end.
+# node b rejoins and the answers are the same. A rank that dies (decode rank 1, killed through
+# the front's admin.kill) takes its node down whole, with the same outcome. Everything started
+# here is stopped at the end.
 # Run by CTest as: bash test_cluster_mixed.sh <path-to-moeserve>
 set -uo pipefail
 moeserve=${1:?usage: test_cluster_mixed.sh <moeserve>}
@@ -41,7 +43,7 @@ TOML
 
 start node-b
 start node-a
-start front
+MOESERVE_ADMIN_KEY=mixed-admin-key start front --fault-injection
 wait_for "$tmp/front.out" "moeserve: listening on" "$pid_front"
 ask "$rpc" multi
 one_process "$single" --prefill-ranks 2 --decode-ranks 2
@@ -70,6 +72,35 @@ start node-b
 rejoined node-b 1
 same_answers back
 echo "ok: node-b started again rejoined; the answers are the same"
+
+# a rank that dies takes its node down whole: decode rank 1 killed through the front's admin.kill
+before=$(migration_lines)
+load_in_background rank-killed
+sleep 0.5
+/usr/bin/python3 - "$rpc" <<'PY' || fail "admin.kill through the front"
+import socket, sys, msgpack
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+unpacker = msgpack.Unpacker(raw=False)
+def call(msgid, method, params):
+    s.sendall(msgpack.packb([0, msgid, method, params]))
+    while True:
+        unpacker.feed(s.recv(65536))
+        for reply in unpacker:
+            return reply
+for reply in (call(1, "auth", ["mixed-admin-key"]), call(2, "admin.kill", [{"kind": "decode_rank", "index": 1}])):
+    assert reply[2] is None and reply[3] is not None, reply
+PY
+wait "$pid_node_b"
+status=$?
+[[ $status -ne 0 ]] && grep -q "moeserve: node node-b stopping: its decode rank 1 died" "$tmp/node-b.out" ||
+  fail "node-b after its rank was killed: exit $status: $(cat "$tmp/node-b.out" "$tmp/node-b.err")"
+load_answered rank-killed
+migrated "$before"
+same_answers rank-alone
+start node-b
+rejoined node-b 2
+same_answers back-again
+echo "ok: decode rank 1 killed through admin.kill took node-b down whole (exit $status); the load was answered in full; started again, node-b rejoined"
 
 kill -TERM "$pid_front"
 wait "$pid_front" || fail "the front exited $? on SIGTERM: $(cat "$tmp/front.out" "$tmp/front.err")"

@@ -4,8 +4,9 @@
 # model, reference backend, free ports), prints how to start a node of another host instead (the
 # front, waiting for that node, still stops at once on Ctrl-C), and
 # the cluster it started answers a request through its front node. Ctrl-C (SIGINT) stops every
-# node it started and it exits 0; a node that dies on its own stops the rest, and it exits with
-# an error naming the node. Nothing is left running.
+# node it started and it exits 0. A rank node that dies on its own is started again and rejoins,
+# and the front answers; the front dying stops the rest, and it exits with an error naming it.
+# Nothing is left running.
 # Run by CTest as: bash test_cluster_up.sh <path-to-moeserve>
 set -uo pipefail
 moeserve=${1:?usage: test_cluster_up.sh <moeserve>}
@@ -80,9 +81,16 @@ pid=$!
 pids="$pids $pid"
 for _ in $(seq 300); do grep -q "moeserve: listening on" "$tmp/die.out" && break; sleep 0.1; done
 pkill -KILL -f -- "--cluster $tmp/cluster.toml --node ranks"
+for _ in $(seq 300); do grep -q "moeserve: node ranks rejoined" "$tmp/die.out" && break; sleep 0.1; done
+grep -q "cluster up: node ranks exited (signal 9): started again" "$tmp/die.out" &&
+  grep -q "moeserve: node ranks rejoined" "$tmp/die.out" || fail "the rank node killed: $(cat "$tmp/die.out")"
+out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 6 "Hello" 2>&1) ||
+  fail "a request after the rank node came back: $out"
+echo "ok: the rank node killed with -9 was started again and rejoined; the front answered: $out"
+pkill -KILL -f -- "--cluster $tmp/cluster.toml --node front"
 wait "$pid"
 status=$?
-[[ $status -eq 2 ]] && grep -q "cluster up: node ranks exited (signal 9): the others were stopped" "$tmp/die.out" ||
-  fail "a node killed: exit $status: $(cat "$tmp/die.out")"
-[ "$(nodes)" -eq 0 ] || fail "$(nodes) nodes left running after one died"
-echo "ok: a node that died stopped the rest, named: $(grep 'exited' "$tmp/die.out")"
+[[ $status -eq 2 ]] && grep -q "cluster up: node front exited (signal 9): the others were stopped" "$tmp/die.out" ||
+  fail "the front killed: exit $status: $(cat "$tmp/die.out")"
+[ "$(nodes)" -eq 0 ] || fail "$(nodes) nodes left running after the front died"
+echo "ok: the front killed stopped the rest, named: $(grep 'front exited' "$tmp/die.out")"
