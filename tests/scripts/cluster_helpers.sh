@@ -114,6 +114,22 @@ load_in_background() {
     --output-len 48 --seed 4 >"$tmp/$1.load" 2>&1 &
   load_pid=$!
 }
+# output_tokens: the tokens the front has streamed so far (GET /stats on its HTTP port $http)
+output_tokens() {
+  curl -s "http://127.0.0.1:$http/stats" | grep -o '"output_tokens": *[0-9]*' | grep -o '[0-9]*$'
+}
+# in_flight: after load_in_background, waits (30 s at most) until the front has streamed 16
+# more tokens than before the load: requests are decoding on every rank, whatever the machine's
+# speed
+in_flight() {
+  local from=$1
+  for _ in $(seq 300); do
+    [ "$(output_tokens)" -ge $((from + 16)) ] && return 0
+    kill -0 "$load_pid" 2>/dev/null || fail "the load ended before it was in flight: $(cat "$tmp"/*.load)"
+    sleep 0.1
+  done
+  fail "the load did not start: $(output_tokens) tokens streamed"
+}
 # load_answered TAG: the background load ended with every request answered in full
 load_answered() {
   wait "$load_pid" || fail "$1: the load failed: $(cat "$tmp/$1.load")"

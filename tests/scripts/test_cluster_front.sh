@@ -76,8 +76,9 @@ echo "ok: 24 requests, 8 in flight, all answered through the split group"
 # decode-1 are placed again, and every request is answered in full. After SIGCONT its gate
 # answers again and its rank takes its place (a new epoch of the whole group).
 before=$(migration_lines)
+streamed=$(output_tokens)
 load_in_background stopped
-sleep 0.5
+in_flight "$streamed"
 since=$(date +%s%N)
 kill -STOP "$pid_decode_1"
 ms=$(found_down decode-1 "$since")
@@ -90,8 +91,9 @@ same_answers woke
 echo "ok: decode-1 stopped with SIGSTOP under load was found down in $ms ms; decode-0 went on alone, all 24 requests answered in full and the answers the same; after SIGCONT it rejoined and the answers are the same"
 
 before=$(migration_lines)
+streamed=$(output_tokens)
 load_in_background killed
-sleep 0.5
+in_flight "$streamed"
 since=$(date +%s%N)
 kill -KILL "$pid_decode_0"
 wait "$pid_decode_0" 2>/dev/null

@@ -54,8 +54,9 @@ done
 echo "ok: 4 greedy answers through 3 processes (both groups' experts on two of them) equal one process's"
 
 before=$(migration_lines)
+streamed=$(output_tokens)
 load_in_background killed
-sleep 0.5
+in_flight "$streamed"
 since=$(date +%s%N)
 kill -KILL "$pid_node_b"
 wait "$pid_node_b" 2>/dev/null
@@ -75,8 +76,9 @@ echo "ok: node-b started again rejoined; the answers are the same"
 
 # a rank that dies takes its node down whole: decode rank 1 killed through the front's admin.kill
 before=$(migration_lines)
+streamed=$(output_tokens)
 load_in_background rank-killed
-sleep 0.5
+in_flight "$streamed"
 /usr/bin/python3 - "$rpc" <<'PY' || fail "admin.kill through the front"
 import socket, sys, msgpack
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
