@@ -5,6 +5,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <caf/typed_event_based_actor.hpp>
 #include <deque>
 #include <map>
@@ -89,11 +90,12 @@ void serve_waiting(balancer_pointer self) {
 // Where ranks do not restart: the rank at `addr`, if it is a current one, was lost with its node.
 // Its bookings go (their sessions place their requests again); with no rank left up, the picks
 // waiting fail as unavailable rather than wait for a node that may not return.
-void mark_lost(balancer_pointer self, const caf::actor_addr& addr) {
+void mark_lost(balancer_pointer self, const caf::actor_addr& addr, const char* how) {
   auto& st = self->state;
   for (size_t r = 0; r < st.ranks.size(); ++r) {
     if (st.ranks[r].address() != addr || !st.loads[r].up)
       continue;
+    std::fprintf(stderr, "decode_balancer: decode rank %zu lost (%s): no picks until it is back\n", r, how);
     st.loads[r].up = false;
     st.loads[r].num_used_blocks = 0;
     st.loads[r].num_running = 0;
@@ -127,7 +129,10 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
   if (!cfg.ranks_restart) {
     for (const decode_rank_actor& r : self->state.ranks)
       self->monitor(r);
-    self->set_down_handler([=](caf::down_msg& dm) { mark_lost(self, dm.source); });
+    self->set_down_handler([=](caf::down_msg& dm) {
+      const std::string why = self->system().render(dm.reason);
+      mark_lost(self, dm.source, why.c_str());
+    });
   }
   if (cfg.rebuild) {
     self->state.num_rebuilding = static_cast<int64_t>(self->state.ranks.size());
@@ -190,7 +195,7 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
     },
     [=](migrate_atom, const caf::actor_addr& lost) {
       if (!self->state.cfg.ranks_restart)
-        mark_lost(self, lost);
+        mark_lost(self, lost, "a session lost it");
     },
     [=](stats_atom) {
       std::vector<int64_t> running;

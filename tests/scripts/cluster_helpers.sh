@@ -114,21 +114,32 @@ load_in_background() {
     --output-len 48 --seed 4 >"$tmp/$1.load" 2>&1 &
   load_pid=$!
 }
-# output_tokens: the tokens the front has streamed so far (GET /stats on its HTTP port $http)
+# output_tokens: the tokens the front has streamed since it started (the first output_tokens of
+# GET /stats on its HTTP port $http, not its window's;
+# asked again while /stats has no answer, 10 s at most)
 output_tokens() {
-  curl -s "http://127.0.0.1:$http/stats" | grep -o '"output_tokens": *[0-9]*' | grep -o '[0-9]*$'
+  local n
+  for _ in $(seq 100); do
+    n=$(curl -s -m 5 "http://127.0.0.1:$http/stats" | grep -o '"output_tokens": *[0-9]*' | head -n 1 | grep -o '[0-9]*$')
+    [ -n "$n" ] && { echo "$n"; return 0; }
+    sleep 0.1
+  done
+  echo "no output_tokens in /stats: $(curl -s -m 5 "http://127.0.0.1:$http/stats")" >&2
+  return 1
 }
-# in_flight: after load_in_background, waits (30 s at most) until the front has streamed 16
-# more tokens than before the load: requests are decoding on every rank, whatever the machine's
-# speed
+# in_flight FROM: after load_in_background, waits (30 s at most) until the front has streamed 16
+# tokens more than FROM (output_tokens before the load): requests are decoding, whatever the
+# machine's speed
 in_flight() {
-  local from=$1
+  [[ $1 =~ ^[0-9]+$ ]] || fail "in_flight: no token count to start from ('$1')"
+  local now
   for _ in $(seq 300); do
-    [ "$(output_tokens)" -ge $((from + 16)) ] && return 0
+    now=$(output_tokens) || fail "the front's /stats did not answer"
+    [ "$now" -ge $(($1 + 16)) ] && return 0
     kill -0 "$load_pid" 2>/dev/null || fail "the load ended before it was in flight: $(cat "$tmp"/*.load)"
     sleep 0.1
   done
-  fail "the load did not start: $(output_tokens) tokens streamed"
+  fail "the load did not start: $now tokens streamed, from $1"
 }
 # load_answered TAG: the background load ended with every request answered in full
 load_answered() {

@@ -76,7 +76,7 @@ echo "ok: 24 requests, 8 in flight, all answered through the split group"
 # decode-1 are placed again, and every request is answered in full. After SIGCONT its gate
 # answers again and its rank takes its place (a new epoch of the whole group).
 before=$(migration_lines)
-streamed=$(output_tokens)
+streamed=$(output_tokens) || fail "the front's /stats did not answer"
 load_in_background stopped
 in_flight "$streamed"
 since=$(date +%s%N)
@@ -91,7 +91,7 @@ same_answers woke
 echo "ok: decode-1 stopped with SIGSTOP under load was found down in $ms ms; decode-0 went on alone, all 24 requests answered in full and the answers the same; after SIGCONT it rejoined and the answers are the same"
 
 before=$(migration_lines)
-streamed=$(output_tokens)
+streamed=$(output_tokens) || fail "the front's /stats did not answer"
 load_in_background killed
 in_flight "$streamed"
 since=$(date +%s%N)

@@ -54,7 +54,7 @@ done
 echo "ok: 4 greedy answers through 3 processes (both groups' experts on two of them) equal one process's"
 
 before=$(migration_lines)
-streamed=$(output_tokens)
+streamed=$(output_tokens) || fail "the front's /stats did not answer"
 load_in_background killed
 in_flight "$streamed"
 since=$(date +%s%N)
@@ -76,7 +76,7 @@ echo "ok: node-b started again rejoined; the answers are the same"
 
 # a rank that dies takes its node down whole: decode rank 1 killed through the front's admin.kill
 before=$(migration_lines)
-streamed=$(output_tokens)
+streamed=$(output_tokens) || fail "the front's /stats did not answer"
 load_in_background rank-killed
 in_flight "$streamed"
 /usr/bin/python3 - "$rpc" <<'PY' || fail "admin.kill through the front"
