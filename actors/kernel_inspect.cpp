@@ -4,6 +4,7 @@
 #include <caf/sec.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 #include <optional>
 
 namespace moe {
@@ -59,6 +60,22 @@ caf::error inspect(caf::deserializer& f, sampling_params& x) {
   x.seed = has_seed ? std::optional<uint64_t>(seed) : std::nullopt;
   x.logprobs = has_logprobs ? std::optional<int32_t>(logprobs) : std::nullopt;
   return {};
+}
+
+bool consistent(const std::vector<layer_placement>& placements) {
+  for (const layer_placement& p : placements) {
+    if (p.slot_expert.empty() && p.expert_slots.empty())
+      continue;  // a dense layer
+    try {
+      const layer_placement rebuilt = make_layer_placement(p.slot_expert, p.num_ranks,
+                                                           static_cast<int64_t>(p.expert_slots.size()));
+      if (rebuilt.slots_per_rank != p.slots_per_rank || rebuilt.expert_slots != p.expert_slots)
+        return false;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  }
+  return true;
 }
 
 caf::error inspect(caf::serializer& f, kv_pages& x) {

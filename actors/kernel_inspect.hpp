@@ -79,6 +79,11 @@ typename Inspector::result_type inspect(Inspector& f, ep_combine& x) {
   return f(caf::meta::type_name("ep_combine"), x.key, x.src_rank, x.outputs);
 }
 
+/// Whether placements read from a peer are what make_layer_placement builds (a dense layer's
+/// empty): their slots split evenly over their ranks and every expert's slot list is its own.
+/// A receiver refuses anything else (caf::sec::invalid_argument) before it routes by them.
+[[nodiscard]] bool consistent(const std::vector<layer_placement>& placements);
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_placement& x) {
   return f(caf::meta::type_name("layer_placement"), x.num_ranks, x.slots_per_rank, x.slot_expert,

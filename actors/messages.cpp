@@ -9,6 +9,8 @@ namespace {
 
 caf::error bad_value() { return caf::make_error(caf::sec::invalid_argument); }
 
+constexpr uint64_t max_expert_blob_bytes = uint64_t{1} << 32;  // 4 GiB: one expert, far above V3's
+
 }  // namespace
 
 caf::error inspect(caf::serializer& f, token_chunk& x) {
@@ -24,6 +26,43 @@ caf::error inspect(caf::deserializer& f, token_chunk& x) {
   if (reason > static_cast<uint8_t>(finish_reason::error))
     return bad_value();
   x.reason = static_cast<finish_reason>(reason);
+  return {};
+}
+
+caf::error inspect(caf::serializer& f, expert_blob& x) {
+  uint64_t n = x.bytes.size();
+  if (auto err = f(caf::meta::type_name("expert_blob"), x.layer, x.expert, n))
+    return err;
+  return n > 0 ? f.apply_raw(n, x.bytes.data()) : caf::error{};
+}
+
+caf::error inspect(caf::deserializer& f, expert_blob& x) {
+  uint64_t n = 0;
+  if (auto err = f(caf::meta::type_name("expert_blob"), x.layer, x.expert, n))
+    return err;
+  if (x.layer < 0 || x.expert < 0 || n > max_expert_blob_bytes)
+    return bad_value();
+  x.bytes.resize(n);
+  return n > 0 ? f.apply_raw(n, x.bytes.data()) : caf::error{};
+}
+
+caf::error inspect(caf::serializer& f, placement_change& x) {
+  bool has_placements = x.placements != nullptr;
+  std::vector<layer_placement> placements = has_placements ? *x.placements : std::vector<layer_placement>{};
+  return f(caf::meta::type_name("placement_change"), x.epoch, x.membership_first_step, has_placements,
+           placements);
+}
+
+caf::error inspect(caf::deserializer& f, placement_change& x) {
+  bool has_placements = false;
+  std::vector<layer_placement> placements;
+  if (auto err = f(caf::meta::type_name("placement_change"), x.epoch, x.membership_first_step, has_placements,
+                   placements))
+    return err;
+  if (has_placements && !consistent(placements))
+    return bad_value();
+  x.placements = has_placements ? std::make_shared<const std::vector<layer_placement>>(std::move(placements))
+                                : nullptr;
   return {};
 }
 

@@ -238,9 +238,23 @@ typename Inspector::result_type inspect(Inspector& f, placement_report& x) {
            x.num_steps_run);
 }
 
+/// An expert's bytes as one raw blob (at most 4 GiB); a negative layer or expert is refused.
+caf::error inspect(caf::serializer& f, expert_blob& x);
+caf::error inspect(caf::deserializer& f, expert_blob& x);
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_blob& x) {
-  return f(caf::meta::type_name("expert_blob"), x.layer, x.expert, x.bytes);
+  return f(caf::meta::type_name("expert_blob"), x.layer, x.expert);
+}
+
+/// The epoch, the membership it was planned for and the placements (a flag, then every layer's);
+/// placements that are not consistent() are refused.
+caf::error inspect(caf::serializer& f, placement_change& x);
+caf::error inspect(caf::deserializer& f, placement_change& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, placement_change& x) {
+  return f(caf::meta::type_name("placement_change"), x.epoch, x.membership_first_step);
 }
 
 template <class Inspector>
@@ -320,4 +334,3 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::stream_chunk)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::session_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::resume_state)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<moe::actor_info>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(moe::placement_change)

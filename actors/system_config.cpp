@@ -39,6 +39,11 @@ void configure_remote(caf::actor_system_config& cfg, double heartbeat_s, double 
   cfg.add_message_type<ep_membership>("moe::ep_membership");
   cfg.add_message_type<ep_dispatch>("moe::ep_dispatch");
   cfg.add_message_type<ep_combine>("moe::ep_combine");
+  // expert moves between ranks of a group split over processes (expert_balancer.hpp)
+  cfg.add_message_type<placement_change>("moe::placement_change");
+  cfg.add_message_type<placement_report>("moe::placement_report");
+  cfg.add_message_type<expert_blob>("moe::expert_blob");
+  cfg.add_message_type<expert_load>("moe::expert_load");
 }
 
 }  // namespace moe

@@ -39,7 +39,7 @@ caf::error inspect(caf::deserializer& f, ep_membership& x) {
   if (auto err = f(caf::meta::type_name("ep_membership"), x.peers, x.global_ranks, x.first_step,
                    has_placements, placements, x.placement_epoch))
     return err;
-  if (x.global_ranks.size() != x.peers.size())
+  if (x.global_ranks.size() != x.peers.size() || (has_placements && !consistent(placements)))
     return caf::make_error(caf::sec::invalid_argument);
   x.inboxes.assign(x.peers.size(), nullptr);
   x.placements = has_placements ? std::make_shared<const std::vector<layer_placement>>(std::move(placements))

@@ -275,3 +275,45 @@ TEST_CASE_FIXTURE(actor_fixture,
   CHECK(back.inboxes[0] == nullptr);
   CHECK(back.inboxes[1] == nullptr);
 }
+
+TEST_CASE_FIXTURE(
+  actor_fixture,
+  "remote messages: a placement change and an expert's bytes come back, inconsistent ones refused") {
+  moe::placement_change change{
+    .epoch = 7,
+    .membership_first_step = int64_t{2} << 40,
+    .placements = std::make_shared<const std::vector<moe::layer_placement>>(
+      std::vector<moe::layer_placement>{{}, moe::default_layer_placement(4, 2, 2)})};
+  moe::placement_change back;
+  REQUIRE(!load(sys, save(sys, change), back));
+  CHECK(back.epoch == 7);
+  CHECK(back.membership_first_step == change.membership_first_step);
+  REQUIRE(back.placements);
+  REQUIRE(back.placements->size() == 2);
+  CHECK((*back.placements)[0].slot_expert.empty());
+  CHECK((*back.placements)[1].slot_expert == std::vector<int32_t>{0, 1, 2, 3, 0, 1});
+  CHECK((*back.placements)[1].expert_slots == (*change.placements)[1].expert_slots);
+  // slots that do not split over the ranks, and an expert whose slot list is not its own: refused
+  std::vector<moe::layer_placement> odd = *change.placements;
+  odd[1].num_ranks = 4;
+  change.placements = std::make_shared<const std::vector<moe::layer_placement>>(odd);
+  CHECK(load(sys, save(sys, change), back));
+  odd = *back.placements;
+  odd[1].expert_slots[0] = {5};
+  change.placements = std::make_shared<const std::vector<moe::layer_placement>>(odd);
+  CHECK(load(sys, save(sys, change), back));
+
+  // 3 bytes of header per blob at most beyond the bytes: one raw blob, not element by element
+  moe::expert_blob blob{.layer = 2, .expert = 5, .bytes = std::vector<uint8_t>(10000)};
+  for (size_t i = 0; i < blob.bytes.size(); ++i)
+    blob.bytes[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<char> bytes = save(sys, blob);
+  CHECK(bytes.size() < blob.bytes.size() + 64);
+  moe::expert_blob blob_back;
+  REQUIRE(!load(sys, bytes, blob_back));
+  CHECK(blob_back.layer == 2);
+  CHECK(blob_back.expert == 5);
+  CHECK(blob_back.bytes == blob.bytes);
+  blob.expert = -1;
+  CHECK(load(sys, save(sys, blob), blob_back));
+}
