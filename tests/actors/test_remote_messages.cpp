@@ -303,7 +303,7 @@ TEST_CASE_FIXTURE(
   change.placements = std::make_shared<const std::vector<moe::layer_placement>>(odd);
   CHECK(load(sys, save(sys, change), back));
 
-  // 3 bytes of header per blob at most beyond the bytes: one raw blob, not element by element
+  // the bytes and a short header: one raw blob, not element by element
   moe::expert_blob blob{.layer = 2, .expert = 5, .bytes = std::vector<uint8_t>(10000)};
   for (size_t i = 0; i < blob.bytes.size(); ++i)
     blob.bytes[i] = static_cast<uint8_t>(i * 7);
