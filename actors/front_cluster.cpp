@@ -67,6 +67,20 @@ group_alive ranks_alive(const std::vector<node_roster>& rosters, bool prefill,
   return out;
 }
 
+void introduce_split_groups(const std::vector<node_roster>& rosters, const std::vector<bool>& lost,
+                            int64_t num_prefill_ranks, int64_t first_step) {
+  for (const bool prefill : {true, false}) {
+    if (!split_over_nodes(rosters, prefill))
+      continue;  // a node introduced a group it hosts whole
+    group_alive alive = ranks_alive(rosters, prefill, lost);
+    if (alive.ranks.empty())
+      continue;
+    for (int64_t& index : alive.indices)
+      index += prefill ? 0 : num_prefill_ranks;
+    introduce_across(alive.ranks, alive.indices, first_step);
+  }
+}
+
 cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                             std::shared_ptr<const tokenizer> tok, const topology_config& topo,
                             const std::vector<node_roster>& rosters) {
@@ -77,17 +91,7 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
     c.prefill_ranks.push_back(caf::actor_cast<prefill_rank_actor>(r));
   for (const caf::actor& r : decode)
     c.decode_ranks.push_back(caf::actor_cast<decode_rank_actor>(r));
-  // a node introduced a group it hosts whole; the front introduces one split over nodes
-  const auto numbered = [](int64_t first, size_t n) {
-    std::vector<int64_t> out(n);
-    for (size_t i = 0; i < n; ++i)
-      out[i] = first + static_cast<int64_t>(i);
-    return out;
-  };
-  if (split_over_nodes(rosters, true))
-    introduce_across(prefill, numbered(0, prefill.size()), 0);
-  if (split_over_nodes(rosters, false))
-    introduce_across(decode, numbered(topo.prefill_ranks, decode.size()), 0);
+  introduce_split_groups(rosters, {}, topo.prefill_ranks, 0);
   const front_graph front = spawn_front_graph(
     sys, c, topo, served_context(topo, model.max_position_embeddings), std::move(tok), false);
   std::vector<child_spec> specs = front_child_specs(sys, c, front);

@@ -49,4 +49,11 @@ struct group_alive {
 [[nodiscard]] group_alive ranks_alive(const std::vector<node_roster>& rosters, bool prefill,
                                       const std::vector<bool>& lost);
 
+/// Introduces each group split over nodes to its ranks on the nodes not `lost`, as a
+/// membership from `first_step` (global ranks: prefill ranks from 0, decode ranks from
+/// `num_prefill_ranks`); a group with no rank up waits for its nodes. At start nothing is lost;
+/// after a node is lost its groups' survivors go on alone, and when it rejoins the whole groups.
+void introduce_split_groups(const std::vector<node_roster>& rosters, const std::vector<bool>& lost,
+                            int64_t num_prefill_ranks, int64_t first_step);
+
 }  // namespace moe

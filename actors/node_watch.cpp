@@ -49,22 +49,14 @@ caf::actor lookup(caf::blocking_actor* self, const caf::actor& supervisor, const
   return out;
 }
 
-// A group split over nodes, with the ranks on the nodes up now (all, or the survivors of a lost
-// node, which go on alone: elastic EP): a membership of a new epoch. A group none of whose
-// ranks is up waits for its nodes.
-void renew_split_group(watch_state& st, bool prefill) {
-  if (!split_over_nodes(st.cfg.rosters, prefill))
-    return;
+// The groups split over nodes, with the ranks on the nodes up now (all, or the survivors of a
+// lost node, which go on alone: elastic EP): memberships of a new epoch.
+void renew_split_groups(watch_state& st) {
   std::vector<bool> lost(st.cfg.rosters.size(), false);
   for (const size_t i : st.lost)
     lost[i] = true;
-  group_alive alive = ranks_alive(st.cfg.rosters, prefill, lost);
-  if (alive.ranks.empty())
-    return;
-  const int64_t first_global = prefill ? 0 : st.cfg.file.topology.prefill_ranks;
-  for (int64_t& index : alive.indices)
-    index += first_global;
-  introduce_across(alive.ranks, alive.indices, epoch_first_step(++st.epoch));
+  introduce_split_groups(st.cfg.rosters, lost, st.cfg.file.topology.prefill_ranks,
+                         epoch_first_step(++st.epoch));
 }
 
 // Node `i` answered again with `roster`: its ranks take the lost ones' places.
@@ -86,8 +78,7 @@ void rejoined(caf::blocking_actor* self, watch_state& st, size_t i, node_roster 
     adopt("prefill_rank", r.first_prefill_rank + static_cast<int64_t>(k), r.prefill_ranks[k]);
   for (size_t k = 0; k < r.decode_ranks.size(); ++k)
     adopt("decode_rank", r.first_decode_rank + static_cast<int64_t>(k), r.decode_ranks[k]);
-  renew_split_group(st, true);
-  renew_split_group(st, false);
+  renew_split_groups(st);
   // the balancers learn them as they learn a restarted rank
   const child_lookup current = [&](const std::string& kind, int64_t index) {
     return lookup(self, sup, kind, index);
@@ -137,8 +128,7 @@ caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg) {
           std::printf("moeserve: node %s is down: joining it again every %lld ms\n",
                       st.cfg.rosters[i].node.c_str(), static_cast<long long>(rejoin_period.count()));
           std::fflush(stdout);
-          renew_split_group(st, true);  // the survivors go on without it
-          renew_split_group(st, false);
+          renew_split_groups(st);  // the survivors go on without it
         }
         if (!ticking) {
           ticking = true;

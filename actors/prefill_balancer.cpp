@@ -38,7 +38,7 @@ struct prefill_balancer_state {
     uint64_t request_id = 0;
     resume_state resumed;  // a first placement's progress under an earlier session
   };
-  std::vector<bool> prefill_down, decode_down;  // dead, not yet restarted
+  std::vector<bool> decode_down;  // dead, not yet restarted (a prefill rank's: loads[r].up)
   std::map<uint64_t, pending_pick> picking;
   std::set<uint64_t> cancelled_while_picking;  // answered already; drop when the pick comes
   static inline const char* name = "prefill_balancer";
@@ -48,15 +48,7 @@ using balancer_pointer = prefill_balancer_actor::stateful_pointer<prefill_balanc
 
 // The prefill rank for a prompt of n tokens, under the settings now.
 int64_t pick_rank(prefill_balancer_state& st, int64_t n) {
-  prefill_balancer_settings s = st.settings.now;
-  if (!st.graph.ranks_restart) {  // a rank lost with its node takes nothing until it rejoins
-    for (size_t r = 0; r < st.prefill_down.size(); ++r)
-      if (st.prefill_down[r])
-        s.drained.push_back(static_cast<int64_t>(r));
-    std::sort(s.drained.begin(), s.drained.end());
-    s.drained.erase(std::unique(s.drained.begin(), s.drained.end()), s.drained.end());
-  }
-  const int64_t rank = pick_prefill_rank(st.loads, n, s, st.next_turn);
+  const int64_t rank = pick_prefill_rank(st.loads, n, st.settings.now, st.next_turn);
   st.next_turn = rank + 1;
   st.picks.add(rank, static_cast<double>(n));
   return rank;
@@ -123,7 +115,7 @@ void place_again(balancer_pointer self, uint64_t pid, request_spec spec, const c
 void mark_down(prefill_balancer_state& st, const caf::actor_addr& addr) {
   for (size_t r = 0; r < st.graph.prefill_ranks.size(); ++r)
     if (st.graph.prefill_ranks[r].address() == addr)
-      st.prefill_down[r] = true;
+      st.loads[r].up = false;
   for (size_t r = 0; r < st.graph.decode_ranks.size(); ++r)
     if (st.graph.decode_ranks[r].address() == addr)
       st.decode_down[r] = true;
@@ -193,10 +185,9 @@ void ask_pick(balancer_pointer self, uint64_t id) {
         // Ranks that restart: any prefill rank down waits for its successor. Ranks of other
         // processes: the survivors of a lost node go on alone (elastic EP), so only a decode
         // rank down itself, or no prefill rank up at all, keeps a request from being placed.
-        const bool any_prefill_down = std::find(st.prefill_down.begin(), st.prefill_down.end(), true) !=
-                                      st.prefill_down.end();
-        const bool every_prefill_down = std::find(st.prefill_down.begin(), st.prefill_down.end(), false) ==
-                                        st.prefill_down.end();
+        const auto down = [](const prefill_load& l) { return !l.up; };
+        const bool any_prefill_down = std::any_of(st.loads.begin(), st.loads.end(), down);
+        const bool every_prefill_down = std::all_of(st.loads.begin(), st.loads.end(), down);
         const bool ranks_down = st.decode_down.at(decode_idx) ||
                                 (st.graph.ranks_restart ? any_prefill_down : every_prefill_down);
         const bool cancelled = it->second.session ? st.session_ids.count(it->second.session.address()) == 0
@@ -247,7 +238,6 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
   self->state.settings.now.num_ranks = static_cast<int64_t>(graph.prefill_ranks.size());
   self->state.loads.resize(graph.prefill_ranks.size());
   self->state.picks = pick_window(std::max<int64_t>(1, static_cast<int64_t>(graph.prefill_ranks.size())));
-  self->state.prefill_down.assign(graph.prefill_ranks.size(), false);
   self->state.decode_down.assign(graph.decode_ranks.size(), false);
   self->state.graph = std::move(graph);
   for (const auto& r : self->state.graph.prefill_ranks)
@@ -333,8 +323,7 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       auto& st = self->state;
       st.graph.prefill_ranks.at(index) = std::move(rank);
       self->monitor(st.graph.prefill_ranks[index]);
-      st.prefill_down[index] = false;
-      st.loads[index] = {};
+      st.loads[index] = {};  // up again
       for (auto it = st.in_flight.begin(); it != st.in_flight.end();)
         it = it->second.first == index ? st.in_flight.erase(it) : std::next(it);
       retry_deferred(self);

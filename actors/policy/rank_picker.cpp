@@ -45,7 +45,7 @@ int64_t pick_prefill_rank(const std::vector<prefill_load>& loads, int64_t num_un
 
 int64_t pick_prefill_rank(const std::vector<prefill_load>& loads, int64_t num_uncached,
                           const prefill_balancer_settings& s, int64_t next) {
-  const auto works = [&](int64_t r) { return takes_work(s.drained, r); };
+  const auto works = [&](int64_t r) { return takes_work(s.drained, r) && loads[static_cast<size_t>(r)].up; };
   if (s.policy == "round_robin")
     return next_in_turn(loads.size(), next, works).value_or(0);
   const double cost = static_cast<double>(num_uncached) * static_cast<double>(num_uncached);

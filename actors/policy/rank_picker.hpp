@@ -16,6 +16,7 @@ namespace moe {
 struct prefill_load {
   double attention_cost = 0.0;  // sum over queued prompts of uncached_len^2
   int64_t num_tokens = 0;       // queued uncached input tokens (dispatch send load)
+  bool up = true;               // false: dead (not yet restarted, or lost with its node): no prompts
 };
 
 /// The prefill rank that keeps both objectives most even after adding a prompt with

@@ -89,14 +89,23 @@ expect_503() {
   out=$(timeout -k 5 60 "$moeserve" client --port "$rpc" --temperature 0 --max-tokens 4 "Hello" 2>&1)
   [[ $? -ne 0 && $out == *"503"*"unavailable"*"down in another process"* ]] || fail "a request $1: $out"
 }
-# found_down NODE SINCE_NS: waits (5 s at most) for the front's line; prints the ms it took
+# downs NODE: how many times the front has found NODE down so far
+downs() { grep -c "node $1 is down" "$tmp/front.out"; }
+# found_down NODE SINCE_NS [DOWNS]: waits (5 s at most) for the front's line finding NODE down
+# for the (DOWNS + 1)-th time (default: the first); prints the ms it took since SINCE_NS
 found_down() {
   for _ in $(seq 500); do
-    grep -q "node $1 is down" "$tmp/front.out" && break
+    [ "$(downs "$1")" -gt "${3:-0}" ] && break
     sleep 0.01
   done
-  grep -q "node $1 is down" "$tmp/front.out" || fail "the front did not find $1 down: $(cat "$tmp/front.out" "$tmp/front.err")"
+  [ "$(downs "$1")" -gt "${3:-0}" ] || fail "the front did not find $1 down: $(cat "$tmp/front.out" "$tmp/front.err")"
   echo $((($(date +%s%N) - $2) / 1000000))
+}
+# kill_node NODE: kill -9 of the node's process, reaped
+kill_node() {
+  local pid_var="pid_${1//-/_}"
+  kill -KILL "${!pid_var}"
+  wait "${!pid_var}" 2>/dev/null
 }
 # rejoined NODE COUNT: waits (20 s at most) for the front's COUNT-th "rejoined" line of NODE
 rejoined() {
@@ -146,6 +155,24 @@ load_answered() {
   wait "$load_pid" || fail "$1: the load failed: $(cat "$tmp/$1.load")"
   grep -q "24/24 done, 0 failed, 0 rejected" "$tmp/$1.load" || fail "$1: $(cat "$tmp/$1.load")"
 }
+# lose_under_load TAG NODE COMMAND...: a load in the background (TAG) and, once it is decoding,
+# COMMAND, which takes NODE away; then waits for the front to find NODE down (the ms it took in
+# lost_ms), for every request of the load to be answered in full, and for the stats lines to name
+# more migrations than before (NODE's requests were placed again)
+lose_under_load() {
+  local tag=$1 node=$2 before streamed since down_before
+  shift 2
+  before=$(migration_lines)
+  down_before=$(downs "$node")
+  streamed=$(output_tokens) || fail "the front's /stats did not answer"
+  load_in_background "$tag"
+  in_flight "$streamed"
+  since=$(date +%s%N)
+  "$@"
+  lost_ms=$(found_down "$node" "$since" "$down_before") || fail "$lost_ms"
+  load_answered "$tag"
+  migrated "$before"
+}
 # migrated SINCE: waits (5 s at most) until the front's stats lines (one a second) name more
 # migrations than the SINCE lines did: requests of the lost node were placed again
 migration_lines() { grep -c "migration" "$tmp/front.err"; }
@@ -155,4 +182,22 @@ migrated() {
     sleep 0.1
   done
   fail "no migration in the front's stats lines: $(grep 'requests' "$tmp/front.err" | tail -5)"
+}
+
+# cluster_head NAME PORT: the start of $tmp/cluster.toml (the cluster NAME, heartbeats every 0.1 s,
+# down after 1 s) with its front node on PORT, wire and HTTP ports $rpc and $http; the caller
+# appends the rank nodes
+cluster_head() {
+  cat >"$tmp/cluster.toml" <<TOML
+name = "$1"
+token = "$1-token-0123456789"
+heartbeat_interval_s = 0.1
+connection_timeout_s = 1.0
+[[node]]
+name = "front"
+port = $2
+front = true
+rpc_port = $rpc
+http_port = $http
+TOML
 }

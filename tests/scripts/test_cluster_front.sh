@@ -21,17 +21,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/cluster_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 read -r p0 p1 p2 p3 rpc http single < <(free_ports 7)
-cat >"$tmp/cluster.toml" <<TOML
-name = "front-test"
-token = "front-test-token-0123456789"
-heartbeat_interval_s = 0.1
-connection_timeout_s = 1.0
-[[node]]
-name = "front"
-port = $p0
-front = true
-rpc_port = $rpc
-http_port = $http
+cluster_head front-test "$p0"
+cat >>"$tmp/cluster.toml" <<TOML
 [[node]]
 name = "prefill-0"
 port = $p1
@@ -75,43 +66,25 @@ echo "ok: 24 requests, 8 in flight, all answered through the split group"
 # The decode group goes on with decode-0 alone (it holds every expert then), the requests on
 # decode-1 are placed again, and every request is answered in full. After SIGCONT its gate
 # answers again and its rank takes its place (a new epoch of the whole group).
-before=$(migration_lines)
-streamed=$(output_tokens) || fail "the front's /stats did not answer"
-load_in_background stopped
-in_flight "$streamed"
-since=$(date +%s%N)
-kill -STOP "$pid_decode_1"
-ms=$(found_down decode-1 "$since")
-load_answered stopped
-migrated "$before"
+lose_under_load stopped decode-1 kill -STOP "$pid_decode_1"
 same_answers alone
 kill -CONT "$pid_decode_1"
 rejoined decode-1 1
 same_answers woke
-echo "ok: decode-1 stopped with SIGSTOP under load was found down in $ms ms; decode-0 went on alone, all 24 requests answered in full and the answers the same; after SIGCONT it rejoined and the answers are the same"
+echo "ok: decode-1 stopped with SIGSTOP under load was found down in $lost_ms ms; decode-0 went on alone, all 24 requests answered in full and the answers the same; after SIGCONT it rejoined and the answers are the same"
 
-before=$(migration_lines)
-streamed=$(output_tokens) || fail "the front's /stats did not answer"
-load_in_background killed
-in_flight "$streamed"
-since=$(date +%s%N)
-kill -KILL "$pid_decode_0"
-wait "$pid_decode_0" 2>/dev/null
-ms=$(found_down decode-0 "$since")
-load_answered killed
-migrated "$before"
+lose_under_load killed decode-0 kill_node decode-0
 same_answers alone-1
 kill -0 "$pid_front" || fail "the front exited after decode-0 died"
 start decode-0
 rejoined decode-0 1
 same_answers restarted
-echo "ok: decode-0 killed with -9 under load was found down in $ms ms; decode-1 went on alone, all 24 requests answered in full; restarted, it rejoined and the answers are the same"
+echo "ok: decode-0 killed with -9 under load was found down in $lost_ms ms; decode-1 went on alone, all 24 requests answered in full; restarted, it rejoined and the answers are the same"
 
 # the prefill node hosts every prefill rank: with it lost, nothing can prefill, and requests get
 # the retryable 503 until it is back
-kill -KILL "$pid_prefill_0"
-wait "$pid_prefill_0" 2>/dev/null
-found_down prefill-0 "$(date +%s%N)" >/dev/null
+kill_node prefill-0
+found_down prefill-0 "$(date +%s%N)" >/dev/null || fail "the front did not find prefill-0 down"
 expect_503 "with every prefill rank lost"
 ready=$(curl -s -w " %{http_code}" "http://127.0.0.1:$http/ready")
 [[ $ready == *"lost with their nodes: every prefill rank"*" 503" ]] || fail "GET /ready with prefill-0 lost: $ready"

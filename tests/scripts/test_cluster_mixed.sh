@@ -18,17 +18,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/cluster_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 6 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 read -r p0 p1 p2 rpc http single < <(free_ports 6)
-cat >"$tmp/cluster.toml" <<TOML
-name = "mixed-test"
-token = "mixed-test-token-0123456789"
-heartbeat_interval_s = 0.1
-connection_timeout_s = 1.0
-[[node]]
-name = "front"
-port = $p0
-front = true
-rpc_port = $rpc
-http_port = $http
+cluster_head mixed-test "$p0"
+cat >>"$tmp/cluster.toml" <<TOML
 [[node]]
 name = "node-a"
 port = $p1
@@ -53,33 +44,21 @@ for i in "${!prompts[@]}"; do
 done
 echo "ok: 4 greedy answers through 3 processes (both groups' experts on two of them) equal one process's"
 
-before=$(migration_lines)
-streamed=$(output_tokens) || fail "the front's /stats did not answer"
-load_in_background killed
-in_flight "$streamed"
-since=$(date +%s%N)
-kill -KILL "$pid_node_b"
-wait "$pid_node_b" 2>/dev/null
-ms=$(found_down node-b "$since")
-load_answered killed
-migrated "$before"
+lose_under_load killed node-b kill_node node-b
 same_answers alone
 ready=$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$http/ready")
 [ "$ready" = 200 ] || fail "GET /ready with node-b lost: $ready (the survivors serve)"
 kill -0 "$pid_front" || fail "the front exited after node-b died"
-echo "ok: node-b (a prefill and a decode rank) killed with -9 under load was found down in $ms ms; node-a's ranks went on alone, all 24 requests answered in full and the answers the same"
+echo "ok: node-b (a prefill and a decode rank) killed with -9 under load was found down in $lost_ms ms; node-a's ranks went on alone, all 24 requests answered in full and the answers the same"
 
 start node-b
 rejoined node-b 1
 same_answers back
 echo "ok: node-b started again rejoined; the answers are the same"
 
-# a rank that dies takes its node down whole: decode rank 1 killed through the front's admin.kill
-before=$(migration_lines)
-streamed=$(output_tokens) || fail "the front's /stats did not answer"
-load_in_background rank-killed
-in_flight "$streamed"
-/usr/bin/python3 - "$rpc" <<'PY' || fail "admin.kill through the front"
+# admin_kill KIND INDEX: that actor killed through the front's admin.kill (MessagePack-RPC)
+admin_kill() {
+  /usr/bin/python3 - "$rpc" "$1" "$2" <<'PY' || fail "admin.kill $1 $2 through the front"
 import socket, sys, msgpack
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
 unpacker = msgpack.Unpacker(raw=False)
@@ -89,15 +68,18 @@ def call(msgid, method, params):
         unpacker.feed(s.recv(65536))
         for reply in unpacker:
             return reply
-for reply in (call(1, "auth", ["mixed-admin-key"]), call(2, "admin.kill", [{"kind": "decode_rank", "index": 1}])):
+kill = {"kind": sys.argv[2], "index": int(sys.argv[3])}
+for reply in (call(1, "auth", ["mixed-admin-key"]), call(2, "admin.kill", [kill])):
     assert reply[2] is None and reply[3] is not None, reply
 PY
+}
+
+# a rank that dies takes its node down whole: decode rank 1 killed through the front's admin.kill
+lose_under_load rank-killed node-b admin_kill decode_rank 1
 wait "$pid_node_b"
 status=$?
 [[ $status -ne 0 ]] && grep -q "moeserve: node node-b stopping: its decode rank 1 died" "$tmp/node-b.out" ||
   fail "node-b after its rank was killed: exit $status: $(cat "$tmp/node-b.out" "$tmp/node-b.err")"
-load_answered rank-killed
-migrated "$before"
 same_answers rank-alone
 start node-b
 rejoined node-b 2
