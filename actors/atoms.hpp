@@ -40,5 +40,6 @@ using experts_atom = caf::atom_constant<caf::atom("experts")>;         // copy e
 using watch_atom = caf::atom_constant<caf::atom("watch")>;             // quit when this actor goes down
 using check_atom = caf::atom_constant<caf::atom("ebcheck")>;           // an expert balancer's periodic look
 using join_atom = caf::atom_constant<caf::atom("join")>;               // a peer node asks for a node's ranks
+using ended_atom = caf::atom_constant<caf::atom("ended")>;  // a request is over: free what it holds
 
 }  // namespace moe

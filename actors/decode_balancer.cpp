@@ -181,6 +181,28 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
       st.booked.erase(it);
       serve_waiting(self);
     },
+    [=](ended_atom, uint64_t request) {
+      auto& st = self->state;
+      for (auto it = st.waiting.begin(); it != st.waiting.end();)
+        if (request_of(it->id) == request) {
+          it->promise.deliver(caf::make_error(serve_errc::cancelled, "the request is over"));
+          it = st.waiting.erase(it);
+        } else {
+          ++it;
+        }
+      for (auto it = st.booked.begin(); it != st.booked.end();) {
+        if (request_of(it->first) != request) {
+          ++it;
+          continue;
+        }
+        const booking b = it->second;
+        caf::anon_send(st.ranks[b.rank], done_atom::value, it->first);  // its reservation goes
+        st.loads[b.rank].num_used_blocks -= b.num_blocks;
+        --st.loads[b.rank].num_running;
+        it = st.booked.erase(it);
+      }
+      serve_waiting(self);
+    },
     [=](peers_atom, int64_t index, decode_rank_actor& rank) {
       auto& st = self->state;
       st.ranks.at(index) = std::move(rank);

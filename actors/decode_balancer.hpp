@@ -25,6 +25,10 @@ using decode_balancer_actor = caf::typed_actor<
   caf::replies_to<pick_atom, uint64_t, int64_t, int64_t>::with<int64_t>,
   // Request `id` ended (its decode rank tells): its booking is freed (waiting picks retry).
   caf::reacts_to<done_atom, uint64_t>,
+  // Request `id` (not a placement id) is over: bookings of its placements still held go, their
+  // ranks told (done_atom, placement), and its picks still waiting fail as cancelled. Frees
+  // what a pick answered to a prefill balancer that died before placing it holds.
+  caf::reacts_to<ended_atom, uint64_t>,
   // Decode rank `index` was restarted, empty: its bookings are gone (their sessions place
   // their requests again).
   caf::reacts_to<peers_atom, int64_t, decode_rank_actor>,

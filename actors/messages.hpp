@@ -51,6 +51,11 @@ struct request_spec {
   return request_id + (attempt << 56);
 }
 
+/// The request a placement id belongs to.
+[[nodiscard]] constexpr uint64_t request_of(uint64_t placement) noexcept {
+  return placement & ((uint64_t{1} << 56) - 1);
+}
+
 /// How far a request got before the session holding it was lost (or the queue restarted):
 /// its client, who streamed that far, has it go on from there with a fresh session.
 struct resume_state {

@@ -381,6 +381,12 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
         caf::anon_send(st.graph.queue, done_atom::value, id);
       }
     },
+    [=](ended_atom, uint64_t id) {
+      auto& st = self->state;
+      if (auto p = first_pick_of(st, id); p != st.picking.end())
+        st.cancelled_while_picking.insert(p->first);  // answered already, or by no one
+      caf::anon_send(st.graph.decode_balancer, ended_atom::value, id);
+    },
     [=](stats_atom) {
       std::vector<int64_t> per_rank(self->state.loads.size(), 0);
       for (const auto& [id, where] : self->state.in_flight)

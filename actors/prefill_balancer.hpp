@@ -49,6 +49,10 @@ using prefill_balancer_actor = caf::typed_actor<
   caf::reacts_to<done_atom, uint64_t>,
   // The client cancelled request `id` (via the queue): its session ends it.
   caf::reacts_to<cancel_atom, uint64_t>,
+  // Request `id` is over (the queue freed its slot): a pick of it still open gives its booking
+  // back when answered, and the decode balancer frees what it booked for placements of it that
+  // never started (picked for a predecessor of this balancer that died first).
+  caf::reacts_to<ended_atom, uint64_t>,
   // Prompts in flight per prefill rank.
   caf::replies_to<stats_atom>::with<std::vector<int64_t>>,
   // The input tokens it sent each rank over its last 256 picks, and their mean / max.

@@ -32,6 +32,7 @@ struct request_queue_state {
   std::deque<waiting_request> waiting;
   std::unordered_map<uint64_t, caf::actor> running;  // id -> its client (null: not known yet)
   std::vector<waiting_request> held;  // handed down while downstream was down: sent to its successor
+  std::vector<uint64_t> ended_held;   // ended while downstream was down: told to its successor
   queue_stats stats;
   static inline const char* name = "request_queue";
 };
@@ -55,6 +56,15 @@ void downstream_lost(queue_pointer self) {
   for (const auto& [id, client] : st.running)
     if (client)
       caf::anon_send(client, migrate_atom::value, id);
+}
+
+// Request `id` is over: downstream (or its successor) frees what a placement of it that never
+// started still holds (a decode rank booked for a pick whose placer died).
+void tell_ended(request_queue_state& st, uint64_t id) {
+  if (st.downstream)
+    caf::anon_send(st.downstream, ended_atom::value, id);
+  else
+    st.ended_held.push_back(id);
 }
 
 // Hands waiting requests downstream while running slots are free.
@@ -127,14 +137,20 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
       auto& st = self->state;
       st.downstream = std::move(downstream);
       self->monitor(st.downstream);
+      for (const uint64_t id : st.ended_held)
+        caf::anon_send(st.downstream, ended_atom::value, id);
+      st.ended_held.clear();
       std::vector<request_queue_state::waiting_request> held = std::move(st.held);
       st.held.clear();
       for (auto& w : held)
         hand_down(st, std::move(w));
     },
     [=](done_atom, uint64_t id) {
-      if (self->state.running.erase(id) > 0)  // a stray or repeated done is ignored
-        start_waiting(self);
+      auto& st = self->state;
+      if (st.running.erase(id) == 0)
+        return;  // a stray or repeated done is ignored
+      tell_ended(st, id);
+      start_waiting(self);
     },
     [=](cancel_atom, uint64_t id) {
       auto& st = self->state;
@@ -142,6 +158,7 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
                              [id](const auto& w) { return w.id == id; });
       if (it != st.waiting.end()) {
         caf::anon_send(it->client, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
+        tell_ended(st, id);  // resumed, it may have been placed before
         st.waiting.erase(it);
       } else if (auto h = std::find_if(st.held.begin(), st.held.end(),
                                        [id](const auto& w) { return w.id == id; });
@@ -149,6 +166,7 @@ request_queue_actor::behavior_type request_queue(queue_pointer self, request_que
         caf::anon_send(h->client, done_atom::value, session_result{id, {}, {}, finish_reason::abort, {}});
         st.running.erase(id);
         st.held.erase(h);
+        tell_ended(st, id);  // placed before its holder died, maybe
         start_waiting(self);
       } else if (st.running.count(id) > 0 && st.downstream) {
         caf::anon_send(st.downstream, cancel_atom::value, id);

@@ -28,7 +28,9 @@ using request_queue_actor = caf::typed_actor<
   // was none goes to it. When downstream dies, each running request's client is told
   // (migrate_atom, id) so that it resumes what no live session holds.
   caf::reacts_to<route_atom, caf::actor>,
-  // A request handed downstream has finished (any way): frees its running slot.
+  // A request handed downstream has finished (any way): frees its running slot, and tells
+  // downstream (ended_atom, id) (its successor, if there is none now), so that a decode rank
+  // booked for a placement that never started (its placer died first) gives the booking back.
   caf::reacts_to<done_atom, uint64_t>,
   // Cancels request `id`: a waiting one is answered at once (done_atom, session_result with
   // finish_reason::abort) to its client; a running one's cancel goes downstream.

@@ -3,10 +3,11 @@
 // (deterministic_fixture.hpp), 1 prefill + 1 decode rank with synchronous streams:
 // - a cancel while the decode balancer is still picking the request's rank;
 // - a cancel that reaches the decode rank before the request's KV hand-off does;
-// - a cancel while the request's decode step is in flight.
-// Each time: exactly one final answer (abort), the stream numbered from 0 with the final ids
-// equal to it, every KV block and running slot back; then the same request, run again, gives
-// the single-rank generator's tokens (nothing left behind that changes the next one).
+// - a cancel while the request's decode step is in flight;
+// - the prefill balancer's death before its pick is answered, and the request ending then.
+// Each cancel: exactly one final answer (abort), the stream numbered from 0 with the final ids
+// equal to it. Each time: every KV block and running slot back; then the same request, run
+// again, gives the single-rank generator's tokens (nothing left behind that changes the next one).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -169,4 +170,27 @@ TEST_CASE_FIXTURE(race_case, "races: a cancel while the request's decode step is
   run_all();                                   // the step's tokens come back for a request that has ended
   CHECK(drain_client().results.empty());
   check_nothing_left();
+}
+
+TEST_CASE_FIXTURE(race_case,
+                  "races: the prefill balancer dies before its pick is answered, then the request ends") {
+  if (!start())
+    return;
+  caf::resumable* balancer = job_of(c.decode_balancer);
+  const uint64_t id = submit_until([&] { return next_message_is<pick_atom>(c.decode_balancer); });
+  caf::anon_send_exit(c.prefill_balancer, caf::exit_reason::kill);
+  run_all_but(held(balancer));  // it dies, and its successor is introduced
+  run_all();                    // the pick is booked on the decode rank, for no one
+  // the queue told the client (as it tells a bridge) that what held its request is gone; the
+  // client is gone too, so the request ends where it is, freeing its running slot
+  bool told = false;
+  self->receive([&](migrate_atom, uint64_t lost) { told = lost == id; },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(told);
+  caf::anon_send(c.queue, done_atom::value, id);
+  run_all();
+  CHECK(drain_client().results.empty());
+  c.prefill_balancer = caf::actor_cast<prefill_balancer_actor>(
+    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("prefill_balancer"), int64_t{0}));
+  check_nothing_left();  // the booking went back: the next request gets the one running slot
 }

@@ -42,6 +42,7 @@ std::optional<int64_t> some_session(test_client& admin, uint32_t msgid, size_t n
 /// stats' queue and ranks once nothing runs (asked again while the last ends are on their way).
 void check_all_returned(test_client& client, uint32_t& msgid) {
   bool idle = false;
+  std::string left;  // what was still held at the last look
   for (int tries = 0; tries < 200 && !idle; ++tries) {
     const net::rpc_response stats = ask(client, request_bytes(msgid++, "stats", std::vector<int>{}));
     if (error_code(stats) != 0)
@@ -49,10 +50,18 @@ void check_all_returned(test_client& client, uint32_t& msgid) {
     const auto m = result_map(stats);
     const auto queue = m.at("queue").as<std::map<std::string, int64_t>>();
     idle = queue.at("running") == 0 && queue.at("queued") == 0;
-    for (const auto& r : m.at("ranks").as<std::vector<std::map<std::string, msgpack::object>>>())
-      idle = idle && r.at("running").as<int64_t>() == 0 &&
-             r.at("free_blocks").as<int64_t>() == r.at("blocks").as<int64_t>();
+    left = "queue running " + std::to_string(queue.at("running")) + " queued " +
+           std::to_string(queue.at("queued"));
+    for (const auto& r : m.at("ranks").as<std::vector<std::map<std::string, msgpack::object>>>()) {
+      const int64_t running = r.at("running").as<int64_t>();
+      const int64_t free_blocks = r.at("free_blocks").as<int64_t>();
+      const int64_t blocks = r.at("blocks").as<int64_t>();
+      idle = idle && running == 0 && free_blocks == blocks;
+      left += "; rank running " + std::to_string(running) + " blocks held " +
+              std::to_string(blocks - free_blocks);
+    }
   }
+  CAPTURE(left);
   CHECK(idle);
 }
 
@@ -214,7 +223,7 @@ TEST_CASE_FIXTURE(server_fixture,
   test_client admin(server->port());
   REQUIRE(error_code(ask(admin, request_bytes(1, "auth", std::vector<std::string>{"admin-secret"}))) == 0);
   uint32_t msgid = 10;
-  for (const char* kind : {"decode_rank", "session", "prefill_balancer"}) {
+  for (const std::string kind : {"decode_rank", "session", "prefill_balancer"}) {
     CAPTURE(kind);
     {
       test_client client(server->port());
@@ -226,7 +235,7 @@ TEST_CASE_FIXTURE(server_fixture,
       client.send(pipelined);
       REQUIRE(std::holds_alternative<net::rpc_notification>(client.next()));  // streaming
       int64_t index = 0;
-      if (std::string(kind) == "session") {
+      if (kind == "session") {
         const auto live = some_session(admin, msgid++, 0);
         REQUIRE(live);
         index = *live;
