@@ -48,7 +48,12 @@ bool split_over_nodes(const std::vector<node_roster>& rosters, bool prefill) {
 
 group_alive ranks_alive(const std::vector<node_roster>& rosters, bool prefill,
                         const std::vector<bool>& lost) {
-  std::vector<std::pair<int64_t, caf::actor>> found;
+  struct found_rank {
+    int64_t index = 0;
+    caf::actor rank;
+    std::string data_address;
+  };
+  std::vector<found_rank> found;
   for (size_t i = 0; i < rosters.size(); ++i) {
     if (i < lost.size() && lost[i])
       continue;
@@ -56,13 +61,14 @@ group_alive ranks_alive(const std::vector<node_roster>& rosters, bool prefill,
     const int64_t first = prefill ? r.first_prefill_rank : r.first_decode_rank;
     const std::vector<caf::actor>& ranks = prefill ? r.prefill_ranks : r.decode_ranks;
     for (size_t k = 0; k < ranks.size(); ++k)
-      found.emplace_back(first + static_cast<int64_t>(k), ranks[k]);
+      found.push_back({first + static_cast<int64_t>(k), ranks[k], r.data_address});
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
   group_alive out;
-  for (auto& [index, rank] : found) {
-    out.indices.push_back(index);
-    out.ranks.push_back(std::move(rank));
+  for (found_rank& f : found) {
+    out.indices.push_back(f.index);
+    out.ranks.push_back(std::move(f.rank));
+    out.data_addresses.push_back(std::move(f.data_address));
   }
   return out;
 }
@@ -77,7 +83,7 @@ void introduce_split_groups(const std::vector<node_roster>& rosters, const std::
       continue;
     for (int64_t& index : alive.indices)
       index += prefill ? 0 : num_prefill_ranks;
-    introduce_across(alive.ranks, alive.indices, first_step);
+    introduce_across(alive.ranks, alive.indices, alive.data_addresses, first_step);
   }
 }
 

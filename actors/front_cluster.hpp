@@ -41,6 +41,7 @@ namespace moe {
 struct group_alive {
   std::vector<int64_t> indices;
   std::vector<caf::actor> ranks;
+  std::vector<std::string> data_addresses;  // each rank's node's data plane (empty: none)
 };
 
 /// The prefill (`prefill`) or decode ranks of the rosters not in `lost` (roster indices), in

@@ -9,6 +9,7 @@
 #include <caf/send.hpp>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "actors/atoms.hpp"
@@ -43,10 +44,11 @@ void renew(group_roster& g);
 [[nodiscard]] int64_t epoch_first_step(int64_t epoch) noexcept;
 
 /// Tells the ranks of a group split over processes their membership from `first_step`: no
-/// inboxes (each sends its peers their payloads as messages, and takes theirs into its own),
-/// their global ranks, and no placement: the whole group takes the one it began with, the
-/// survivors of a lost node one over themselves (ep_rank_core::set_membership).
+/// inboxes (each sends its peers their payloads over the data plane at `data_addresses`, one per
+/// rank, or as messages where that is empty, and takes theirs into its own), their global
+/// ranks, and no placement: the whole group takes the one it began with, the survivors of a
+/// lost node one over themselves (ep_rank_core::set_membership).
 void introduce_across(const std::vector<caf::actor>& ranks, const std::vector<int64_t>& global_ranks,
-                      int64_t first_step);
+                      const std::vector<std::string>& data_addresses, int64_t first_step);
 
 }  // namespace moe

@@ -26,12 +26,13 @@ struct node_roster {
   std::vector<caf::actor> prefill_ranks;
   int64_t first_decode_rank = 0;
   std::vector<caf::actor> decode_ranks;
+  std::string data_address;  // its data plane's (actors/rank/data_plane.hpp); empty: payloads as messages
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_roster& x) {
   return f(caf::meta::type_name("node_roster"), x.node, x.first_prefill_rank, x.prefill_ranks,
-           x.first_decode_rank, x.decode_ranks);
+           x.first_decode_rank, x.decode_ranks, x.data_address);
 }
 
 /// (join_atom, cluster name, token, the asking node's name) -> the roster, or an error naming

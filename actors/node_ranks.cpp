@@ -53,7 +53,9 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   node_ranks out;
   const copy_engine_actor copies = spawn_copy_engine(sys);
   out.copy_engine = caf::actor_cast<caf::actor>(copies);
-  const cluster_links links{.links = nullptr, .trace = nullptr, .copies = copies};
+  if (c.data_plane == "ucx" || (c.data_plane == "auto" && ucx_plane_built()))
+    out.plane = start_ucx_plane(sys);
+  const cluster_links links{.links = nullptr, .trace = nullptr, .copies = copies, .plane = out.plane};
   size_t index = 0;  // the node's place in the file numbers its ranks
   while (index + 1 < c.nodes.size() && c.nodes[index].name != node.name)
     ++index;
@@ -75,6 +77,12 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
     cfg.cpus = cpus[static_cast<size_t>(node.prefill_ranks + r)];
     out.roster.decode_ranks.push_back(
       caf::actor_cast<caf::actor>(spawn_decode_rank(sys, weights, std::move(cfg), decode_group, links)));
+  }
+  if (out.plane) {  // its peers in other processes send these ranks their payloads there
+    for (const auto& ranks : {out.roster.prefill_ranks, out.roster.decode_ranks})
+      for (const caf::actor& r : ranks)
+        out.plane->attach(r);
+    out.roster.data_address = out.plane->address();
   }
   // a group this node hosts whole learns its membership here (its inboxes are this process's);
   // a group across nodes is not joined yet (the front refuses it: actors/front_cluster.hpp)

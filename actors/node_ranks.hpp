@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "actors/node_gate.hpp"
+#include "actors/rank/data_plane.hpp"
 #include "actors/rank/rank_model.hpp"
 #include "config/cluster_file.hpp"
 #include "kernels/model/weights.hpp"
@@ -19,7 +20,8 @@ struct group_roster;
 
 struct node_ranks {
   node_roster roster;
-  caf::actor copy_engine;  // the node's expert copies (actors/rank/copy_engine.hpp)
+  caf::actor copy_engine;             // the node's expert copies (actors/rank/copy_engine.hpp)
+  std::shared_ptr<data_plane> plane;  // its peers' payloads to these ranks (null: as messages)
   // the memberships of the groups this node hosts whole (null: none, or a group across nodes)
   std::shared_ptr<group_roster> prefill_group, decode_group;
 

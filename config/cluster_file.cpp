@@ -17,12 +17,13 @@
 namespace moe {
 namespace {
 
-std::array<std::pair<std::string_view, field_ref>, 5> top_fields(cluster_file& c) {
+std::array<std::pair<std::string_view, field_ref>, 6> top_fields(cluster_file& c) {
   return {{
     {"name", &c.name},
     {"token", &c.token},
     {"heartbeat_interval_s", &c.heartbeat_interval_s},
     {"connection_timeout_s", &c.connection_timeout_s},
+    {"data_plane", &c.data_plane},
     {"topology", &c.topology_file},
   }};
 }
@@ -202,6 +203,8 @@ void validate_cluster(const cluster_file& c, std::string_view origin) {
       c.connection_timeout_s > 600.0)
     invalid(origin, "connection_timeout_s must be above heartbeat_interval_s and at most 600, got " +
                       std::to_string(c.connection_timeout_s));
+  if (c.data_plane != "auto" && c.data_plane != "ucx" && c.data_plane != "middleman")
+    invalid(origin, "data_plane must be \"auto\", \"ucx\" or \"middleman\", got " + in_quotes(c.data_plane));
   if (c.nodes.empty())
     invalid(origin, "no [[node]]: a cluster needs a front node and nodes with prefill and decode ranks");
   std::map<std::string, size_t> seen;

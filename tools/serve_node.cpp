@@ -111,8 +111,9 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
     throw input_error("node " + node.name + ": cannot listen on " + node.host + ":" +
                       std::to_string(node.port) + ": " + sys.render(port.error()));
   }
-  std::printf("moeserve: node %s of cluster %s on %s:%u (%s)\n", node.name.c_str(), c.name.c_str(),
-              node.host.c_str(), static_cast<unsigned>(*port), hosted(ranks.roster).c_str());
+  std::printf("moeserve: node %s of cluster %s on %s:%u (%s; payloads from other processes %s)\n",
+              node.name.c_str(), c.name.c_str(), node.host.c_str(), static_cast<unsigned>(*port),
+              hosted(ranks.roster).c_str(), ranks.plane ? "over UCX" : "as messages");
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);
@@ -124,6 +125,16 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
   }
   std::printf("moeserve: node %s stopping%s\n", node.name.c_str(),
               died.empty() ? "" : (": its " + died).c_str());
+  if (ranks.plane) {
+    const data_plane_stats s = ranks.plane->stats();
+    std::printf("moeserve: node %s data plane (UCX): %llu payloads sent (%llu bytes), %llu received "
+                "(%llu bytes), %llu dropped\n",
+                node.name.c_str(), static_cast<unsigned long long>(s.messages_sent),
+                static_cast<unsigned long long>(s.bytes_sent),
+                static_cast<unsigned long long>(s.messages_received),
+                static_cast<unsigned long long>(s.bytes_received),
+                static_cast<unsigned long long>(s.dropped));
+  }
   std::fflush(stdout);
   caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);

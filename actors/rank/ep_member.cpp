@@ -29,17 +29,19 @@ placement_report report_placement(const ep_rank_core& core) {
 caf::error inspect(caf::serializer& f, ep_membership& x) {
   bool has_placements = x.placements != nullptr;
   std::vector<layer_placement> placements = has_placements ? *x.placements : std::vector<layer_placement>{};
-  return f(caf::meta::type_name("ep_membership"), x.peers, x.global_ranks, x.first_step, has_placements,
-           placements, x.placement_epoch);
+  return f(caf::meta::type_name("ep_membership"), x.peers, x.global_ranks, x.data_addresses, x.first_step,
+           has_placements, placements, x.placement_epoch);
 }
 
 caf::error inspect(caf::deserializer& f, ep_membership& x) {
   bool has_placements = false;
   std::vector<layer_placement> placements;
-  if (auto err = f(caf::meta::type_name("ep_membership"), x.peers, x.global_ranks, x.first_step,
-                   has_placements, placements, x.placement_epoch))
+  if (auto err = f(caf::meta::type_name("ep_membership"), x.peers, x.global_ranks, x.data_addresses,
+                   x.first_step, has_placements, placements, x.placement_epoch))
     return err;
-  if (x.global_ranks.size() != x.peers.size() || (has_placements && !consistent(placements)))
+  if (x.global_ranks.size() != x.peers.size() ||
+      (!x.data_addresses.empty() && x.data_addresses.size() != x.peers.size()) ||
+      (has_placements && !consistent(placements)))
     return caf::make_error(caf::sec::invalid_argument);
   x.inboxes.assign(x.peers.size(), nullptr);
   x.placements = has_placements ? std::make_shared<const std::vector<layer_placement>>(std::move(placements))

@@ -152,15 +152,16 @@ template <class Behavior, class Self, class... Handlers>
 [[nodiscard]] std::shared_ptr<const std::vector<layer_placement>> default_placements(
   const model_weights& weights, int64_t num_ranks, int64_t num_redundant);
 
-/// A membership sent to a rank of another process: the peers, their global ranks, the first
-/// step and the placement; no inboxes (each arrives as null: that rank's payloads go to it by
+/// A membership sent to a rank of another process: the peers, their global ranks and data
+/// plane addresses, the first step and the placement; no inboxes (each arrives as null: that rank's payloads go to it by
 /// message, and the receiver uses its own inbox: ep_rank_core::set_membership).
 caf::error inspect(caf::serializer& f, ep_membership& x);
 caf::error inspect(caf::deserializer& f, ep_membership& x);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ep_membership& x) {
-  return f(caf::meta::type_name("ep_membership"), x.global_ranks, x.first_step, x.placement_epoch);
+  return f(caf::meta::type_name("ep_membership"), x.global_ranks, x.data_addresses, x.first_step,
+           x.placement_epoch);
 }
 
 }  // namespace moe

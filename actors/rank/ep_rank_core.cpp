@@ -427,8 +427,12 @@ void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload
                          .end = at});
   }
   const std::shared_ptr<ep_inbox>& dest_inbox = members_.inboxes.at(dest_rank);
-  if (!dest_inbox) {  // a peer in another process: the payload goes as a message (serialized)
-    caf::anon_send(members_.peers.at(dest_rank), dispatch_atom::value, *p);
+  if (!dest_inbox) {  // a peer in another process: over the data plane, or as a message
+    const size_t at = static_cast<size_t>(dest_rank);
+    if (links_.plane && at < members_.data_addresses.size() && !members_.data_addresses[at].empty())
+      links_.plane->send(members_.data_addresses[at], members_.peers.at(dest_rank), *p);
+    else
+      caf::anon_send(members_.peers.at(dest_rank), dispatch_atom::value, *p);
     return;
   }
   if (!dest_inbox->put(std::move(p), at))

@@ -26,6 +26,7 @@
 #include "actors/policy/expert_load_window.hpp"
 #include "actors/policy/link_model.hpp"
 #include "actors/rank/copy_engine.hpp"
+#include "actors/rank/data_plane.hpp"
 #include "actors/rank/ep_inbox.hpp"
 #include "actors/rank/fault_point.hpp"
 #include "actors/rank/rank_timings.hpp"
@@ -41,6 +42,7 @@ struct cluster_links {
   std::shared_ptr<link_model> links;      // null: messages go at once
   std::shared_ptr<trace_recorder> trace;  // null: no trace
   copy_engine_actor copies;               // null: expert moves copy on the ranks' actor threads
+  std::shared_ptr<data_plane> plane;      // null: payloads to other processes go as messages
 };
 
 /// A rank's group: its peers in rank order (itself included), their inboxes and global rank ids
@@ -52,6 +54,9 @@ struct ep_membership {
   std::vector<caf::actor> peers;
   std::vector<std::shared_ptr<ep_inbox>> inboxes;  // per group rank
   std::vector<int64_t> global_ranks;               // per group rank
+  // per group rank in another process: its process's data plane address (empty: send it
+  // payloads as messages); empty where the group is in one process
+  std::vector<std::string> data_addresses;
   int64_t first_step = 0;
   /// The group's committed expert placement (null: keep the rank's own) and its epoch: every
   /// member uses it from first_step on, whatever change was under way (it is abandoned).

@@ -61,12 +61,14 @@ TEST_CASE_FIXTURE(actor_fixture, "front: the rosters' ranks in group order, whic
                                .first_prefill_rank = 0,
                                .prefill_ranks = {},
                                .first_decode_rank = 0,
-                               .decode_ranks = {a[2], a[3]}};
+                               .decode_ranks = {a[2], a[3]},
+                               .data_address = "d0"};
   const moe::node_roster second{.node = "decode-1",
                                 .first_prefill_rank = 0,
                                 .prefill_ranks = {},
                                 .first_decode_rank = 2,
-                                .decode_ranks = {a[4]}};
+                                .decode_ranks = {a[4]},
+                                .data_address = "d1"};
   CHECK(moe::ranks_in_order({second, first}, false, 3) == std::vector<caf::actor>{a[2], a[3], a[4]});
   CHECK(moe::split_over_nodes({prefill, first, second}, false));
   CHECK_FALSE(moe::split_over_nodes({prefill, first, second}, true));
@@ -79,8 +81,9 @@ TEST_CASE_FIXTURE(actor_fixture, "front: the rosters' ranks in group order, whic
   const moe::group_alive without_second = moe::ranks_alive(three, false, {true, false, false});
   CHECK(without_second.indices == std::vector<int64_t>{0, 1});
   CHECK(without_second.ranks == std::vector<caf::actor>{a[2], a[3]});
-  CHECK(moe::ranks_alive(three, false, {false, false, false}).ranks ==
-        std::vector<caf::actor>{a[2], a[3], a[4]});
+  const moe::group_alive all = moe::ranks_alive(three, false, {false, false, false});
+  CHECK(all.ranks == std::vector<caf::actor>{a[2], a[3], a[4]});
+  CHECK(all.data_addresses == std::vector<std::string>{"d0", "d0", "d1"});   // each rank's node's plane
   CHECK(moe::ranks_alive(three, true, {false, true, false}).ranks.empty());  // the prefill node lost
   for (const caf::actor& x : a)
     caf::anon_send_exit(x, caf::exit_reason::user_shutdown);

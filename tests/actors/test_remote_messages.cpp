@@ -257,6 +257,7 @@ TEST_CASE_FIXTURE(actor_fixture,
   m.peers = {caf::actor_cast<caf::actor>(self), caf::actor_cast<caf::actor>(self)};
   m.inboxes = {std::make_shared<moe::ep_inbox>(), std::make_shared<moe::ep_inbox>()};
   m.global_ranks = {2, 3};
+  m.data_addresses = {"0a1b", "2c3d"};
   m.first_step = int64_t{3} << 40;
   m.placements = std::make_shared<const std::vector<moe::layer_placement>>(
     std::vector<moe::layer_placement>{{}, moe::default_layer_placement(4, 2, 2)});
@@ -265,15 +266,18 @@ TEST_CASE_FIXTURE(actor_fixture,
   REQUIRE(!load(sys, save(sys, m), back));
   CHECK(back.peers == m.peers);
   CHECK(back.global_ranks == m.global_ranks);
+  CHECK(back.data_addresses == m.data_addresses);
   CHECK(back.first_step == m.first_step);
   CHECK(back.placement_epoch == 5);
   REQUIRE(back.placements);
   REQUIRE(back.placements->size() == 2);
   CHECK((*back.placements)[1].slot_expert == (*m.placements)[1].slot_expert);
   CHECK((*back.placements)[1].expert_slots == (*m.placements)[1].expert_slots);
-  REQUIRE(back.inboxes.size() == 2);  // each rank sends to these peers by message
+  REQUIRE(back.inboxes.size() == 2);  // each rank sends to these peers over the plane, or by message
   CHECK(back.inboxes[0] == nullptr);
   CHECK(back.inboxes[1] == nullptr);
+  m.data_addresses = {"0a1b"};  // not one per peer: refused
+  CHECK(load(sys, save(sys, m), back));
 }
 
 TEST_CASE_FIXTURE(

@@ -71,6 +71,7 @@ TEST_CASE("config/cluster.toml: four loopback nodes, one EP group of 4 decode ra
   CHECK(c.token == "loopback-example-token-change-me");
   CHECK(c.heartbeat_interval_s == doctest::Approx(0.1));
   CHECK(c.connection_timeout_s == doctest::Approx(1.0));
+  CHECK(c.data_plane == "auto");
   REQUIRE(c.nodes.size() == 4);
   CHECK(c.nodes[0] ==
         cluster_node{.name = "front", .port = 7400, .front = true, .rpc_port = 8765, .http_port = 8766});
@@ -174,6 +175,8 @@ TEST_CASE("cluster file: each rule is an error naming what is wrong") {
     CHECK(error.find("c.toml: ") != std::string::npos);  // names the file
   }
   // (a top-level key goes before the first [[node]]: after it, TOML puts it in the last node)
+  CHECK(load_error("data_plane = \"nccl\"\n" + small_file())
+          .find("data_plane must be \"auto\", \"ucx\" or \"middleman\", got \"nccl\"") != std::string::npos);
   CHECK(load_error("heartbeat_interval_s = 2.0\n" + small_file())
           .find("connection_timeout_s must be above heartbeat_interval_s") != std::string::npos);
 }

@@ -184,15 +184,17 @@ migrated() {
   fail "no migration in the front's stats lines: $(grep 'requests' "$tmp/front.err" | tail -5)"
 }
 
-# cluster_head NAME PORT: the start of $tmp/cluster.toml (the cluster NAME, heartbeats every 0.1 s,
-# down after 1 s) with its front node on PORT, wire and HTTP ports $rpc and $http; the caller
-# appends the rank nodes
+# cluster_head NAME PORT [DATA_PLANE]: the start of $tmp/cluster.toml (the cluster NAME,
+# heartbeats every 0.1 s, down after 1 s, payloads between processes over DATA_PLANE, default
+# auto) with its front node on PORT, wire and HTTP ports $rpc and $http; the caller appends the
+# rank nodes
 cluster_head() {
   cat >"$tmp/cluster.toml" <<TOML
 name = "$1"
 token = "$1-token-0123456789"
 heartbeat_interval_s = 0.1
 connection_timeout_s = 1.0
+data_plane = "${3:-auto}"
 [[node]]
 name = "front"
 port = $2

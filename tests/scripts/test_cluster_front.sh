@@ -4,7 +4,9 @@
 # here with free ports): the front node (`serve --cluster FILE --node front`) started first waits
 # for the nodes, which start in any order; it serves once every rank has joined. The decode
 # group's two ranks are on two nodes, so each MoE layer's experts are split over two processes
-# and its dispatches and combines cross them. Four greedy requests sent at once through the
+# and its dispatches and combines cross them (over UCX where moeserve was built with it: the
+# node's payload counts are checked at the end; test_cluster_mixed.sh sends them as CAF
+# messages). Four greedy requests sent at once through the
 # front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks, and
 # a load of 24 requests (8 in flight) is answered in full. A decode node stopped with SIGSTOP
 # under load is found down by the heartbeats within seconds, one killed with -9 at once; the
@@ -12,7 +14,8 @@
 # every request of the load is answered in full, greedy answers unchanged. With the prefill node
 # (every prefill rank) killed, requests get a retryable 503, not silence, and /ready says why. Continued, or started
 # again, a node rejoins and the same requests give the same text. SIGTERM stops the front
-# cleanly and leaves the nodes running.
+# cleanly and leaves the nodes running; SIGTERM stops decode-1, which says what its data plane
+# carried.
 # Everything started here is stopped at the end.
 # Run by CTest as: bash test_cluster_front.sh <path-to-moeserve>
 set -uo pipefail
@@ -101,3 +104,17 @@ status=$?
 kill -0 "$pid_prefill_0" || fail "prefill-0 stopped with the front"
 kill -0 "$pid_decode_1" || fail "decode-1 stopped with the front"
 echo "ok: the front stopped on SIGTERM; prefill-0 and decode-1 run on"
+
+kill -TERM "$pid_decode_1"
+wait "$pid_decode_1"
+if grep -q "payloads from other processes over UCX" "$tmp/decode-1.out"; then
+  # "... data plane (UCX): S payloads sent (B bytes), R received (B bytes), D dropped"
+  counts=$(grep -o "data plane (UCX): [0-9]* payloads sent ([0-9]* bytes), [0-9]* received" "$tmp/decode-1.out")
+  read -r sent received < <(echo "$counts" | sed -E 's/.*: ([0-9]+) payloads sent .*, ([0-9]+) received/\1 \2/')
+  [[ ${sent:-0} -gt 0 && ${received:-0} -gt 0 ]] ||
+    fail "decode-1's data plane carried nothing: $(cat "$tmp/decode-1.out")"
+  echo "ok: decode-1's dispatches and combines went over UCX: $sent payloads sent, $received received"
+else
+  grep -q "payloads from other processes as messages" "$tmp/decode-1.out" || fail "decode-1: $(cat "$tmp/decode-1.out")"
+  echo "skipped: UCX check (moeserve was built without UCX: payloads went as messages)"
+fi

@@ -18,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cluster_helpers.sh"
 
 "$moeserve" make-model --preset tiny --seed 6 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 read -r p0 p1 p2 rpc http single < <(free_ports 6)
-cluster_head mixed-test "$p0"
+cluster_head mixed-test "$p0" middleman  # the payloads as CAF messages (test_cluster_front.sh: UCX)
 cat >>"$tmp/cluster.toml" <<TOML
 [[node]]
 name = "node-a"
