@@ -54,7 +54,7 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   const copy_engine_actor copies = spawn_copy_engine(sys);
   out.copy_engine = caf::actor_cast<caf::actor>(copies);
   if (c.data_plane == "ucx" || (c.data_plane == "auto" && ucx_plane_built()))
-    out.plane = start_ucx_plane(sys);
+    out.plane = start_ucx_plane(sys, node.host);
   const cluster_links links{.links = nullptr, .trace = nullptr, .copies = copies, .plane = out.plane};
   size_t index = 0;  // the node's place in the file numbers its ranks
   while (index + 1 < c.nodes.size() && c.nodes[index].name != node.name)

@@ -15,11 +15,21 @@
 
 #ifdef MOE_HAVE_UCX
 
+#  include <ifaddrs.h>
+#  include <netdb.h>
+#  include <netinet/in.h>
 #  include <poll.h>
 #  include <ucp/api/ucp.h>
 
+#  include <algorithm>
+#  include <array>
 #  include <atomic>
+#  include <cstdlib>
 #  include <cstring>
+#  include <optional>
+#  include <random>
+#  include <set>
+#  include <string_view>
 #  include <map>
 #  include <mutex>
 #  include <stdexcept>
@@ -34,10 +44,29 @@ constexpr unsigned payload_am_id = 7;
 
 enum class payload_kind : uint32_t { dispatch = 1, combine = 2 };
 
+constexpr size_t key_bytes = 16;
+
+// A plane's key: random, handed to peers only in the rosters the token-gated control plane
+// carries; every payload carries its receiver's, and one without it is dropped.
+using plane_key = std::array<unsigned char, key_bytes>;
+
 struct wire_header {
   uint32_t kind = 0;
   uint32_t reserved = 0;
   uint64_t dest = 0;  // the destination rank's actor id
+  plane_key key{};    // the receiving plane's
+};
+
+// A peer plane's contact (data_plane::address): its key and its worker's address.
+struct peer_contact {
+  plane_key key{};
+  std::vector<unsigned char> worker;
+};
+
+// An open endpoint to a peer plane, and the key its payloads carry.
+struct peer_link {
+  ucp_ep_h ep = nullptr;
+  plane_key key{};
 };
 
 struct outgoing {
@@ -76,20 +105,80 @@ std::string to_hex(const void* data, size_t bytes) {
 }
 
 // An empty vector for text that is not an even count of lower-case hex digits.
-std::vector<unsigned char> from_hex(const std::string& hex) {
+std::vector<unsigned char> from_hex(std::string_view hex) {
   if (hex.empty() || hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
     return {};
   std::vector<unsigned char> out(hex.size() / 2);
   for (size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    out[i] = static_cast<unsigned char>(std::stoi(std::string(hex.substr(2 * i, 2)), nullptr, 16));
   return out;
+}
+
+// "<key hex>.<worker address hex>"; nullopt for anything else.
+std::optional<peer_contact> parse_contact(const std::string& text) {
+  const size_t dot = text.find('.');
+  if (dot != 2 * key_bytes)
+    return std::nullopt;
+  const std::vector<unsigned char> key = from_hex(std::string_view(text).substr(0, dot));
+  peer_contact out{.key = {}, .worker = from_hex(std::string_view(text).substr(dot + 1))};
+  if (key.size() != key_bytes || out.worker.empty())
+    return std::nullopt;
+  std::copy(key.begin(), key.end(), out.key.begin());
+  return out;
+}
+
+plane_key random_key() {
+  std::random_device entropy;
+  plane_key key{};
+  for (unsigned char& b : key)
+    b = static_cast<unsigned char>(entropy());
+  return key;
+}
+
+// The name of the network interface that holds `host` (an address, or a name resolved to
+// one); empty when none does.
+std::string interface_of(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_flags = AI_ADDRCONFIG;
+  addrinfo* found = nullptr;
+  if (host.empty() || ::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0)
+    return {};
+  ifaddrs* interfaces = nullptr;
+  std::string name;
+  if (::getifaddrs(&interfaces) == 0) {
+    for (const addrinfo* a = found; a != nullptr && name.empty(); a = a->ai_next)
+      for (const ifaddrs* i = interfaces; i != nullptr && name.empty(); i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->ai_family)
+          continue;
+        const bool same = a->ai_family == AF_INET
+                            ? reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr ==
+                                reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr
+                            : a->ai_family == AF_INET6 &&
+                                std::memcmp(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                                            &reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr,
+                                            sizeof(in6_addr)) == 0;
+        if (same)
+          name = i->ifa_name;
+      }
+    ::freeifaddrs(interfaces);
+  }
+  ::freeaddrinfo(found);
+  return name;
 }
 
 class ucx_plane final : public data_plane {
  public:
-  explicit ucx_plane(caf::actor_system& sys) : sys(sys) {
+  ucx_plane(caf::actor_system& sys, const std::string& bind_host) : sys(sys), key(random_key()) {
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "reading the configuration");
+    // network transports only on the interface of the node's own address, unless the operator
+    // chose devices (UCX_NET_DEVICES): a node on 127.0.0.1 is reachable on loopback only
+    if (const std::string device = interface_of(bind_host);
+        !device.empty() && std::getenv("UCX_NET_DEVICES") == nullptr)
+      if (const ucs_status_t s = ucp_config_modify(config, "NET_DEVICES", device.c_str()); s != UCS_OK) {
+        ucp_config_release(config);
+        check(s, "NET_DEVICES=" + device);
+      }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -117,6 +206,15 @@ class ucx_plane final : public data_plane {
       ucp_cleanup(context);
       check(s, "setting up the worker");
     }
+    ucp_address_t* address = nullptr;
+    size_t bytes = 0;
+    if (const ucs_status_t a = ucp_worker_get_address(worker, &address, &bytes); a != UCS_OK) {
+      ucp_worker_destroy(worker);
+      ucp_cleanup(context);
+      check(a, "ucp_worker_get_address");
+    }
+    contact = to_hex(key.data(), key.size()) + "." + to_hex(address, bytes);
+    ucp_worker_release_address(worker, address);
     progress_thread = std::thread([this] { run(); });
   }
 
@@ -125,7 +223,8 @@ class ucx_plane final : public data_plane {
     ucp_worker_signal(worker);
     progress_thread.join();
     std::lock_guard lock(worker_mutex);
-    for (auto& [address, ep] : eps) {
+    for (auto& [address, link] : eps) {
+      const ucp_ep_h ep = link.ep;
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // peers may be gone: do not wait for them
@@ -145,15 +244,7 @@ class ucx_plane final : public data_plane {
   ucx_plane(const ucx_plane&) = delete;
   ucx_plane& operator=(const ucx_plane&) = delete;
 
-  std::string address() const override {
-    std::lock_guard lock(worker_mutex);
-    ucp_address_t* address = nullptr;
-    size_t bytes = 0;
-    check(ucp_worker_get_address(worker, &address, &bytes), "ucp_worker_get_address");
-    std::string hex = to_hex(address, bytes);
-    ucp_worker_release_address(worker, address);
-    return hex;
-  }
+  std::string address() const override { return contact; }
 
   void attach(const caf::actor& rank) override {
     std::lock_guard lock(worker_mutex);
@@ -181,7 +272,7 @@ class ucx_plane final : public data_plane {
                     const Payload& payload) {
     auto msg = std::make_unique<outgoing>();
     msg->plane = this;
-    msg->header = {.kind = static_cast<uint32_t>(kind), .reserved = 0, .dest = dest.id()};
+    msg->header = {.kind = static_cast<uint32_t>(kind), .reserved = 0, .dest = dest.id(), .key = {}};
     caf::binary_serializer sink{sys, msg->bytes};
     caf::serializer& f = sink;
     if (f(const_cast<Payload&>(payload))) {  // the inspect functions take non-const references
@@ -191,11 +282,13 @@ class ucx_plane final : public data_plane {
     const size_t bytes = msg->bytes.size();
     {
       std::lock_guard lock(worker_mutex);
-      ucp_ep_h ep = endpoint(peer);
-      if (ep == nullptr) {
+      const peer_link* link = endpoint(peer);
+      if (link == nullptr) {
         ++dropped;
         return;
       }
+      const ucp_ep_h ep = link->ep;
+      msg->header.key = link->key;
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       param.cb.send = &ucx_plane::on_sent;
@@ -221,25 +314,25 @@ class ucx_plane final : public data_plane {
     ucp_request_free(request);
   }
 
-  // The endpoint to the worker at `peer` (opened on first use); null when it cannot be.
-  ucp_ep_h endpoint(const std::string& peer) {
+  // The endpoint to the plane whose contact is `peer` (opened on first use); null when it
+  // cannot be, or failed before (a process that comes back has a new worker and contact).
+  const peer_link* endpoint(const std::string& peer) {
     if (auto it = eps.find(peer); it != eps.end())
-      return it->second;
-    const std::vector<unsigned char> address = from_hex(peer);
-    if (address.empty())
+      return &it->second;
+    const std::optional<peer_contact> c = parse_contact(peer);
+    if (!c || failed.count(peer) > 0)
       return nullptr;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    params.address = reinterpret_cast<const ucp_address_t*>(c->worker.data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a peer that dies fails its sends, nothing more
     params.err_handler.cb = &ucx_plane::on_peer_error;
     params.err_handler.arg = this;
     ucp_ep_h ep = nullptr;
     if (ucp_ep_create(worker, &params, &ep) != UCS_OK)
       return nullptr;
-    eps.emplace(peer, ep);
-    return ep;
+    return &eps.emplace(peer, peer_link{.ep = ep, .key = c->key}).first->second;
   }
 
   // A peer's endpoint failed (the peer is gone): it is closed and forgotten, so that a peer
@@ -247,7 +340,8 @@ class ucx_plane final : public data_plane {
   static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t) {
     auto* self = static_cast<ucx_plane*>(arg);  // inside progress: worker_mutex is held
     for (auto it = self->eps.begin(); it != self->eps.end(); ++it)
-      if (it->second == ep) {
+      if (it->second.ep == ep) {
+        self->failed.insert(it->first);
         self->eps.erase(it);
         break;
       }
@@ -268,6 +362,10 @@ class ucx_plane final : public data_plane {
     }
     wire_header h;
     std::memcpy(&h, header, sizeof h);
+    if (h.key != self->key) {  // not from a peer the control plane introduced
+      ++self->dropped;
+      return UCS_OK;  // a rendezvous left unreceived is dropped by UCX
+    }
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {  // taken after the callback
       self->pending.push_back({.header = h, .descriptor = data, .length = length});
       return UCS_INPROGRESS;
@@ -357,11 +455,14 @@ class ucx_plane final : public data_plane {
   }
 
   caf::actor_system& sys;
+  const plane_key key;
+  std::string contact;  // address(): set once the worker is up
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int efd = -1;
   mutable std::mutex worker_mutex;
-  std::map<std::string, ucp_ep_h> eps;  // by the peer's worker address
+  std::map<std::string, peer_link> eps;  // by the peer's contact
+  std::set<std::string> failed;          // contacts whose endpoint failed: not dialled again
   std::unordered_map<caf::actor_id, caf::actor_addr> targets;
   std::vector<rendezvous> pending;
   std::atomic<bool> stopping{false};
@@ -373,8 +474,8 @@ class ucx_plane final : public data_plane {
 
 bool ucx_plane_built() noexcept { return true; }
 
-std::shared_ptr<data_plane> start_ucx_plane(caf::actor_system& sys) {
-  return std::make_shared<ucx_plane>(sys);
+std::shared_ptr<data_plane> start_ucx_plane(caf::actor_system& sys, const std::string& bind_host) {
+  return std::make_shared<ucx_plane>(sys, bind_host);
 }
 
 }  // namespace moe
@@ -385,7 +486,7 @@ namespace moe {
 
 bool ucx_plane_built() noexcept { return false; }
 
-std::shared_ptr<data_plane> start_ucx_plane(caf::actor_system&) {
+std::shared_ptr<data_plane> start_ucx_plane(caf::actor_system&, const std::string&) {
   throw input_error("data_plane = \"ucx\": this moeserve was built without UCX (Debian's libucx-dev was not "
                     "found when cmake ran): install it (tools/setup.sh does) and re-run cmake, or set "
                     "data_plane = \"middleman\" in the cluster file");

@@ -3,10 +3,11 @@
 // when a real transport carries them: UCX active messages (Debian's libucx-dev: shared memory
 // within a host, TCP or RDMA between hosts), one UCP worker per process, progressed by a thread
 // of its own that sleeps on the worker's event descriptor while nothing moves. The control plane
-// (CAF's middleman) hands each node's worker address to its peers in the roster; a payload goes
-// as (kind, the destination rank's actor id) plus its CAF serialization (kernel_inspect.hpp:
-// shapes checked on arrival), and the receiving process gives it to the rank as the message
-// (dispatch_atom, payload) the middleman would have delivered. Where UCX was not found at build
+// (CAF's middleman, behind the cluster token) hands each node's contact (its worker address and
+// a random key) to its peers in the roster; a payload goes as (kind, the destination rank's actor
+// id, the receiver's key) plus its CAF serialization (kernel_inspect.hpp: shapes checked on
+// arrival), and the receiving process gives it to the rank as the message (dispatch_atom,
+// payload) the middleman would have delivered. Where UCX was not found at build
 // time, start_ucx_plane throws input_error saying so and payloads go as messages.
 #pragma once
 
@@ -33,7 +34,9 @@ struct data_plane_stats {
 class data_plane {
  public:
   virtual ~data_plane() = default;
-  /// This process's worker address (hex), for the roster.
+  /// How peers reach this plane, for the roster: its key (random, 128 bits) and its worker's
+  /// address, as text. A payload that does not carry the key is dropped, so only peers the
+  /// token-gated control plane introduced can send one.
   [[nodiscard]] virtual std::string address() const = 0;
   /// Payloads addressed to `rank` (by its actor id) are delivered to it from now on.
   virtual void attach(const caf::actor& rank) = 0;
@@ -48,8 +51,11 @@ class data_plane {
 /// Whether this moeserve was built with UCX.
 [[nodiscard]] bool ucx_plane_built() noexcept;
 
-/// Starts this process's UCX plane (UCX_TLS and the other UCX_* variables apply). Throws
-/// input_error where UCX was not built, std::runtime_error where it does not start.
-[[nodiscard]] std::shared_ptr<data_plane> start_ucx_plane(caf::actor_system& sys);
+/// Starts this process's UCX plane (UCX_TLS and the other UCX_* variables apply). Its network
+/// transports use only the interface that holds `bind_host` (the node's address in the cluster
+/// file), unless UCX_NET_DEVICES is set or no interface holds it. Throws input_error where UCX
+/// was not built, std::runtime_error where it does not start.
+[[nodiscard]] std::shared_ptr<data_plane> start_ucx_plane(caf::actor_system& sys,
+                                                          const std::string& bind_host);
 
 }  // namespace moe

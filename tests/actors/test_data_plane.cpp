@@ -3,8 +3,8 @@
 // transports UCX picks here (shared memory on loopback): an FP8 dispatch and a BF16 combine sent
 // to a rank attached to the other plane arrive as the messages the middleman would deliver,
 // byte for byte, a combine of 4 MiB too (UCX's rendezvous path); a payload for an actor no plane
-// knows, and one to an address that is not a worker's, are dropped and counted. Skipped where
-// moeserve was built without UCX.
+// knows, one to an address that is not a plane's, and one without the receiving plane's key
+// are dropped and counted. Skipped where moeserve was built without UCX.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -44,8 +44,8 @@ TEST_CASE_FIXTURE(actor_fixture,
     MESSAGE("skipped: moeserve was built without UCX (Debian's libucx-dev)");
     return;
   }
-  const std::shared_ptr<moe::data_plane> a = moe::start_ucx_plane(sys);
-  const std::shared_ptr<moe::data_plane> b = moe::start_ucx_plane(sys);
+  const std::shared_ptr<moe::data_plane> a = moe::start_ucx_plane(sys, "127.0.0.1");
+  const std::shared_ptr<moe::data_plane> b = moe::start_ucx_plane(sys, "127.0.0.1");
   REQUIRE(a->address() != b->address());
   const caf::actor rank = sys.spawn(relay, caf::actor_cast<caf::actor>(self));
   b->attach(rank);
@@ -93,18 +93,24 @@ TEST_CASE_FIXTURE(actor_fixture,
   CHECK(back.outputs.num_rows == rows);
   CHECK(back.outputs.data == c.outputs.data);
 
-  // to an actor no plane has attached, and to an address that is no worker's: dropped, counted
+  // to an actor no plane has attached, to an address that is no plane's, and with b's worker
+  // address but not b's key (a sender the control plane did not introduce): dropped, counted
   const caf::actor stranger = sys.spawn(relay, caf::actor_cast<caf::actor>(self));
   a->send(b->address(), stranger, d);
-  a->send("not-hex", rank, d);
+  a->send("not-a-contact", rank, d);
+  std::string forged = b->address();
+  REQUIRE(forged.size() > 33);
+  REQUIRE(forged[32] == '.');
+  forged.replace(0, 32, std::string(32, '0'));
+  a->send(forged, rank, d);
   bool stray = false;
   self->receive([&](moe::ep_dispatch&) { stray = true; }, caf::after(500ms) >> [] {});
   CHECK(!stray);
   const moe::data_plane_stats sa = a->stats(), sb = b->stats();
-  CHECK(sa.messages_sent == 3);
+  CHECK(sa.messages_sent == 4);
   CHECK(sa.dropped == 1);  // the address
   CHECK(sb.messages_received == 2);
-  CHECK(sb.dropped == 1);  // the stranger
+  CHECK(sb.dropped == 2);  // the stranger, the forged key
   CHECK(sb.bytes_received > (4u << 20));
   caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(stranger, caf::exit_reason::user_shutdown);
