@@ -20,6 +20,11 @@ export ASAN_OPTIONS="abort_on_error=0:detect_leaks=1:strict_string_checks=1:dete
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+# UCX's memory hooks (libucm, loaded by every binary that links the data plane: malloc hooks and
+# mmap/munmap events) and TSan's own interception of the same calls collide: under TSan such a
+# binary died with SIGSEGV, at start or once it mapped memory. The hooks only keep RDMA
+# registration caches fresh, which no test here uses.
+export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
 for preset in "${presets[@]}"; do
   started=$SECONDS
   # TSan must see CAF's own synchronisation: an instrumented CAF, built once (tools/caf_tsan.sh)
