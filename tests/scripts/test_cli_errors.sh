@@ -120,6 +120,14 @@ if [[ $? -ne 0 || $out != *"decode-1 at 127.0.0.1:7403: decode ranks 2-3, expert
 else
   echo "ok: cluster check of the example prints the plan"
 fi
+sed 's/^data_plane = "auto"/data_plane = "middleman"/' "$src/config/cluster.toml" >"$tmp/middleman.toml"
+out=$("$moeserve" cluster check "$tmp/middleman.toml" 2>&1)
+if [[ $? -ne 0 || $out != *"payloads between processes as CAF messages"* ]]; then
+  echo "FAIL: cluster check of data_plane = middleman: $out"
+  failures=$((failures + 1))
+else
+  echo "ok: cluster check says what carries payloads between processes"
+fi
 
-echo "$((30 - failures)) passed, $failures failed"
+echo "$((31 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
