@@ -5,6 +5,8 @@
 // Rendezvous arrivals (large payloads) are taken after the callback returns, as UCX asks.
 #include "actors/rank/data_plane.hpp"
 
+#include "actors/rank/plane_contact.hpp"
+
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/send.hpp>
@@ -15,21 +17,15 @@
 
 #ifdef MOE_HAVE_UCX
 
-#  include <ifaddrs.h>
-#  include <netdb.h>
-#  include <netinet/in.h>
 #  include <poll.h>
 #  include <ucp/api/ucp.h>
 
-#  include <algorithm>
 #  include <array>
 #  include <atomic>
 #  include <cstdlib>
 #  include <cstring>
 #  include <optional>
-#  include <random>
 #  include <set>
-#  include <string_view>
 #  include <map>
 #  include <mutex>
 #  include <stdexcept>
@@ -44,23 +40,11 @@ constexpr unsigned payload_am_id = 7;
 
 enum class payload_kind : uint32_t { dispatch = 1, combine = 2 };
 
-constexpr size_t key_bytes = 16;
-
-// A plane's key: random, handed to peers only in the rosters the token-gated control plane
-// carries; every payload carries its receiver's, and one without it is dropped.
-using plane_key = std::array<unsigned char, key_bytes>;
-
 struct wire_header {
   uint32_t kind = 0;
   uint32_t reserved = 0;
   uint64_t dest = 0;  // the destination rank's actor id
   plane_key key{};    // the receiving plane's
-};
-
-// A peer plane's contact (data_plane::address): its key and its worker's address.
-struct peer_contact {
-  plane_key key{};
-  std::vector<unsigned char> worker;
 };
 
 // An open endpoint to a peer plane, and the key its payloads carry.
@@ -92,83 +76,9 @@ void check(ucs_status_t status, const std::string& what) {
     throw std::runtime_error("data plane: ucx: " + what + ": " + ucs_status_string(status));
 }
 
-std::string to_hex(const void* data, size_t bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * bytes);
-  for (size_t i = 0; i < bytes; ++i) {
-    const auto b = static_cast<const unsigned char*>(data)[i];
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
-}
-
-// An empty vector for text that is not an even count of lower-case hex digits.
-std::vector<unsigned char> from_hex(std::string_view hex) {
-  if (hex.empty() || hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
-    return {};
-  std::vector<unsigned char> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<unsigned char>(std::stoi(std::string(hex.substr(2 * i, 2)), nullptr, 16));
-  return out;
-}
-
-// "<key hex>.<worker address hex>"; nullopt for anything else.
-std::optional<peer_contact> parse_contact(const std::string& text) {
-  const size_t dot = text.find('.');
-  if (dot != 2 * key_bytes)
-    return std::nullopt;
-  const std::vector<unsigned char> key = from_hex(std::string_view(text).substr(0, dot));
-  peer_contact out{.key = {}, .worker = from_hex(std::string_view(text).substr(dot + 1))};
-  if (key.size() != key_bytes || out.worker.empty())
-    return std::nullopt;
-  std::copy(key.begin(), key.end(), out.key.begin());
-  return out;
-}
-
-plane_key random_key() {
-  std::random_device entropy;
-  plane_key key{};
-  for (unsigned char& b : key)
-    b = static_cast<unsigned char>(entropy());
-  return key;
-}
-
-// The name of the network interface that holds `host` (an address, or a name resolved to
-// one); empty when none does.
-std::string interface_of(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_flags = AI_ADDRCONFIG;
-  addrinfo* found = nullptr;
-  if (host.empty() || ::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0)
-    return {};
-  ifaddrs* interfaces = nullptr;
-  std::string name;
-  if (::getifaddrs(&interfaces) == 0) {
-    for (const addrinfo* a = found; a != nullptr && name.empty(); a = a->ai_next)
-      for (const ifaddrs* i = interfaces; i != nullptr && name.empty(); i = i->ifa_next) {
-        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->ai_family)
-          continue;
-        const bool same = a->ai_family == AF_INET
-                            ? reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr ==
-                                reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr
-                            : a->ai_family == AF_INET6 &&
-                                std::memcmp(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr,
-                                            &reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr,
-                                            sizeof(in6_addr)) == 0;
-        if (same)
-          name = i->ifa_name;
-      }
-    ::freeifaddrs(interfaces);
-  }
-  ::freeaddrinfo(found);
-  return name;
-}
-
 class ucx_plane final : public data_plane {
  public:
-  ucx_plane(caf::actor_system& sys, const std::string& bind_host) : sys(sys), key(random_key()) {
+  ucx_plane(caf::actor_system& sys, const std::string& bind_host) : sys(sys), key(random_plane_key()) {
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "reading the configuration");
     // network transports only on the interface of the node's own address, unless the operator
@@ -213,7 +123,7 @@ class ucx_plane final : public data_plane {
       ucp_cleanup(context);
       check(a, "ucp_worker_get_address");
     }
-    contact = to_hex(key.data(), key.size()) + "." + to_hex(address, bytes);
+    contact = contact_text(key, address, bytes);
     ucp_worker_release_address(worker, address);
     progress_thread = std::thread([this] { run(); });
   }
@@ -319,7 +229,7 @@ class ucx_plane final : public data_plane {
   const peer_link* endpoint(const std::string& peer) {
     if (auto it = eps.find(peer); it != eps.end())
       return &it->second;
-    const std::optional<peer_contact> c = parse_contact(peer);
+    const std::optional<plane_contact> c = parse_contact(peer);
     if (!c || failed.count(peer) > 0)
       return nullptr;
     ucp_ep_params_t params{};

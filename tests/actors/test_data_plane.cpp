@@ -4,7 +4,8 @@
 // to a rank attached to the other plane arrive as the messages the middleman would deliver,
 // byte for byte, a combine of 4 MiB too (UCX's rendezvous path); a payload for an actor no plane
 // knows, one to an address that is not a plane's, and one without the receiving plane's key
-// are dropped and counted. Skipped where moeserve was built without UCX.
+// are dropped and counted. Skipped where moeserve was built without UCX. A contact's text and
+// the interface that holds an address are checked against hand-written values.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -13,6 +14,7 @@
 #include "actors/atoms.hpp"
 #include "actors/kernel_inspect.hpp"
 #include "actors/rank/data_plane.hpp"
+#include "actors/rank/plane_contact.hpp"
 #include "kernels/model/expert_parallel.hpp"
 
 using moe::testing::actor_fixture;
@@ -114,4 +116,32 @@ TEST_CASE_FIXTURE(actor_fixture,
   CHECK(sb.bytes_received > (4u << 20));
   caf::anon_send_exit(rank, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(stranger, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("data plane: a contact is a 128-bit key and a worker address, in lower-case hex") {
+  moe::plane_key key{};
+  for (size_t i = 0; i < key.size(); ++i)
+    key[i] = static_cast<unsigned char>(0xf0 + i);  // f0 f1 ... ff
+  const unsigned char worker[] = {0x00, 0x7f, 0xab};
+  const std::string text = moe::contact_text(key, worker, sizeof worker);
+  CHECK(text == "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff.007fab");
+  const std::optional<moe::plane_contact> back = moe::parse_contact(text);
+  REQUIRE(back);
+  CHECK(back->key == key);
+  CHECK(back->worker == std::vector<unsigned char>{0x00, 0x7f, 0xab});
+  // a key too short, no worker, an odd digit count, upper case, no dot: not a contact
+  CHECK_FALSE(moe::parse_contact("f0f1.007fab"));
+  CHECK_FALSE(moe::parse_contact("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff."));
+  CHECK_FALSE(moe::parse_contact("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff.007fa"));
+  CHECK_FALSE(moe::parse_contact("F0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF.007fab"));
+  CHECK_FALSE(moe::parse_contact("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff007fab"));
+  // two keys drawn are not the same (a 2^-128 chance)
+  CHECK(moe::random_plane_key() != moe::random_plane_key());
+}
+
+TEST_CASE("data plane: the interface that holds a node's address") {
+  CHECK(moe::interface_of("127.0.0.1") == "lo");
+  CHECK(moe::interface_of("localhost") == "lo");  // a name, resolved
+  CHECK(moe::interface_of("192.0.2.1").empty());  // TEST-NET-1: no interface here holds it
+  CHECK(moe::interface_of("").empty());
 }
