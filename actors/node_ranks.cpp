@@ -4,6 +4,8 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <stdexcept>
 
 #include "actors/cluster.hpp"
 #include "actors/decode_rank.hpp"
@@ -11,6 +13,7 @@
 #include "actors/prefill_rank.hpp"
 #include "actors/rank/copy_engine.hpp"
 #include "config/thread_split.hpp"
+#include "config/model_config.hpp"  // input_error
 #include "kernels/model/kv_cache.hpp"
 
 namespace moe {
@@ -53,8 +56,19 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   node_ranks out;
   const copy_engine_actor copies = spawn_copy_engine(sys);
   out.copy_engine = caf::actor_cast<caf::actor>(copies);
-  if (c.data_plane == "ucx" || (c.data_plane == "auto" && ucx_plane_built()))
-    out.plane = start_ucx_plane(sys, node.host);
+  if (c.data_plane == "ucx" || (c.data_plane == "auto" && ucx_plane_built())) {
+    try {
+      out.plane = start_ucx_plane(sys, node.host);
+    } catch (const input_error&) {
+      throw;                                 // not built with UCX
+    } catch (const std::runtime_error& e) {  // UCX found no transport it may use
+      if (c.data_plane == "ucx")
+        throw input_error("node " + node.name + ": data_plane = \"ucx\", but " + e.what() +
+                          " (check UCX_TLS and UCX_NET_DEVICES)");
+      std::fprintf(stderr, "moeserve: node %s: UCX did not start (%s): payloads go as messages\n",
+                   node.name.c_str(), e.what());
+    }
+  }
   const cluster_links links{.links = nullptr, .trace = nullptr, .copies = copies, .plane = out.plane};
   size_t index = 0;  // the node's place in the file numbers its ranks
   while (index + 1 < c.nodes.size() && c.nodes[index].name != node.name)

@@ -128,6 +128,31 @@ if [[ $? -ne 0 || $out != *"payloads between processes as CAF messages"* ]]; the
 else
   echo "ok: cluster check says what carries payloads between processes"
 fi
+# UCX that finds no transport it may use (UCX_TLS names none): data_plane = "ucx" is an error
+# before the node publishes anything; "auto" falls back to messages and says so
+if "$moeserve" cluster check "$src/config/cluster.toml" | grep -q "over UCX"; then
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  sed "s/^port = 7402$/port = $port/" "$src/config/cluster.toml" >"$tmp/auto.toml"
+  sed 's/^data_plane = "auto"/data_plane = "ucx"/' "$tmp/auto.toml" >"$tmp/ucx.toml"
+  expect "a node whose UCX finds no transport" 2 'node decode-0: data_plane = "ucx", but data plane: ucx: ucp_init' \
+    env UCX_TLS=nonexistent "$moeserve" serve --cluster "$tmp/ucx.toml" --node decode-0 --model "$tmp/m"
+  UCX_TLS=nonexistent "$moeserve" serve --cluster "$tmp/auto.toml" --node decode-0 --model "$tmp/m" \
+    >"$tmp/auto.out" 2>"$tmp/auto.err" &
+  pid=$!
+  for _ in $(seq 1 100); do grep -q "of cluster loopback" "$tmp/auto.out" && break; sleep 0.1; done
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  if grep -q "payloads from other processes as messages" "$tmp/auto.out" &&
+    grep -q "UCX did not start" "$tmp/auto.err"; then
+    echo "ok: with data_plane = auto, a node whose UCX does not start sends payloads as messages"
+  else
+    echo "FAIL: data_plane = auto without a UCX transport: $(cat "$tmp/auto.out" "$tmp/auto.err")"
+    failures=$((failures + 1))
+  fi
+else
+  echo "ok: without UCX in this build, nothing to check of a node whose UCX does not start"
+  echo "ok: without UCX in this build, data_plane = auto sends payloads as messages anyway"
+fi
 
-echo "$((31 - failures)) passed, $failures failed"
+echo "$((33 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
