@@ -5,14 +5,13 @@
 // Rendezvous arrivals (large payloads) are taken after the callback returns, as UCX asks.
 #include "actors/rank/data_plane.hpp"
 
-#include "actors/rank/plane_contact.hpp"
-
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/send.hpp>
 
 #include "actors/atoms.hpp"
 #include "actors/kernel_inspect.hpp"
+#include "actors/rank/plane_contact.hpp"
 #include "config/model_config.hpp"  // input_error
 
 #ifdef MOE_HAVE_UCX
@@ -24,10 +23,10 @@
 #  include <atomic>
 #  include <cstdlib>
 #  include <cstring>
-#  include <optional>
-#  include <set>
 #  include <map>
 #  include <mutex>
+#  include <optional>
+#  include <set>
 #  include <stdexcept>
 #  include <thread>
 #  include <unordered_map>
