@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <vector>
 #include <random>
 
 #include "actors/errors.hpp"
@@ -40,8 +41,9 @@ struct decode_balancer_state {
   std::vector<decode_load> loads;
   pick_window picks{1};  // per rank once the ranks are known
   std::map<uint64_t, booking> booked;
-  std::deque<waiting_pick> waiting;  // FIFO: no request overtakes an earlier one
-  int64_t num_rebuilding = 0;        // ranks yet to report their bookings after a restart
+  std::deque<waiting_pick> waiting;              // FIFO: no request overtakes an earlier one
+  int64_t num_rebuilding = 0;                    // ranks yet to report their bookings after a restart
+  std::vector<uint64_t> ended_while_rebuilding;  // requests over: applied once the bookings are in
   static inline const char* name = "decode_balancer";
 };
 
@@ -85,6 +87,41 @@ void serve_waiting(balancer_pointer self) {
     w.promise.deliver(*rank);
     st.waiting.pop_front();
   }
+}
+
+// Request `request` is over: its picks still waiting fail as cancelled, and the bookings of
+// its placements go, their ranks told (done_atom, placement) to drop their reservations.
+void forget_request(decode_balancer_state& st, uint64_t request) {
+  for (auto it = st.waiting.begin(); it != st.waiting.end();)
+    if (request_of(it->id) == request) {
+      it->promise.deliver(caf::make_error(serve_errc::cancelled, "the request is over"));
+      it = st.waiting.erase(it);
+    } else {
+      ++it;
+    }
+  for (auto it = st.booked.begin(); it != st.booked.end();) {
+    if (request_of(it->first) != request) {
+      ++it;
+      continue;
+    }
+    const booking b = it->second;
+    caf::anon_send(st.ranks[b.rank], done_atom::value, it->first);
+    st.loads[b.rank].num_used_blocks -= b.num_blocks;
+    --st.loads[b.rank].num_running;
+    it = st.booked.erase(it);
+  }
+}
+
+// One more rank has reported its bookings after a restart; once all have, the requests that
+// ended meanwhile are forgotten, and waiting picks are served.
+void rank_rebuilt(balancer_pointer self) {
+  auto& st = self->state;
+  if (--st.num_rebuilding == 0) {
+    for (const uint64_t request : st.ended_while_rebuilding)
+      forget_request(st, request);
+    st.ended_while_rebuilding.clear();
+  }
+  serve_waiting(self);
 }
 
 // Where ranks do not restart: the rank at `addr`, if it is a current one, was lost with its node.
@@ -143,13 +180,9 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
             auto& st = self->state;
             for (size_t i = 0; i < b.request_ids.size() && i < b.num_blocks.size(); ++i)
               book_existing(st, static_cast<int64_t>(r), b.request_ids[i], b.num_blocks[i]);
-            --st.num_rebuilding;
-            serve_waiting(self);
+            rank_rebuilt(self);
           },
-          [=](caf::error&) {  // a dead rank holds nothing
-            --self->state.num_rebuilding;
-            serve_waiting(self);
-          });
+          [=](caf::error&) { rank_rebuilt(self); });  // a dead rank holds nothing
   }
   return {
     [=](pick_atom, uint64_t id, int64_t num_prompt_tokens, int64_t num_tokens) -> caf::result<int64_t> {
@@ -183,24 +216,9 @@ decode_balancer_actor::behavior_type decode_balancer(balancer_pointer self,
     },
     [=](ended_atom, uint64_t request) {
       auto& st = self->state;
-      for (auto it = st.waiting.begin(); it != st.waiting.end();)
-        if (request_of(it->id) == request) {
-          it->promise.deliver(caf::make_error(serve_errc::cancelled, "the request is over"));
-          it = st.waiting.erase(it);
-        } else {
-          ++it;
-        }
-      for (auto it = st.booked.begin(); it != st.booked.end();) {
-        if (request_of(it->first) != request) {
-          ++it;
-          continue;
-        }
-        const booking b = it->second;
-        caf::anon_send(st.ranks[b.rank], done_atom::value, it->first);  // its reservation goes
-        st.loads[b.rank].num_used_blocks -= b.num_blocks;
-        --st.loads[b.rank].num_running;
-        it = st.booked.erase(it);
-      }
+      if (st.num_rebuilding > 0)  // its booking may be among those the ranks report
+        return st.ended_while_rebuilding.push_back(request);
+      forget_request(st, request);
       serve_waiting(self);
     },
     [=](peers_atom, int64_t index, decode_rank_actor& rank) {

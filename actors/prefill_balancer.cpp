@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <deque>
 #include <set>
 
 #include "actors/policy/rank_picker.hpp"
@@ -41,10 +42,16 @@ struct prefill_balancer_state {
   std::vector<bool> decode_down;  // dead, not yet restarted (a prefill rank's: loads[r].up)
   std::map<uint64_t, pending_pick> picking;
   std::set<uint64_t> cancelled_while_picking;  // answered already; drop when the pick comes
+  // The requests that ended last, told again to a restarted decode balancer: one told to its
+  // predecessor as it died would leave that request's booking to no one.
+  std::deque<uint64_t> recently_ended;
   static inline const char* name = "prefill_balancer";
 };
 
 using balancer_pointer = prefill_balancer_actor::stateful_pointer<prefill_balancer_state>;
+
+// Ended requests kept to tell a restarted decode balancer again (more than can run at once).
+constexpr size_t max_recently_ended = 4096;
 
 // The prefill rank for a prompt of n tokens, under the settings now.
 int64_t pick_rank(prefill_balancer_state& st, int64_t n) {
@@ -314,6 +321,8 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
     [=](peers_atom, decode_balancer_actor& balancer) {
       auto& st = self->state;
       st.graph.decode_balancer = std::move(balancer);
+      for (const uint64_t id : st.recently_ended)  // it applies them once it has the ranks' bookings
+        caf::anon_send(st.graph.decode_balancer, ended_atom::value, id);
       for (auto& [id, p] : st.picking) {  // the old balancer's answers will not come
         ++p.attempt;
         ask_pick(self, id);
@@ -386,6 +395,9 @@ prefill_balancer_actor::behavior_type prefill_balancer(balancer_pointer self, pr
       if (auto p = first_pick_of(st, id); p != st.picking.end())
         st.cancelled_while_picking.insert(p->first);  // answered already, or by no one
       caf::anon_send(st.graph.decode_balancer, ended_atom::value, id);
+      st.recently_ended.push_back(id);
+      if (st.recently_ended.size() > max_recently_ended)
+        st.recently_ended.pop_front();
     },
     [=](stats_atom) {
       std::vector<int64_t> per_rank(self->state.loads.size(), 0);

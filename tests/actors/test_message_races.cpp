@@ -4,7 +4,8 @@
 // - a cancel while the decode balancer is still picking the request's rank;
 // - a cancel that reaches the decode rank before the request's KV hand-off does;
 // - a cancel while the request's decode step is in flight;
-// - the prefill balancer's death before its pick is answered, and the request ending then.
+// - the prefill balancer's death before its pick is answered, and the request ending then;
+// - the same, with the decode balancer dead too when the request ends.
 // Each cancel: exactly one final answer (abort), the stream numbered from 0 with the final ids
 // equal to it. Each time: every KV block and running slot back; then the same request, run
 // again, gives the single-rank generator's tokens (nothing left behind that changes the next one).
@@ -193,4 +194,32 @@ TEST_CASE_FIXTURE(race_case,
   c.prefill_balancer = caf::actor_cast<prefill_balancer_actor>(
     ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("prefill_balancer"), int64_t{0}));
   check_nothing_left();  // the booking went back: the next request gets the one running slot
+}
+
+TEST_CASE_FIXTURE(
+  race_case,
+  "races: both balancers die around a pick, and the request ends while the decode balancer is down") {
+  if (!start())
+    return;
+  caf::resumable* balancer = job_of(c.decode_balancer);
+  const uint64_t id = submit_until([&] { return next_message_is<pick_atom>(c.decode_balancer); });
+  caf::anon_send_exit(c.prefill_balancer, caf::exit_reason::kill);
+  run_all_but(held(balancer));  // the prefill balancer dies, its successor is introduced
+  run_all();                    // the pick is booked on the decode rank, for no one
+  bool told = false;
+  self->receive([&](migrate_atom, uint64_t lost) { told = lost == id; },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(told);
+  // the decode balancer dies too, and the request ends (its client gone) while it is down: the
+  // end it is told dies with it; its successor takes the rank's booking back, and hears the
+  // end again from the prefill balancer once introduced
+  caf::anon_send_exit(c.decode_balancer, caf::exit_reason::kill);
+  caf::anon_send(c.queue, done_atom::value, id);
+  run_all();
+  CHECK(drain_client().results.empty());
+  c.prefill_balancer = caf::actor_cast<prefill_balancer_actor>(
+    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("prefill_balancer"), int64_t{0}));
+  c.decode_balancer = caf::actor_cast<decode_balancer_actor>(
+    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("decode_balancer"), int64_t{0}));
+  check_nothing_left();
 }
