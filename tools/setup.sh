@@ -11,7 +11,7 @@ packages=(build-essential cmake pkg-config ccache git
           python3-numpy python3-msgpack
           prometheus                      # the real Prometheus (and promtool) the metrics test scrapes with
           libdnnl-dev                     # oneDNN: only moeserve-gemm-vs-onednn, the measured comparison
-          libucx-dev                      # UCX: bench-transport's second engine (shared memory, TCP, RDMA)
+          libucx-dev                      # UCX: the data plane between processes, bench-transport
           clang libclang-rt-14-dev        # clang + libFuzzer: tests/fuzz
           clang-format clang-tidy)        # tools/format.sh, tools/lint.sh
 missing=()
