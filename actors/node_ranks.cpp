@@ -56,7 +56,7 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   node_ranks out;
   const copy_engine_actor copies = spawn_copy_engine(sys);
   out.copy_engine = caf::actor_cast<caf::actor>(copies);
-  if (c.data_plane == "ucx" || (c.data_plane == "auto" && ucx_plane_built())) {
+  if (wants_ucx_plane(c.data_plane)) {
     try {
       out.plane = start_ucx_plane(sys, node.host);
     } catch (const input_error&) {

@@ -65,13 +65,12 @@ void run_cluster_check(const cluster_check_options& o) {
     throw input_error(
       o.file + ": data_plane = \"ucx\", but this moeserve was built without UCX (Debian's "
                "libucx-dev): install it and re-run cmake, or set data_plane = \"auto\" or \"middleman\"");
-  const bool over_ucx = c.data_plane == "ucx" || (c.data_plane == "auto" && ucx_plane_built());
   std::printf(
     "cluster %s: %zu nodes, %lld prefill ranks, %lld decode ranks, heartbeat %.3g s, timeout %.3g s, "
     "payloads between processes %s\n",
     c.name.c_str(), c.nodes.size(), static_cast<long long>(c.topology.prefill_ranks),
     static_cast<long long>(c.topology.decode_ranks), c.heartbeat_interval_s, c.connection_timeout_s,
-    over_ucx ? "over UCX" : "as CAF messages");
+    wants_ucx_plane(c.data_plane) ? "over UCX" : "as CAF messages");
   for (size_t i = 0; i < c.nodes.size(); ++i) {
     const cluster_node& n = c.nodes[i];
     if (!o.node.empty() && n.name != o.node)

@@ -5,7 +5,8 @@
 
 #include <stdexcept>
 
-#include "config/model_config.hpp"  // input_error
+#include "actors/rank/plane_contact.hpp"  // to_hex, from_hex
+#include "config/model_config.hpp"        // input_error
 
 #ifdef MOE_HAVE_UCX
 
@@ -30,27 +31,6 @@ constexpr ucp_tag_t every_bit = ~ucp_tag_t{0};
 void check(ucs_status_t status, const std::string& what) {
   if (status != UCS_OK)
     throw std::runtime_error("bench-transport: ucx: " + what + ": " + ucs_status_string(status));
-}
-
-std::string to_hex(const void* data, size_t bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * bytes);
-  for (size_t i = 0; i < bytes; ++i) {
-    const auto b = static_cast<const unsigned char*>(data)[i];
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
-}
-
-std::vector<unsigned char> from_hex(const std::string& hex) {
-  if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
-    throw std::runtime_error("bench-transport: ucx: the peer's worker address is not hex");
-  std::vector<unsigned char> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  return out;
 }
 
 }  // namespace
@@ -164,6 +144,8 @@ std::string ucx_link::address() const {
 
 void ucx_link::connect(const std::string& peer_hex) {
   const std::vector<unsigned char> peer = from_hex(peer_hex);
+  if (peer.empty())
+    throw std::runtime_error("bench-transport: ucx: the peer's worker address is not hex");
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   params.address = reinterpret_cast<const ucp_address_t*>(peer.data());

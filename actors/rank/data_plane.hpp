@@ -51,6 +51,12 @@ class data_plane {
 /// Whether this moeserve was built with UCX.
 [[nodiscard]] bool ucx_plane_built() noexcept;
 
+/// Whether a cluster file's `data_plane` ("ucx", "middleman" or "auto") asks for the UCX plane
+/// here: "ucx", or "auto" where UCX was built.
+[[nodiscard]] inline bool wants_ucx_plane(const std::string& data_plane) noexcept {
+  return data_plane == "ucx" || (data_plane == "auto" && ucx_plane_built());
+}
+
 /// Starts this process's UCX plane (UCX_TLS and the other UCX_* variables apply). Its network
 /// transports use only the interface that holds `bind_host` (the node's address in the cluster
 /// file), unless UCX_NET_DEVICES is set or no interface holds it. Throws input_error where UCX

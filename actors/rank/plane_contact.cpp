@@ -11,7 +11,6 @@
 #include <string_view>
 
 namespace moe {
-namespace {
 
 std::string to_hex(const void* data, size_t bytes) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -25,7 +24,6 @@ std::string to_hex(const void* data, size_t bytes) {
   return out;
 }
 
-// An empty vector for text that is not an even count of lower-case hex digits.
 std::vector<unsigned char> from_hex(std::string_view hex) {
   if (hex.empty() || hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
     return {};
@@ -34,8 +32,6 @@ std::vector<unsigned char> from_hex(std::string_view hex) {
     out[i] = static_cast<unsigned char>(std::stoi(std::string(hex.substr(2 * i, 2)), nullptr, 16));
   return out;
 }
-
-}  // namespace
 
 std::string contact_text(const plane_key& key, const void* worker, size_t worker_bytes) {
   return to_hex(key.data(), key.size()) + "." + to_hex(worker, worker_bytes);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moe {
@@ -22,6 +23,13 @@ struct plane_contact {
   plane_key key{};
   std::vector<unsigned char> worker;
 };
+
+/// `bytes` bytes at `data` as lower-case hex, two digits a byte.
+[[nodiscard]] std::string to_hex(const void* data, size_t bytes);
+
+/// The bytes lower-case hex text spells; empty for text that is empty, of an odd length or
+/// not lower-case hex.
+[[nodiscard]] std::vector<unsigned char> from_hex(std::string_view hex);
 
 /// "<key hex>.<worker hex>".
 [[nodiscard]] std::string contact_text(const plane_key& key, const void* worker, size_t worker_bytes);

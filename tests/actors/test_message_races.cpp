@@ -76,6 +76,28 @@ struct race_case : testing::deterministic_fixture {
 
   void cancel(uint64_t id) { caf::anon_send(c.queue, cancel_atom::value, id); }
 
+  // Submits a request and kills the prefill balancer while the decode balancer is picking its
+  // rank; the pick is then booked on the decode rank for no one. Returns the request's id once
+  // the queue has told the client (as it tells a bridge) that what held the request is gone.
+  uint64_t booked_for_a_dead_placer() {
+    caf::resumable* balancer = job_of(c.decode_balancer);
+    const uint64_t id = submit_until([&] { return next_message_is<pick_atom>(c.decode_balancer); });
+    caf::anon_send_exit(c.prefill_balancer, caf::exit_reason::kill);
+    run_all_but(held(balancer));  // it dies, and its successor is introduced
+    run_all();                    // the pick is booked on the decode rank, for no one
+    bool told = false;
+    self->receive([&](migrate_atom, uint64_t lost) { told = lost == id; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    CHECK(told);
+    return id;
+  }
+
+  // The current handle of the supervised child `kind` (restarted or not).
+  template <class Handle>
+  Handle current(const std::string& kind) {
+    return caf::actor_cast<Handle>(ask<caf::actor>(c.supervisor, lookup_atom::value, kind, int64_t{0}));
+  }
+
   // One abort, a gapless stream equal to the final ids; nothing else arrives later.
   void check_aborted_once(const client_view& v, uint64_t id) {
     REQUIRE(v.results.size() == 1);
@@ -177,22 +199,12 @@ TEST_CASE_FIXTURE(race_case,
                   "races: the prefill balancer dies before its pick is answered, then the request ends") {
   if (!start())
     return;
-  caf::resumable* balancer = job_of(c.decode_balancer);
-  const uint64_t id = submit_until([&] { return next_message_is<pick_atom>(c.decode_balancer); });
-  caf::anon_send_exit(c.prefill_balancer, caf::exit_reason::kill);
-  run_all_but(held(balancer));  // it dies, and its successor is introduced
-  run_all();                    // the pick is booked on the decode rank, for no one
-  // the queue told the client (as it tells a bridge) that what held its request is gone; the
-  // client is gone too, so the request ends where it is, freeing its running slot
-  bool told = false;
-  self->receive([&](migrate_atom, uint64_t lost) { told = lost == id; },
-                caf::after(std::chrono::seconds(0)) >> [] {});
-  CHECK(told);
+  const uint64_t id = booked_for_a_dead_placer();
+  // the client is gone too, so the request ends where it is, freeing its running slot
   caf::anon_send(c.queue, done_atom::value, id);
   run_all();
   CHECK(drain_client().results.empty());
-  c.prefill_balancer = caf::actor_cast<prefill_balancer_actor>(
-    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("prefill_balancer"), int64_t{0}));
+  c.prefill_balancer = current<prefill_balancer_actor>("prefill_balancer");
   check_nothing_left();  // the booking went back: the next request gets the one running slot
 }
 
@@ -201,15 +213,7 @@ TEST_CASE_FIXTURE(
   "races: both balancers die around a pick, and the request ends while the decode balancer is down") {
   if (!start())
     return;
-  caf::resumable* balancer = job_of(c.decode_balancer);
-  const uint64_t id = submit_until([&] { return next_message_is<pick_atom>(c.decode_balancer); });
-  caf::anon_send_exit(c.prefill_balancer, caf::exit_reason::kill);
-  run_all_but(held(balancer));  // the prefill balancer dies, its successor is introduced
-  run_all();                    // the pick is booked on the decode rank, for no one
-  bool told = false;
-  self->receive([&](migrate_atom, uint64_t lost) { told = lost == id; },
-                caf::after(std::chrono::seconds(0)) >> [] {});
-  CHECK(told);
+  const uint64_t id = booked_for_a_dead_placer();
   // the decode balancer dies too, and the request ends (its client gone) while it is down: the
   // end it is told dies with it; its successor takes the rank's booking back, and hears the
   // end again from the prefill balancer once introduced
@@ -217,9 +221,7 @@ TEST_CASE_FIXTURE(
   caf::anon_send(c.queue, done_atom::value, id);
   run_all();
   CHECK(drain_client().results.empty());
-  c.prefill_balancer = caf::actor_cast<prefill_balancer_actor>(
-    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("prefill_balancer"), int64_t{0}));
-  c.decode_balancer = caf::actor_cast<decode_balancer_actor>(
-    ask<caf::actor>(c.supervisor, lookup_atom::value, std::string("decode_balancer"), int64_t{0}));
+  c.prefill_balancer = current<prefill_balancer_actor>("prefill_balancer");
+  c.decode_balancer = current<decode_balancer_actor>("decode_balancer");
   check_nothing_left();
 }
