@@ -55,7 +55,7 @@ TEST_CASE("inbox: payloads of one key leave together, by source rank, and only w
   CHECK(box.take_dispatches({.step = 3, .layer_idx = 1, .micro_batch = 0}, 1).size() == 1);
 }
 
-TEST_CASE("inbox: a payload for a step not begun here asks for the owner; has_step sees it") {
+TEST_CASE("inbox: a payload for a step not begun here asks for the owner, has_step sees it") {
   ep_inbox box;
   const auto now = ep_inbox::clock::now();
   CHECK(box.put(dispatch(0, 1, 0, 1), now));  // step 0 not begun

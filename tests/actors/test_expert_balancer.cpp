@@ -145,7 +145,7 @@ struct expert_balancer_case : recovery_case {
 }  // namespace
 
 TEST_CASE_FIXTURE(expert_balancer_case,
-                  "expert balancer: a rebalance mid-load moves replicas on every rank at one step; the "
+                  "expert balancer: a rebalance mid-load moves replicas on every rank at one step, the "
                   "greedy outputs stay the generator's") {
   auto tok = real_tokenizer();
   if (!tok)
@@ -234,7 +234,7 @@ TEST_CASE_FIXTURE(expert_balancer_case,
 }
 
 TEST_CASE_FIXTURE(expert_balancer_case,
-                  "expert balancer: a rank killed during a rebalance leaves its group on one placement; a "
+                  "expert balancer: a rank killed during a rebalance leaves its group on one placement, a "
                   "killed balancer keeps its configuration and plans from the ranks") {
   auto tok = real_tokenizer();
   if (!tok)
@@ -298,7 +298,7 @@ TEST_CASE_FIXTURE(expert_balancer_case,
 
 TEST_CASE_FIXTURE(expert_balancer_case,
                   "expert moves: a rank copies what a change gives it from a peer that holds it, and "
-                  "prepares no change it lacks an expert of; a killed copy engine is made again") {
+                  "prepares no change it lacks an expert of, and a killed copy engine is made again") {
   auto tok = real_tokenizer();
   if (!tok)
     return;

@@ -92,7 +92,7 @@ TEST_CASE_FIXTURE(actor_fixture,
 }
 
 TEST_CASE_FIXTURE(actor_fixture,
-                  "remote messages: a token chunk with logprobs comes back; an unknown reason is refused") {
+                  "remote messages: a token chunk with logprobs comes back, an unknown reason is refused") {
   moe::token_chunk chunk{.request_id = 42,
                          .token_ids = {7, 8},
                          .reason = moe::finish_reason::length,

@@ -127,7 +127,7 @@ session_output run_session(testing::actor_fixture& f, std::shared_ptr<const toke
 }  // namespace
 
 TEST_CASE_FIXTURE(testing::actor_fixture,
-                  "a cancel streams the text held back for stop strings; a stop string "
+                  "a cancel streams the text held back for stop strings, a stop string "
                   "completed at the end makes the end a stop") {
   if (!std::filesystem::exists(std::filesystem::path(MOE_TOKENIZER_DIR) / "tokenizer.json")) {
     MESSAGE("skipped: tokenizer not installed at " MOE_TOKENIZER_DIR " (run tools/setup.sh)");

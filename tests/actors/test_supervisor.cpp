@@ -148,7 +148,7 @@ TEST_CASE_FIXTURE(supervisor_case, "supervisor: a child that cannot be restarted
 }
 
 TEST_CASE_FIXTURE(supervisor_case,
-                  "supervisor: a transient child's normal exit ends it; an abnormal one restarts it") {
+                  "supervisor: a transient child's normal exit ends it, an abnormal one restarts it") {
   auto starts = std::make_shared<std::atomic<int64_t>>(0);
   auto sup = spawn_supervisor(sys, {toy_spec(sys, "transient", restart_policy::transient, starts)});
   caf::actor first = ask<caf::actor>(sup, lookup_atom::value, std::string("transient"), int64_t{0});
@@ -168,7 +168,7 @@ TEST_CASE_FIXTURE(supervisor_case,
 }
 
 TEST_CASE_FIXTURE(supervisor_case,
-                  "supervisor: a successor lookup waits for the restart; an ended child has none") {
+                  "supervisor: a successor lookup waits for the restart, an ended child has none") {
   auto starts = std::make_shared<std::atomic<int64_t>>(0);
   auto sup = spawn_supervisor(sys, {toy_spec(sys, "toy", restart_policy::permanent, starts),
                                     toy_spec(sys, "once", restart_policy::transient, starts)});

@@ -89,7 +89,7 @@ TEST_CASE("config/cluster.toml: four loopback nodes, one EP group of 4 decode ra
   moe::validate_cluster_for_model(c, experts(256), "cluster.toml");
 }
 
-TEST_CASE("cluster file: a topology file beside it sets the other keys; the nodes set the rank counts") {
+TEST_CASE("cluster file: a topology file beside it sets the other keys, the nodes set the rank counts") {
   temp_dir dir;
   dir.write("topo.toml",
             "[prefill]\nranks = 7\n[kv_cache]\nblocks = 99\n[expert_parallel]\nredundant_experts = 2\n");
@@ -113,7 +113,7 @@ TEST_CASE("cluster file: MOESERVE_CLUSTER_TOKEN replaces the file's token, and s
         std::string::npos);
 }
 
-TEST_CASE("cluster file: --node picks a node by name; an unknown one lists the names") {
+TEST_CASE("cluster file: --node picks a node by name, an unknown one lists the names") {
   const cluster_file c = moe::load_cluster(MOE_SOURCE_DIR "/config/cluster.toml");
   CHECK(moe::find_node(c, "decode-1").port == 7403);
   CHECK(error_of([&] { (void)moe::find_node(c, "decode-2"); }) ==
@@ -182,7 +182,7 @@ TEST_CASE("cluster file: each rule is an error naming what is wrong") {
 }
 
 TEST_CASE(
-  "cluster file: the ranks of a role, over all nodes, must divide the experts; the error names the nodes") {
+  "cluster file: the ranks of a role, over all nodes, must divide the experts, the error names the nodes") {
   const cluster_file c = moe::load_cluster(MOE_SOURCE_DIR "/config/cluster.toml");
   cluster_file three = c;
   three.nodes[3].decode_ranks = 1;

@@ -303,7 +303,7 @@ TEST_CASE("topology validate: the edges of each range are valid") {
   CHECK_NOTHROW(moe::validate(cfg));
 }
 
-TEST_CASE("topology for a model: the ranks split the experts; the served context is the least limit") {
+TEST_CASE("topology for a model: the ranks split the experts, the served context is the least limit") {
   moe::model_config m;
   m.n_routed_experts = 16;
   m.max_position_embeddings = 163840;

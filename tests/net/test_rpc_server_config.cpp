@@ -172,7 +172,7 @@ TEST_CASE_FIXTURE(server_fixture,
 }
 
 TEST_CASE_FIXTURE(server_fixture,
-                  "admin.rebalance installs a placement per EP group from the routed load; 503 before any") {
+                  "admin.rebalance installs a placement per EP group from the routed load, 503 before any") {
   if (skip_without_tokenizer())
     return;
   topo.decode_ranks = 2;

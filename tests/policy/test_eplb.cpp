@@ -80,7 +80,7 @@ TEST_CASE("global policy when groups do not divide among nodes, every expert pla
   CHECK_THROWS_AS((void)rebalance_experts(w, 15, 4, 2, 8), std::invalid_argument);
 }
 
-TEST_CASE("the global policy needs neither ranks % nodes nor experts % groups; no layers, no plan") {
+TEST_CASE("the global policy needs neither ranks % nodes nor experts % groups, no layers, no plan") {
   matrix<double> w(1, 12);  // loads [10 17 12 19 14 21 16 11 18 13 20 15]
   for (int64_t e = 0; e < 12; ++e)
     w(0, e) = 10.0 + static_cast<double>((e * 7) % 12);

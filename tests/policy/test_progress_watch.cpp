@@ -21,7 +21,7 @@ TEST_CASE("progress watch: running requests and no new step for the timeout is a
   CHECK(w.stalled(progress_sample{.num_running = 2, .num_steps = 7}, t0 + 1100ms));  // 1000 ms since 100 ms
 }
 
-TEST_CASE("progress watch: moving steps or an idle rank never stall; silence does") {
+TEST_CASE("progress watch: moving steps or an idle rank never stall, silence does") {
   const tp t0{};
   progress_watch w(1000ms, t0);
   for (int i = 0; i < 20; ++i)  // a step every 500 ms for 10 s

@@ -31,7 +31,7 @@ TEST_CASE("restart intensity: one restart a second for a minute never escalates"
   CHECK(r.recent(t0 + 59'000ms) == 2);  // 58 s and 59 s; 57 s is exactly 2 s back and gone
 }
 
-TEST_CASE("restart intensity: the window slides; a restart exactly one period back has left it") {
+TEST_CASE("restart intensity: the window slides, a restart exactly one period back has left it") {
   restart_intensity r({.max_restarts = 2, .period = 1000ms});
   const tp t0{};
   CHECK(r.allow(t0));

@@ -74,7 +74,7 @@ TEST_CASE("greedy: argmax, lowest id on ties") {
   CHECK(s.sample(b) == 1);
 }
 
-TEST_CASE("temperatures in (0, 0.01) are raised to 0.01 and sample, as vLLM's; only 0 is greedy") {
+TEST_CASE("temperatures in (0, 0.01) are raised to 0.01 and sample, as vLLM's, only 0 is greedy") {
   // at 0.01: logits [1, 0.995] -> [100, 99.5]: p(1) = 1 / (1 + e^0.5) = 0.377541
   const std::vector<float> logits{1.0f, 0.995f};
   const double p1 = 1.0 / (1.0 + std::exp(0.5));

@@ -100,7 +100,7 @@ TEST_CASE_FIXTURE(server_fixture,
 }
 
 TEST_CASE_FIXTURE(server_fixture,
-                  "with --api-key every connection authenticates first; a wrong key is a clear error") {
+                  "with --api-key every connection authenticates first, a wrong key is a clear error") {
   if (skip_without_tokenizer())
     return;
   start({}, {.api_key = "sekrit"});

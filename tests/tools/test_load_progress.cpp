@@ -26,7 +26,7 @@ std::string contents(std::FILE* f) {
 
 }  // namespace
 
-TEST_CASE("a quick load prints nothing; a slow one a line now and then and one at the end") {
+TEST_CASE("a quick load prints nothing, a slow one a line now and then and one at the end") {
   std::FILE* quick = std::tmpfile();
   REQUIRE(quick != nullptr);
   tools::load_reporter q(quick, 2.0, 5.0);
