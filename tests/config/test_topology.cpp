@@ -47,6 +47,7 @@ topology_config resolve(std::vector<std::string> args) {
   moe::tools::add_topology_options(app, opts, /*listen=*/true);
   args.insert(args.begin(), "moeserve");
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (std::string& a : args)
     argv.push_back(a.data());
   app.parse(static_cast<int>(argv.size()), argv.data());
@@ -474,6 +475,7 @@ TEST_CASE("topology flags: only a verb that listens takes --host and --port") {
   moe::tools::add_topology_options(app, opts);  // generate, bench-cluster
   std::vector<std::string> args = {"moeserve", "--port", "9000"};
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (std::string& a : args)
     argv.push_back(a.data());
   CHECK_THROWS_AS(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ExtrasError);

@@ -27,6 +27,7 @@ sampling_params greedy() {
 
 std::vector<float> log_of(const std::vector<double>& probs) {
   std::vector<float> out;
+  out.reserve(probs.size());
   for (double p : probs)
     out.push_back(static_cast<float>(std::log(p)));
   return out;
@@ -49,9 +50,9 @@ std::map<int32_t, int> draw_many(sampling_params p, const std::vector<float>& lo
 /// p = 0.001 critical values are 10.8 / 13.8 / 16.3 for 1 / 2 / 3 degrees of freedom).
 void check_distribution(const std::map<int32_t, int>& counts, const std::map<int32_t, double>& expected,
                         int n, double bound = 20.0) {
-  for (const auto& [tok, c] : counts) {
-    INFO("token " << tok << " drawn " << c << " times");
-    CHECK(expected.count(tok) == 1);
+  for (const auto& drawn : counts) {  // INFO captures by reference: no structured binding
+    INFO("token " << drawn.first << " drawn " << drawn.second << " times");
+    CHECK(expected.count(drawn.first) == 1);
   }
   double chi2 = 0.0;
   for (const auto& [tok, prob] : expected) {
@@ -115,6 +116,7 @@ TEST_CASE("greedy on a read-only row: lowest id of the largest, NaN never wins, 
 
 TEST_CASE("sampling a read-only row equals sampling a copy, with penalties and random draws") {
   std::vector<float> logits;
+  logits.reserve(50);
   for (int i = 0; i < 50; ++i)
     logits.push_back(std::sin(static_cast<float>(i) * 1.7f) * 3.0f);
   for (const float temperature : {0.0f, 0.8f}) {
