@@ -41,5 +41,6 @@ using watch_atom = caf::atom_constant<caf::atom("watch")>;             // quit w
 using check_atom = caf::atom_constant<caf::atom("ebcheck")>;           // an expert balancer's periodic look
 using join_atom = caf::atom_constant<caf::atom("join")>;               // a peer node asks for a node's ranks
 using ended_atom = caf::atom_constant<caf::atom("ended")>;  // a request is over: free what it holds
+using nccl_atom = caf::atom_constant<caf::atom("ncclid")>;  // a group's NCCL communicator id
 
 }  // namespace moe

@@ -189,6 +189,18 @@ struct expert_blob {
   std::vector<uint8_t> bytes;
 };
 
+/// The id of the NCCL communicator a group's membership of `first_step` uses (group rank 0
+/// makes it; actors/rank/collective_channel.hpp): ncclUniqueId's bytes.
+struct collective_id {
+  int64_t first_step = 0;
+  std::vector<uint8_t> bytes;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, collective_id& x) {
+  return f(caf::meta::type_name("collective_id"), x.first_step, x.bytes);
+}
+
 /// What one rebalance of an expert-parallel group did (or, with `error`, why it did nothing).
 struct rebalance_report {
   std::string role;               // "prefill" | "decode"

@@ -56,7 +56,19 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   node_ranks out;
   const copy_engine_actor copies = spawn_copy_engine(sys);
   out.copy_engine = caf::actor_cast<caf::actor>(copies);
-  if (wants_ucx_plane(c.data_plane)) {
+  if (c.data_plane == "nccl") {  // each rank of a split group on a device of its own
+    try {
+      out.collective = start_nccl_transport();
+    } catch (const input_error& e) {
+      throw input_error("node " + node.name + ": " + e.what());
+    }
+    if (const int devices = nccl_devices(); devices < std::max(node.prefill_ranks, node.decode_ranks))
+      throw input_error("node " + node.name +
+                        ": data_plane = \"nccl\" puts each rank of a group on a CUDA device "
+                        "of its own: " +
+                        std::to_string(std::max(node.prefill_ranks, node.decode_ranks)) +
+                        " ranks of one group here, " + std::to_string(devices) + " devices");
+  } else if (wants_ucx_plane(c.data_plane)) {
     try {
       out.plane = start_ucx_plane(sys, node.host);
     } catch (const input_error&) {
@@ -69,7 +81,8 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
                    node.name.c_str(), e.what());
     }
   }
-  const cluster_links links{.links = nullptr, .trace = nullptr, .copies = copies, .plane = out.plane};
+  const cluster_links links{
+    .links = nullptr, .trace = nullptr, .copies = copies, .plane = out.plane, .collective = out.collective};
   size_t index = 0;  // the node's place in the file numbers its ranks
   while (index + 1 < c.nodes.size() && c.nodes[index].name != node.name)
     ++index;

@@ -10,6 +10,7 @@
 
 #include "actors/node_gate.hpp"
 #include "actors/rank/data_plane.hpp"
+#include "actors/rank/nccl_transport.hpp"
 #include "actors/rank/rank_model.hpp"
 #include "config/cluster_file.hpp"
 #include "kernels/model/weights.hpp"
@@ -22,6 +23,8 @@ struct node_ranks {
   node_roster roster;
   caf::actor copy_engine;             // the node's expert copies (actors/rank/copy_engine.hpp)
   std::shared_ptr<data_plane> plane;  // its peers' payloads to these ranks (null: as messages)
+  // data_plane = "nccl": the ranks' payloads to and from other processes, over NCCL (null: not)
+  std::shared_ptr<collective_transport> collective;
   // the memberships of the groups this node hosts whole (null: none, or a group across nodes)
   std::shared_ptr<group_roster> prefill_group, decode_group;
 

@@ -44,6 +44,7 @@ void configure_remote(caf::actor_system_config& cfg, double heartbeat_s, double 
   cfg.add_message_type<placement_report>("moe::placement_report");
   cfg.add_message_type<expert_blob>("moe::expert_blob");
   cfg.add_message_type<expert_load>("moe::expert_load");
+  cfg.add_message_type<collective_id>("moe::collective_id");  // a split group's NCCL communicator
 }
 
 }  // namespace moe

@@ -203,8 +203,10 @@ void validate_cluster(const cluster_file& c, std::string_view origin) {
       c.connection_timeout_s > 600.0)
     invalid(origin, "connection_timeout_s must be above heartbeat_interval_s and at most 600, got " +
                       std::to_string(c.connection_timeout_s));
-  if (c.data_plane != "auto" && c.data_plane != "ucx" && c.data_plane != "middleman")
-    invalid(origin, "data_plane must be \"auto\", \"ucx\" or \"middleman\", got " + in_quotes(c.data_plane));
+  if (c.data_plane != "auto" && c.data_plane != "ucx" && c.data_plane != "middleman" &&
+      c.data_plane != "nccl")
+    invalid(origin, "data_plane must be \"auto\", \"ucx\", \"middleman\" or \"nccl\", got " +
+                      in_quotes(c.data_plane));
   if (c.nodes.empty())
     invalid(origin, "no [[node]]: a cluster needs a front node and nodes with prefill and decode ranks");
   std::map<std::string, size_t> seen;

@@ -38,7 +38,8 @@ struct cluster_file {
   double heartbeat_interval_s = 0.1;  // middleman heartbeats between connected nodes
   double connection_timeout_s = 1.0;  // a node silent this long is down (its actors too)
   std::string data_plane = "auto";    // what carries EP payloads between processes: "ucx",
-                                      // "middleman" (as messages), or "auto" (ucx where built)
+                                      // "middleman" (as messages), "nccl" (a CUDA device per
+                                      // rank), or "auto" (ucx where built)
   std::string topology_file;          // optional: a topology file (relative to this file) for the
                                       // scheduler, KV, EP and fault-tolerance keys
   std::vector<cluster_node> nodes;    // in file order: ranks are numbered in this order

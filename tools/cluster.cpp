@@ -25,6 +25,7 @@
 #include "actors/node_gate.hpp"
 #include "actors/node_join.hpp"
 #include "actors/rank/data_plane.hpp"
+#include "actors/rank/nccl_transport.hpp"
 #include "actors/system_config.hpp"
 #include "config/cluster_file.hpp"
 #include "tools/commands.hpp"
@@ -65,12 +66,18 @@ void run_cluster_check(const cluster_check_options& o) {
     throw input_error(
       o.file + ": data_plane = \"ucx\", but this moeserve was built without UCX (Debian's "
                "libucx-dev): install it and re-run cmake, or set data_plane = \"auto\" or \"middleman\"");
+  if (c.data_plane == "nccl" && !nccl_built())
+    throw input_error(o.file +
+                      ": data_plane = \"nccl\", but this moeserve was built without NCCL (it needs nvcc "
+                      "and NCCL at build time): set data_plane = \"auto\", \"ucx\" or \"middleman\"");
   std::printf(
     "cluster %s: %zu nodes, %lld prefill ranks, %lld decode ranks, heartbeat %.3g s, timeout %.3g s, "
     "payloads between processes %s\n",
     c.name.c_str(), c.nodes.size(), static_cast<long long>(c.topology.prefill_ranks),
     static_cast<long long>(c.topology.decode_ranks), c.heartbeat_interval_s, c.connection_timeout_s,
-    wants_ucx_plane(c.data_plane) ? "over UCX" : "as CAF messages");
+    c.data_plane == "nccl"          ? "over NCCL"
+    : wants_ucx_plane(c.data_plane) ? "over UCX"
+                                    : "as CAF messages");
   for (size_t i = 0; i < c.nodes.size(); ++i) {
     const cluster_node& n = c.nodes[i];
     if (!o.node.empty() && n.name != o.node)

@@ -3,8 +3,10 @@
 # The GPU checks in one go, for a machine with an NVIDIA GPU (fits in about 10 minutes): shows
 # the device, configures a Release build with CUDA in build-gpu, builds and runs test_cuda (every
 # CUDA kernel against the CPU reference), runs the parity cases under compute-sanitizer where it
-# exists, then builds moeserve if time is left. Logs go to build-gpu/gpu_check/ (and $OUT if set).
-# Usage: tools/gpu_check.sh [cuda-arch, default 90]. Exit status: 0 only if test_cuda passed.
+# exists, the NCCL engine's cases (two ranks need two devices), then builds moeserve if time is
+# left. Logs go to build-gpu/gpu_check/ (and $OUT if set).
+# Usage: tools/gpu_check.sh [cuda-arch, default 90]. Exit status: 0 only if test_cuda and the
+# NCCL cases passed.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -65,6 +67,14 @@ if [ -n "$sanitizer" ]; then
   done
 else
   echo "gpu_check: compute-sanitizer not found; skipped"
+fi
+
+section "NCCL (the collective channel's engine: join, rounds, abort)"
+if step build_test_actors 300 cmake --build "$build" -j "$jobs" --target test_actors; then
+  step test_nccl 90 "$build/tests/test_actors" -tc='nccl: *' --success=false || rc=$((rc == 0 ? 6 : rc))
+  grep -E 'MESSAGE|ERROR|FATAL|test cases|assertions' "$logs/test_nccl.log"
+else
+  echo "gpu_check: test_actors did not build in time (NCCL not checked)"
 fi
 
 section "build moeserve (optional)"

@@ -113,7 +113,10 @@ void run_cluster_node(const node_options& o, const std::string& model_dir, const
   }
   std::printf("moeserve: node %s of cluster %s on %s:%u (%s; payloads from other processes %s)\n",
               node.name.c_str(), c.name.c_str(), node.host.c_str(), static_cast<unsigned>(*port),
-              hosted(ranks.roster).c_str(), ranks.plane ? "over UCX" : "as messages");
+              hosted(ranks.roster).c_str(),
+              ranks.collective ? "over NCCL"
+              : ranks.plane    ? "over UCX"
+                               : "as messages");
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);

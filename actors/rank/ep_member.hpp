@@ -24,6 +24,9 @@ using ep_member_actor = caf::typed_actor<
   // A peer's payload for this rank, when the peer runs in another process (a group across
   // processes: ep_membership without inboxes); into the rank's own inbox.
   caf::reacts_to<dispatch_atom, ep_dispatch>, caf::reacts_to<dispatch_atom, ep_combine>,
+  // Group rank 0's NCCL communicator id for the membership of a first step, where payloads
+  // between processes go over NCCL (actors/rank/collective_channel.hpp).
+  caf::reacts_to<nccl_atom, collective_id>,
   // The rank's stream finished a step's LOGITS stage: step, micro-batch, stage_kind, error (internal).
   caf::reacts_to<stage_atom, int64_t, int64_t, int32_t, std::string>,
   // Fault injection for tests: crash the next time at this point (actors/rank/fault_point.hpp),
@@ -65,6 +68,7 @@ template <class Behavior, class Self, class... Handlers>
     [=](dispatch_atom, ep_combine& c) {
       self->state.core->on_peer_payload(std::make_shared<const ep_combine>(std::move(c)));
     },
+    [=](nccl_atom, collective_id& id) { self->state.core->on_collective_id(std::move(id)); },
     [=](stage_atom, int64_t step, int64_t mb, int32_t stage, const std::string& error) {
       self->state.core->on_stage_done(step, mb, stage, error);
     },

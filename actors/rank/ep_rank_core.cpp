@@ -50,6 +50,7 @@ void ep_rank_core::set_membership(ep_membership m) {
                                " ranks for a group of " + std::to_string(num_ranks));
   if (!m.inboxes[rank])  // a group across processes: peers send to this rank by message
     m.inboxes[rank] = own_inbox_;
+  open_channel(m, rank);
   m.inboxes[rank]->start_epoch(m.first_step);  // the steps of an earlier group give up
   if (inbox_ && inbox_ != m.inboxes[rank])     // there too, when the new group brings another inbox
     inbox_->start_epoch(m.first_step);
@@ -231,6 +232,7 @@ void ep_rank_core::abort_placement(uint64_t epoch) {
 void ep_rank_core::stop() {
   if (inbox_)
     inbox_->cancel();
+  close_channel();
 }
 
 void ep_rank_core::arm_fault(fault_point p) {
@@ -253,7 +255,7 @@ void ep_rank_core::maybe_start(bool has_work) {
   // a committed placement change runs the group to its switch step even when idle (peers
   // join with empty micro-batches), so that it is in force at once and a next change can come
   const bool switch_ahead = prepared_ && prepared_->switch_step && next_step_ <= *prepared_->switch_step;
-  if (has_work || switch_ahead || inbox_->has_step(next_step_))
+  if (has_work || switch_ahead || peer_began_ >= next_step_ || inbox_->has_step(next_step_))
     start_step();
 }
 
@@ -287,6 +289,7 @@ void ep_rank_core::finish_step() {
 }
 
 void ep_rank_core::on_peer_step(int64_t step) {
+  peer_began_ = std::max(peer_began_, step);  // over NCCL, before any of its payloads is here
   if (step >= next_step_)
     maybe_start(false);  // a peer began a step: take part, even with nothing
 }
@@ -427,7 +430,9 @@ void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload
                          .end = at});
   }
   const std::shared_ptr<ep_inbox>& dest_inbox = members_.inboxes.at(dest_rank);
-  if (!dest_inbox) {  // a peer in another process: over the data plane, or as a message
+  if (!dest_inbox) {  // a peer in another process: over NCCL or the data plane, or as a message
+    if (send_collective(dest_rank, *p))
+      return;
     const size_t at = static_cast<size_t>(dest_rank);
     if (links_.plane && at < members_.data_addresses.size() && !members_.data_addresses[at].empty())
       links_.plane->send(members_.data_addresses[at], members_.peers.at(dest_rank), *p);

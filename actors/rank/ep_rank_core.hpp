@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "actors/messages.hpp"
 #include "actors/policy/expert_load_window.hpp"
 #include "actors/policy/link_model.hpp"
+#include "actors/rank/collective_channel.hpp"
 #include "actors/rank/copy_engine.hpp"
 #include "actors/rank/data_plane.hpp"
 #include "actors/rank/ep_inbox.hpp"
@@ -43,6 +45,8 @@ struct cluster_links {
   std::shared_ptr<trace_recorder> trace;  // null: no trace
   copy_engine_actor copies;               // null: expert moves copy on the ranks' actor threads
   std::shared_ptr<data_plane> plane;      // null: payloads to other processes go as messages
+  // non-null: payloads to ranks in other processes go over it (NCCL), whatever `plane` says
+  std::shared_ptr<collective_transport> collective;
 };
 
 /// A rank's group: its peers in rank order (itself included), their inboxes and global rank ids
@@ -203,6 +207,11 @@ class ep_rank_core final : public pipeline_io {
   void on_peer_payload(std::shared_ptr<const ep_dispatch> d);
   void on_peer_payload(std::shared_ptr<const ep_combine> c);
   void on_stage_done(int64_t step, int64_t micro_batch, int32_t stage, const std::string& error);
+  /// Group rank 0's communicator id for the membership of id.first_step (links.collective): the
+  /// channel joins with it, now or when that membership arrives.
+  void on_collective_id(collective_id id);
+  /// What the collective channel of the membership in force moved (zeros without one).
+  [[nodiscard]] collective_stats collective_moved() const;
 
   // pipeline_io
   void enqueue(int64_t micro_batch, stage_kind stage, int64_t layer_idx, std::optional<stage_input> input,
@@ -215,6 +224,13 @@ class ep_rank_core final : public pipeline_io {
   template <class Payload>
   void send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload> p, size_t num_bytes, const char* what);
   void start_step();
+  /// Where links.collective is set and some peer is in another process: a channel for the
+  /// membership `m` (this rank at `rank`); group rank 0 makes its id and tells the others.
+  void open_channel(const ep_membership& m, int64_t rank);
+  void close_channel();
+  /// A payload for a remote peer over the channel (on the stream); false without a channel.
+  template <class Payload>
+  bool send_collective(int64_t dest_rank, const Payload& p);
   /// `work` recording a compute span `name` when the trace is on.
   [[nodiscard]] std::function<void()> traced(std::string name, std::function<void()> work) const;
 
@@ -268,7 +284,8 @@ class ep_rank_core final : public pipeline_io {
   std::shared_ptr<ep_inbox> own_inbox_ = std::make_shared<ep_inbox>();
   rope_tables rope_;
   std::unique_ptr<step_pipeline> pipeline_;
-  int64_t next_step_ = 0;  // the step to begin next (== steps begun)
+  int64_t next_step_ = 0;    // the step to begin next (== steps begun)
+  int64_t peer_began_ = -1;  // the latest step a peer said it began (on_peer_step)
   int64_t num_steps_run_ = 0;
   expert_load_window load_window_;
   // fault injection: set on the actor's thread, read on the stream
@@ -276,6 +293,14 @@ class ep_rank_core final : public pipeline_io {
   std::atomic<bool> crashed_{false};  // reached: the stream sends nothing more
   int64_t fault_layer_ = -1;          // the last MoE layer
   std::shared_ptr<rank_timings> timings_ = std::make_shared<rank_timings>();
+  // the collective channel of the membership in force or coming (links.collective): replaced on
+  // the actor's thread, used by the stream's sends, hence the mutex
+  mutable std::mutex channel_mutex_;
+  std::shared_ptr<collective_channel> channel_;
+  int64_t channel_first_step_ = -1;
+  std::vector<caf::actor> channel_peers_;  // likewise
+  std::optional<collective_id> early_id_;  // an id that came before its membership
+  int64_t announced_step_ = -1;            // on the stream: the last step told to remote peers
 };
 
 }  // namespace moe

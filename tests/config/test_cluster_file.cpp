@@ -175,8 +175,12 @@ TEST_CASE("cluster file: each rule is an error naming what is wrong") {
     CHECK(error.find("c.toml: ") != std::string::npos);  // names the file
   }
   // (a top-level key goes before the first [[node]]: after it, TOML puts it in the last node)
-  CHECK(load_error("data_plane = \"nccl\"\n" + small_file())
-          .find("data_plane must be \"auto\", \"ucx\" or \"middleman\", got \"nccl\"") != std::string::npos);
+  CHECK(load_error("data_plane = \"rdma\"\n" + small_file())
+          .find("data_plane must be \"auto\", \"ucx\", \"middleman\" or \"nccl\", got \"rdma\"") !=
+        std::string::npos);
+  temp_dir dir;
+  CHECK(moe::load_cluster(dir.write("n.toml", "data_plane = \"nccl\"\n" + small_file())).data_plane ==
+        "nccl");
   CHECK(load_error("heartbeat_interval_s = 2.0\n" + small_file())
           .find("connection_timeout_s must be above heartbeat_interval_s") != std::string::npos);
 }

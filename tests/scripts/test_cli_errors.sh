@@ -128,6 +128,24 @@ if [[ $? -ne 0 || $out != *"payloads between processes as CAF messages"* ]]; the
 else
   echo "ok: cluster check says what carries payloads between processes"
 fi
+# data_plane = "nccl": each rank on a CUDA device of its own. A build with NCCL says so in the
+# check, and a node that sees no device is an error naming the key; a build without, both
+sed 's/^data_plane = "auto"/data_plane = "nccl"/' "$src/config/cluster.toml" >"$tmp/nccl.toml"
+if out=$("$moeserve" cluster check "$tmp/nccl.toml" 2>&1); then
+  if [[ $out == *"payloads between processes over NCCL"* ]]; then
+    echo "ok: cluster check of data_plane = nccl says NCCL carries the payloads"
+  else
+    echo "FAIL: cluster check of data_plane = nccl: $out"
+    failures=$((failures + 1))
+  fi
+  expect "a node with data_plane = nccl and no CUDA device" 2 'node decode-0: data_plane = "nccl": no CUDA device is visible' \
+    env CUDA_VISIBLE_DEVICES= "$moeserve" serve --cluster "$tmp/nccl.toml" --node decode-0 --model "$tmp/m"
+else
+  expect "cluster check of data_plane = nccl without NCCL" 2 'data_plane = "nccl", but this moeserve was built without NCCL' \
+    "$moeserve" cluster check "$tmp/nccl.toml"
+  expect "a node with data_plane = nccl without NCCL" 2 'data_plane = "nccl": this moeserve was built without NCCL' \
+    "$moeserve" serve --cluster "$tmp/nccl.toml" --node decode-0 --model "$tmp/m"
+fi
 # UCX that finds no transport it may use (UCX_TLS names none): data_plane = "ucx" is an error
 # before the node publishes anything; "auto" falls back to messages and says so
 if "$moeserve" cluster check "$src/config/cluster.toml" | grep -q "over UCX"; then
@@ -154,5 +172,5 @@ else
   echo "ok: without UCX in this build, data_plane = auto sends payloads as messages anyway"
 fi
 
-echo "$((33 - failures)) passed, $failures failed"
+echo "$((35 - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
