@@ -113,40 +113,6 @@ struct rank_recipe {
   std::shared_ptr<group_roster> prefill_roster, decode_roster;
 };
 
-// One routed expert's bytes (every expert has the same shapes), what a move of it copies.
-int64_t expert_bytes(const model_weights& w) {
-  for (const layer_weights& l : w.layers)
-    if (l.is_moe && !l.moe.experts.empty())
-      return mlp_bytes(l.moe.experts[0]);
-  return 0;
-}
-
-// The expert balancers' configurations: index 0 the prefill group's, 1 the decode group's.
-std::vector<expert_balancer_config> expert_balancer_configs(const model_weights& w,
-                                                            const topology_config& topo,
-                                                            int64_t window_steps) {
-  std::vector<expert_balancer_config> out;
-  for (const bool prefill : {true, false}) {
-    const int64_t num_ranks = prefill ? topo.prefill_ranks : topo.decode_ranks;
-    const int64_t per_node = std::max<int64_t>(1, topo.ranks_per_node);
-    out.push_back({.role = prefill ? "prefill" : "decode",
-                   .rank_kind = prefill ? "prefill_rank" : "decode_rank",
-                   .supervisor = {},  // the supervisor's, when it starts the balancer
-                   .num_ranks = num_ranks,
-                   .num_logical = w.config.n_routed_experts,
-                   .num_groups = std::max<int64_t>(1, w.config.n_group),
-                   .num_nodes = num_ranks % per_node == 0 ? num_ranks / per_node : 1,
-                   .expert_bytes = expert_bytes(w),
-                   .settings = {.policy = topo.expert_balancer,
-                                .interval_steps = topo.eplb_interval_steps,
-                                .window_steps = window_steps,
-                                .redundant_experts = topo.redundant_experts,
-                                .minimal_movement = true,
-                                .num_logical = w.config.n_routed_experts}});
-  }
-  return out;
-}
-
 std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, const rank_recipe& recipe,
                                     const front_graph& front,
                                     const std::vector<expert_balancer_config>& expert_cfgs) {
@@ -198,26 +164,62 @@ std::vector<child_spec> child_specs(caf::actor_system& sys, const cluster& c, co
   // An expert balancer per EP group (after the ranks it asks): it records its decisions with
   // the supervisor, and learns a rank's restart from the rank's introduction.
   for (size_t index = 0; index < expert_cfgs.size(); ++index)
-    specs.push_back({.kind = "expert_balancer",
-                     .index = static_cast<int64_t>(index),
-                     .restart = restart_policy::permanent,
-                     .running = {},
-                     .start =
-                       [&sys, cfg = expert_cfgs[index]](const child_lookup& current) {
-                         expert_balancer_config with = cfg;
-                         with.supervisor = current("supervisor", 0);
-                         std::vector<caf::actor> ranks;
-                         for (int64_t r = 0; r < with.num_ranks; ++r)  // one restarting: introduced later
-                           ranks.push_back(current(with.rank_kind, r));
-                         return untyped(spawn_expert_balancer(sys, std::move(ranks), std::move(with)));
-                       },
-                     .introduce = {},
-                     .worker_kind = {},
-                     .configurable = true});
+    specs.push_back(expert_balancer_child(sys, static_cast<int64_t>(index), expert_cfgs[index]));
   return specs;
 }
 
 }  // namespace
+
+int64_t routed_expert_bytes(const model_weights& w) {
+  for (const layer_weights& l : w.layers)
+    if (l.is_moe && !l.moe.experts.empty())
+      return mlp_bytes(l.moe.experts[0]);
+  return 0;
+}
+
+std::vector<expert_balancer_config> expert_balancer_configs(const model_config& model, int64_t expert_bytes,
+                                                            const topology_config& topo,
+                                                            int64_t window_steps) {
+  std::vector<expert_balancer_config> out;
+  for (const bool prefill : {true, false}) {
+    const int64_t num_ranks = prefill ? topo.prefill_ranks : topo.decode_ranks;
+    const int64_t per_node = std::max<int64_t>(1, topo.ranks_per_node);
+    out.push_back({.role = prefill ? "prefill" : "decode",
+                   .rank_kind = prefill ? "prefill_rank" : "decode_rank",
+                   .supervisor = {},  // the supervisor's, when it starts the balancer
+                   .num_ranks = num_ranks,
+                   .num_logical = model.n_routed_experts,
+                   .num_groups = std::max<int64_t>(1, model.n_group),
+                   .num_nodes = num_ranks % per_node == 0 ? num_ranks / per_node : 1,
+                   .expert_bytes = expert_bytes,
+                   .settings = {.policy = topo.expert_balancer,
+                                .interval_steps = topo.eplb_interval_steps,
+                                .window_steps = window_steps,
+                                .redundant_experts = topo.redundant_experts,
+                                .minimal_movement = true,
+                                .num_logical = model.n_routed_experts}});
+  }
+  return out;
+}
+
+child_spec expert_balancer_child(caf::actor_system& sys, int64_t index, expert_balancer_config cfg) {
+  return {.kind = "expert_balancer",
+          .index = index,
+          .restart = restart_policy::permanent,
+          .running = {},
+          .start =
+            [&sys, cfg = std::move(cfg)](const child_lookup& current) {
+              expert_balancer_config with = cfg;
+              with.supervisor = current("supervisor", 0);
+              std::vector<caf::actor> ranks;
+              for (int64_t r = 0; r < with.num_ranks; ++r)  // one restarting: introduced later
+                ranks.push_back(current(with.rank_kind, r));
+              return untyped(spawn_expert_balancer(sys, std::move(ranks), std::move(with)));
+            },
+          .introduce = {},
+          .worker_kind = {},
+          .configurable = true};
+}
 
 cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weights> weights,
                       std::shared_ptr<const tokenizer> tok, const cluster_config& cfg) {
@@ -284,8 +286,9 @@ cluster spawn_cluster(caf::actor_system& sys, std::shared_ptr<const model_weight
                            .decode_roster = decode_roster};
   const restart_limits limits{.max_restarts = topo.max_restarts, .period = millis(topo.restart_period_s)};
   const std::vector<expert_balancer_config> expert_cfgs =
-    w.config.n_routed_experts > 0 ? expert_balancer_configs(w, topo, prefill_group.expert_window_steps)
-                                  : std::vector<expert_balancer_config>{};
+    w.config.n_routed_experts > 0
+      ? expert_balancer_configs(w.config, routed_expert_bytes(w), topo, prefill_group.expert_window_steps)
+      : std::vector<expert_balancer_config>{};
   c.supervisor = spawn_supervisor(sys, child_specs(sys, c, recipe, front, expert_cfgs), limits,
                                   keep_placements(prefill_roster, decode_roster));
   c.root = untyped(c.supervisor);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "actors/decode_balancer.hpp"
+#include "actors/expert_balancer.hpp"
 #include "actors/prefill_balancer.hpp"
 #include "actors/request_queue.hpp"
 #include "actors/supervisor.hpp"
@@ -62,6 +63,22 @@ struct cluster {
 /// routed experts over num_ranks x (experts + redundant slots) / num_ranks slots, the topology's
 /// precision and micro-batches. The split was checked by validate_for_model.
 [[nodiscard]] ep_group make_group(const model_weights& w, const topology_config& topo, int64_t num_ranks);
+
+/// One routed expert's bytes in `w` (every expert has the same shapes): what a move of it copies.
+[[nodiscard]] int64_t routed_expert_bytes(const model_weights& w);
+
+/// The expert balancers' configurations: index 0 the prefill group's, 1 the decode group's, over
+/// `window_steps` of routed load; `expert_bytes`: one routed expert's.
+[[nodiscard]] std::vector<expert_balancer_config> expert_balancer_configs(const model_config& model,
+                                                                          int64_t expert_bytes,
+                                                                          const topology_config& topo,
+                                                                          int64_t window_steps);
+
+/// The supervisor's child for expert balancer `index` (0 prefill, 1 decode) of `cfg`, started
+/// after the ranks it asks (a rank restarting then is introduced to it later); it records its
+/// decisions with the supervisor.
+[[nodiscard]] child_spec expert_balancer_child(caf::actor_system& sys, int64_t index,
+                                               expert_balancer_config cfg);
 
 /// Checks the topology against the model (redundant experts must split evenly over each group)
 /// and spawns the cluster. Throws input_error naming the setting that does not fit.

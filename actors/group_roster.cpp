@@ -12,13 +12,17 @@ constexpr int epoch_step_bits = 40;
 int64_t epoch_first_step(int64_t epoch) noexcept { return epoch << epoch_step_bits; }
 
 void introduce_across(const std::vector<caf::actor>& ranks, const std::vector<int64_t>& global_ranks,
-                      const std::vector<std::string>& data_addresses, int64_t first_step) {
+                      const std::vector<std::string>& data_addresses, int64_t first_step,
+                      std::shared_ptr<const std::vector<layer_placement>> placements,
+                      uint64_t placement_epoch) {
   ep_membership m;
   m.peers = ranks;
   m.inboxes.assign(ranks.size(), nullptr);
   m.global_ranks = global_ranks;
   m.data_addresses = data_addresses;
   m.first_step = first_step;
+  m.placements = std::move(placements);
+  m.placement_epoch = placement_epoch;
   for (const caf::actor& rank : ranks)
     caf::anon_send(rank, peers_atom::value, m);
 }

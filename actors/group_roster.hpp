@@ -46,9 +46,12 @@ void renew(group_roster& g);
 /// Tells the ranks of a group split over processes their membership from `first_step`: no
 /// inboxes (each sends its peers their payloads over the data plane at `data_addresses`, one per
 /// rank, or as messages where that is empty, and takes theirs into its own), their global
-/// ranks, and no placement: the whole group takes the one it began with, the survivors of a
-/// lost node one over themselves (ep_rank_core::set_membership).
+/// ranks, and `placements` of `placement_epoch` (an expert balancer's decision), or none: the
+/// whole group takes the one it began with, the survivors of a lost node one over themselves
+/// (ep_rank_core::set_membership).
 void introduce_across(const std::vector<caf::actor>& ranks, const std::vector<int64_t>& global_ranks,
-                      const std::vector<std::string>& data_addresses, int64_t first_step);
+                      const std::vector<std::string>& data_addresses, int64_t first_step,
+                      std::shared_ptr<const std::vector<layer_placement>> placements = nullptr,
+                      uint64_t placement_epoch = 0);
 
 }  // namespace moe

@@ -87,6 +87,7 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   while (index + 1 < c.nodes.size() && c.nodes[index].name != node.name)
     ++index;
   out.roster.node = node.name;
+  out.roster.expert_bytes = routed_expert_bytes(w);
   out.roster.first_prefill_rank = first_prefill_rank(c, index);
   out.roster.first_decode_rank = first_decode_rank(c, index);
   ep_group prefill_group = make_group(w, topo, topo.prefill_ranks);

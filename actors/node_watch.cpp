@@ -56,7 +56,7 @@ void renew_split_groups(watch_state& st) {
   for (const size_t i : st.lost)
     lost[i] = true;
   introduce_split_groups(st.cfg.rosters, lost, st.cfg.file.topology.prefill_ranks,
-                         epoch_first_step(++st.epoch));
+                         epoch_first_step(++st.epoch), st.cfg.kept.get());
 }
 
 // Node `i` answered again with `roster`: its ranks take the lost ones' places.
@@ -83,10 +83,21 @@ void rejoined(caf::blocking_actor* self, watch_state& st, size_t i, node_roster 
   const child_lookup current = [&](const std::string& kind, int64_t index) {
     return lookup(self, sup, kind, index);
   };
-  for (size_t k = 0; k < r.prefill_ranks.size(); ++k)
-    introduce_prefill_rank(current, r.first_prefill_rank + static_cast<int64_t>(k), r.prefill_ranks[k]);
-  for (size_t k = 0; k < r.decode_ranks.size(); ++k)
-    introduce_decode_rank(current, r.first_decode_rank + static_cast<int64_t>(k), r.decode_ranks[k]);
+  // and a split group's expert balancer (index 0 prefill, 1 decode; none for a whole group)
+  const auto tell_expert_balancer = [&](int64_t balancer, int64_t index, const caf::actor& rank) {
+    if (const caf::actor b = current("expert_balancer", balancer))
+      caf::anon_send(caf::actor_cast<expert_balancer_actor>(b), peers_atom::value, index, rank);
+  };
+  for (size_t k = 0; k < r.prefill_ranks.size(); ++k) {
+    const int64_t index = r.first_prefill_rank + static_cast<int64_t>(k);
+    introduce_prefill_rank(current, index, r.prefill_ranks[k]);
+    tell_expert_balancer(0, index, r.prefill_ranks[k]);
+  }
+  for (size_t k = 0; k < r.decode_ranks.size(); ++k) {
+    const int64_t index = r.first_decode_rank + static_cast<int64_t>(k);
+    introduce_decode_rank(current, index, r.decode_ranks[k]);
+    tell_expert_balancer(1, index, r.decode_ranks[k]);
+  }
   watch_ranks(self, st, i);
 }
 
@@ -135,6 +146,7 @@ caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg) {
           self->delayed_send(self, rejoin_period, rejoin_tick::value);
         }
       },
+      [&](peers_atom) { renew_split_groups(st); },  // a decision to carry (keep_split_placements)
       [&](rejoin_tick) {
         try_rejoin(self, st);
         ticking = !st.lost.empty();

@@ -114,7 +114,9 @@ void spawn_admin_rebalance(caf::actor_system& sys, std::shared_ptr<const serving
         .then(
           [=](const caf::actor& balancer) {
             if (!balancer)
-              return failed("its expert balancer is restarting, or the model has no routed experts");
+              return failed(
+                "no expert balancer runs for it: it is restarting, the model has no routed experts, "
+                "or one node hosts the whole group (a multi-process front balances split groups)");
             self
               ->request(caf::actor_cast<expert_balancer_actor>(balancer), rebalance_timeout,
                         rebalance_atom::value)

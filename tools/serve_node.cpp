@@ -168,9 +168,15 @@ cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluste
     std::printf("moeserve: joined node %s (%s)\n", awaited[i]->name.c_str(), hosted(rosters.back()).c_str());
     std::fflush(stdout);
   }
-  cluster out = spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters);
-  out.node_watch = spawn_node_watch(
-    sys, {.file = c, .self_name = front.name, .supervisor = out.root, .rosters = std::move(rosters)});
+  auto kept = std::make_shared<split_placements>();
+  cluster out = spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters, kept);
+  out.node_watch = spawn_node_watch(sys, {.file = c,
+                                          .self_name = front.name,
+                                          .supervisor = out.root,
+                                          .rosters = std::move(rosters),
+                                          .kept = kept});
+  const std::lock_guard lock{kept->mutex};
+  kept->watch = out.node_watch;
   return out;
 }
 

@@ -2,11 +2,14 @@
 // The front node orders the ranks the nodes' rosters list into the cluster's groups: every rank
 // exactly once, in group order whatever the order the nodes joined in (a group may span nodes);
 // a missing rank, one listed twice or one out of range is an error naming it. After a node is
-// lost, a group's ranks on the nodes still up, in group order.
+// lost, a group's ranks on the nodes still up, in group order. An expert balancer's decision for
+// a split group is kept on the front for the group's whole memberships, never the survivors'.
 #include <doctest/doctest.h>
 
 #include <caf/event_based_actor.hpp>
 
+#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,4 +90,61 @@ TEST_CASE_FIXTURE(actor_fixture, "front: the rosters' ranks in group order, whic
   CHECK(moe::ranks_alive(three, true, {false, true, false}).ranks.empty());  // the prefill node lost
   for (const caf::actor& x : a)
     caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(
+  actor_fixture,
+  "front: a split group's EPLB decision is kept for its whole memberships, not for survivors") {
+  auto kept = std::make_shared<moe::split_placements>();
+  const moe::placement_keeper keep = moe::keep_split_placements(kept);
+  auto placement = std::make_shared<const std::vector<moe::layer_placement>>(
+    std::vector<moe::layer_placement>{{}, moe::make_layer_placement({1, 0, 3, 2}, 2, 4)});
+  // decode ranks 0 and 1 on two nodes; `self` stands for both, and hears their memberships
+  const caf::actor me = caf::actor_cast<caf::actor>(self);
+  const moe::node_roster a{.node = "a", .first_decode_rank = 0, .decode_ranks = {me}, .data_address = "x"};
+  const moe::node_roster b{.node = "b", .first_decode_rank = 1, .decode_ranks = {me}, .data_address = "y"};
+  const auto memberships = [&](size_t n) {
+    std::vector<moe::ep_membership> got;
+    for (size_t i = 0; i < n; ++i)
+      self->receive([&](moe::peers_atom, const moe::ep_membership& m) { got.push_back(m); },
+                    caf::after(std::chrono::seconds(5)) >> [] { FAIL("no membership"); });
+    return got;
+  };
+  moe::introduce_split_groups({a, b}, {}, 2, 0, kept.get());
+  for (const moe::ep_membership& m : memberships(2))
+    CHECK(m.placements == nullptr);  // nothing decided yet: the placement the group began with
+
+  moe::placement_change decision{.epoch = 1, .membership_first_step = 0, .placements = placement};
+  CHECK_FALSE(keep("prefill_balancer", decision, false));  // not a group
+  decision.membership_first_step = 7;                      // planned for a membership that is gone
+  CHECK_FALSE(keep("decode_rank", decision, false));
+  decision.membership_first_step = 0;
+  CHECK(keep("decode_rank", decision, false));
+  CHECK(kept->decode.placements == placement);
+  CHECK(kept->decode.epoch == 1);
+  CHECK_FALSE(keep("decode_rank", decision, true));  // no node watch to renew the group yet
+
+  // node b lost: the survivor gets no placement (it takes one over itself), and a decision
+  // planned meanwhile is not kept; b back: the whole group gets the kept one
+  moe::introduce_split_groups({a, b}, {false, true}, 2, 100, kept.get());
+  std::vector<moe::ep_membership> alone = memberships(1);
+  CHECK(alone[0].peers.size() == 1);
+  CHECK(alone[0].global_ranks == std::vector<int64_t>{2});
+  CHECK(alone[0].placements == nullptr);
+  CHECK_FALSE(
+    keep("decode_rank", {.epoch = 2, .membership_first_step = 100, .placements = placement}, false));
+  moe::introduce_split_groups({a, b}, {}, 2, 200, kept.get());
+  for (const moe::ep_membership& m : memberships(2)) {
+    CHECK(m.first_step == 200);
+    CHECK(m.placements == placement);
+    CHECK(m.placement_epoch == 1);
+  }
+  // a renewal asks the node watch for new memberships, once there is one
+  kept->watch = me;
+  CHECK(keep("decode_rank", {.epoch = 3, .membership_first_step = 0, .placements = placement}, true));
+  bool renewed = false;
+  self->receive([&](moe::peers_atom) { renewed = true; },
+                caf::after(std::chrono::seconds(5)) >> [] { FAIL("no renewal"); });
+  CHECK(renewed);
+  CHECK(kept->decode.epoch == 3);
 }

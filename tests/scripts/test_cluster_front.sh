@@ -8,7 +8,9 @@
 # node's payload counts are checked at the end; test_cluster_mixed.sh sends them as CAF
 # messages). Four greedy requests sent at once through the
 # front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks, and
-# a load of 24 requests (8 in flight) is answered in full. A decode node stopped with SIGSTOP
+# a load of 24 requests (8 in flight) is answered in full. The front's expert balancer
+# rebalances the split group (admin.rebalance), experts moving between the nodes, with the same
+# answers; a node that rejoins later takes that placement. A decode node stopped with SIGSTOP
 # under load is found down by the heartbeats within seconds, one killed with -9 at once; the
 # other decode node goes on alone (elastic EP), the lost node's requests are placed again, and
 # every request of the load is answered in full, greedy answers unchanged. With the prefill node
@@ -40,7 +42,7 @@ port = $p3
 decode_ranks = 1
 TOML
 
-start front
+MOESERVE_ADMIN_KEY=front-admin-key start front
 wait_for "$tmp/front.out" "waiting for prefill-0, decode-0, decode-1" "$pid_front"
 start decode-1   # the nodes in another order than the file's
 start decode-0
@@ -65,6 +67,21 @@ out=$(timeout -k 5 120 "$moeserve" bench --port "$rpc" --num-prompts 24 --concur
 [[ $out == *"24/24 done, 0 failed, 0 rejected"* ]] || fail "bench through the cluster: $out"
 echo "ok: 24 requests, 8 in flight, all answered through the split group"
 
+# EPLB over the split group: the front's expert balancer plans from the routed load of both
+# processes and installs the new placement, its experts copied between the nodes' ranks
+out=$(MOESERVE_ADMIN_KEY=front-admin-key timeout -k 5 90 "$moeserve" ctl --port "$rpc" rebalance --role decode 2>&1) ||
+  fail "ctl rebalance through the front: $out"
+echo "$out" | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+g = j["groups"][0]
+assert g["role"] == "decode" and g["error"] == "" and g["epoch"] == 1, j
+assert g["moved_experts"] > 0 and g["moved_bytes"] > 0, j
+assert all(a >= b for a, b in zip(g["balancedness_after"], g["balancedness_before"])), j
+' || fail "rebalance of the split decode group: $out"
+same_answers eplb
+echo "ok: the split decode group rebalanced through the front (epoch 1, $(echo "$out" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["moved_experts"])') experts moved between the nodes) and the answers are the same"
+
 # SIGSTOP under load: the node is silent, not gone; the heartbeats (0.1 s, timeout 1 s) find it.
 # The decode group goes on with decode-0 alone (it holds every expert then), the requests on
 # decode-1 are placed again, and every request is answered in full. After SIGCONT its gate
@@ -74,7 +91,16 @@ same_answers alone
 kill -CONT "$pid_decode_1"
 rejoined decode-1 1
 same_answers woke
-echo "ok: decode-1 stopped with SIGSTOP under load was found down in $lost_ms ms; decode-0 went on alone, all 24 requests answered in full and the answers the same; after SIGCONT it rejoined and the answers are the same"
+# the whole group again takes the placement its balancer decided (epoch 1), not the one it began
+# with (epoch 0): a rebalance now starts from epoch 1, so it installs epoch 2 or finds nothing to move
+out=$(MOESERVE_ADMIN_KEY=front-admin-key timeout -k 5 90 "$moeserve" ctl --port "$rpc" rebalance --role decode 2>&1) ||
+  fail "ctl rebalance after decode-1 rejoined: $out"
+echo "$out" | /usr/bin/python3 -c '
+import json, sys
+g = json.load(sys.stdin)["groups"][0]
+assert g["error"] == "" and (g["epoch"] == 2 or (g["epoch"] == 1 and g["moved_experts"] == 0)), g
+' || fail "after decode-1 rejoined, the decode group did not keep its rebalanced placement: $out"
+echo "ok: decode-1 stopped with SIGSTOP under load was found down in $lost_ms ms; decode-0 went on alone, all 24 requests answered in full and the answers the same; after SIGCONT it rejoined with the rebalanced placement and the answers are the same"
 
 lose_under_load killed decode-0 kill_node decode-0
 same_answers alone-1
