@@ -29,6 +29,7 @@ struct gathered {
   queue_stats queue;
   std::vector<actor_info> actors;
   std::vector<rank_stats> ranks;
+  std::vector<bool> up;  // per rank: it answered (a rank restarting, or lost with its node, did not)
   sampled_stats sampled;
   balance_report prefill_balance, decode_balance;  // zeros while a balancer is being restarted
   std::vector<expert_balancer_stats> experts;      // the expert balancers that answered
@@ -69,7 +70,8 @@ void pack_ranks(msgpack::packer<msgpack::sbuffer>& pk, const gathered& g, size_t
   for (size_t i = 0; i < g.ranks.size(); ++i) {
     const rank_stats& r = g.ranks[i];
     const rank_occupancy sampled = i < g.sampled.ranks.size() ? g.sampled.ranks[i] : rank_occupancy{};
-    pk.pack_map(14).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
+    pk.pack_map(15).pack("rank").pack(i).pack("role").pack(i < num_prefill ? "prefill" : "decode");
+    pk.pack("up").pack(static_cast<bool>(g.up[i]));  // false: the counts below are zeros, not the rank's
     pk.pack("running").pack(r.num_running).pack("blocks").pack(r.num_blocks);
     pk.pack("free_blocks").pack(r.num_free_blocks);
     pk.pack("occupancy")
@@ -235,12 +237,13 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
     const cluster& c = target->handles;
     auto g = std::make_shared<gathered>();
     g->ranks.resize(c.prefill_ranks.size() + c.decode_ranks.size());
+    g->up.assign(g->ranks.size(), false);
     g->num_pending = 7 + g->ranks.size();
     auto one_done = [=] {
       if (--g->num_pending > 0)
         return;
       reply(g->failed ? encode_error(msgid, make_error(rpc_errc::unavailable,
-                                                       "stats: a rank or the queue did not answer"))
+                                                       "stats: the queue or the supervisor did not answer"))
                       : encode_stats(msgid, *target, *counters, *g),
             std::nullopt);
     };
@@ -292,13 +295,16 @@ void spawn_stats_probe(caf::actor_system& sys, std::shared_ptr<const serving_tar
       ask_child<expert_balancer_stats>(
         self, c, "expert_balancer", index, stats_atom::value,
         [=](const expert_balancer_stats& e) { g->experts.push_back(e); }, one_done);
+    // a rank that does not answer (restarting, or lost with its node) is reported down: the
+    // stats, and /metrics, answer all the same
     for (size_t i = 0; i < g->ranks.size(); ++i) {
       auto on_rank = [=](const rank_stats& r) {
         g->ranks[i] = r;
+        g->up[i] = true;
         one_done();
       };
       self->request(c.supervisor, probe_timeout, stats_atom::value, rank_kind(c, i), rank_index(c, i))
-        .then(on_rank, on_error);
+        .then(on_rank, [=](caf::error&) { one_done(); });
     }
   });
 }

@@ -180,6 +180,12 @@ std::string render_metrics(const msgpack::object& stats, const request_histogram
   for (const msgpack::object& rank : array_items(find_key(st, "ranks"))) {
     const prometheus::Labels labels{{"rank", std::to_string(static_cast<int64_t>(at(rank, {"rank"})))},
                                     {"role", text_of(find_key(rank, "role"))}};
+    const msgpack::object* up = find_key(rank, "up");
+    const bool answered = up == nullptr || up->type != msgpack::type::BOOLEAN || up->via.boolean;
+    s.gauge("rank_up", "1 while a rank answers; 0 while it is restarted or lost with its node.",
+            answered ? 1.0 : 0.0, labels);
+    if (!answered)
+      continue;  // its counters resume when it answers (a restarted rank's start from zero)
     s.gauge("kv_cache_usage_perc", "KV cache blocks in use on a rank (1 = full).", at(rank, {"occupancy"}),
             labels);
     s.gauge("rank_requests_running", "Requests running on a rank.", at(rank, {"running"}), labels);

@@ -117,10 +117,15 @@ found_down prefill-0 "$(date +%s%N)" >/dev/null || fail "the front did not find 
 expect_503 "with every prefill rank lost"
 ready=$(curl -s -w " %{http_code}" "http://127.0.0.1:$http/ready")
 [[ $ready == *"lost with their nodes: every prefill rank"*" 503" ]] || fail "GET /ready with prefill-0 lost: $ready"
+# /metrics answers all the same, the lost ranks down and the others up
+metrics=$(curl -s -w "%{http_code}" "http://127.0.0.1:$http/metrics")
+[[ $metrics == *'rank_up{model_name="m",rank="0",role="prefill"} 0'* && $metrics == *'rank_up{model_name="m",rank="1",role="prefill"} 0'* &&
+  $metrics == *'rank_up{model_name="m",rank="2",role="decode"} 1'* && $metrics == *200 ]] ||
+  fail "GET /metrics with prefill-0 lost: $(echo "$metrics" | grep -E 'rank_up|error' | head -5)"
 start prefill-0
 rejoined prefill-0 1
 same_answers prefill-back
-echo "ok: with prefill-0 (every prefill rank) killed, requests got a retryable 503; restarted, it rejoined and the answers are the same"
+echo "ok: with prefill-0 (every prefill rank) killed, requests got a retryable 503 and /metrics showed its ranks down; restarted, it rejoined and the answers are the same"
 
 kill -TERM "$pid_front"
 wait "$pid_front"
