@@ -58,16 +58,10 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   out.copy_engine = caf::actor_cast<caf::actor>(copies);
   if (c.data_plane == "nccl") {  // each rank of a split group on a device of its own
     try {
-      out.collective = start_nccl_transport();
+      out.collective = start_nccl_transport(std::max(node.prefill_ranks, node.decode_ranks));
     } catch (const input_error& e) {
       throw input_error("node " + node.name + ": " + e.what());
     }
-    if (const int devices = nccl_devices(); devices < std::max(node.prefill_ranks, node.decode_ranks))
-      throw input_error("node " + node.name +
-                        ": data_plane = \"nccl\" puts each rank of a group on a CUDA device "
-                        "of its own: " +
-                        std::to_string(std::max(node.prefill_ranks, node.decode_ranks)) +
-                        " ranks of one group here, " + std::to_string(devices) + " devices");
   } else if (wants_ucx_plane(c.data_plane)) {
     try {
       out.plane = start_ucx_plane(sys, node.host);

@@ -3,7 +3,6 @@
 // other processes, joined with group rank 0's communicator id, and the payloads it carries.
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
-#include <caf/exit_reason.hpp>
 #include <caf/system_messages.hpp>
 #include <caf/send.hpp>
 

@@ -30,43 +30,26 @@ void check_nccl(ncclResult_t r, const char* what) {
     throw std::runtime_error(std::string("NCCL: ") + what + ": " + ncclGetErrorString(r));
 }
 
-// Page-locked host memory, grown as needed.
-struct pinned_bytes {
+// Staging memory, grown as needed: page-locked on the host (`pinned`), or on the device.
+struct staged_bytes {
+  bool pinned = false;
   char* data = nullptr;
   size_t size = 0;
   void reserve(size_t n) {
     if (n <= size)
       return;
-    if (data != nullptr)
-      cudaFreeHost(data);
-    data = nullptr;
-    size = 0;
-    check_cuda(cudaMallocHost(reinterpret_cast<void**>(&data), n), "cudaMallocHost");
+    release();
+    auto** at = reinterpret_cast<void**>(&data);
+    check_cuda(pinned ? cudaMallocHost(at, n) : cudaMalloc(at, n), pinned ? "cudaMallocHost" : "cudaMalloc");
     size = n;
   }
-  ~pinned_bytes() {
+  void release() {
     if (data != nullptr)
-      cudaFreeHost(data);
-  }
-};
-
-struct device_bytes {
-  char* data = nullptr;
-  size_t size = 0;
-  void reserve(size_t n) {
-    if (n <= size)
-      return;
-    if (data != nullptr)
-      cudaFree(data);
+      pinned ? cudaFreeHost(data) : cudaFree(data);
     data = nullptr;
     size = 0;
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&data), n), "cudaMalloc");
-    size = n;
   }
-  ~device_bytes() {
-    if (data != nullptr)
-      cudaFree(data);
-  }
+  ~staged_bytes() { release(); }
 };
 
 class nccl_engine final : public exchange_engine {
@@ -211,8 +194,8 @@ class nccl_engine final : public exchange_engine {
   std::atomic<bool> aborted{false};
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  pinned_bytes sizes_host, out_host, in_host;
-  device_bytes sizes_device, out_device, in_device;
+  staged_bytes sizes_host{.pinned = true}, out_host{.pinned = true}, in_host{.pinned = true};
+  staged_bytes sizes_device, out_device, in_device;
 };
 
 class nccl_transport final : public collective_transport {
@@ -243,10 +226,14 @@ int nccl_devices() noexcept {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-std::shared_ptr<collective_transport> start_nccl_transport() {
+std::shared_ptr<collective_transport> start_nccl_transport(int64_t ranks_per_group) {
   const int devices = nccl_devices();
   if (devices == 0)
     throw input_error("data_plane = \"nccl\": no CUDA device is visible to this process");
+  if (devices < ranks_per_group)
+    throw input_error("data_plane = \"nccl\" puts each rank of a group on a CUDA device of its own: " +
+                      std::to_string(ranks_per_group) + " ranks of one group here, " +
+                      std::to_string(devices) + " devices");
   return std::make_shared<nccl_transport>(devices);
 }
 
@@ -258,7 +245,7 @@ namespace moe {
 
 bool nccl_built() noexcept { return false; }
 int nccl_devices() noexcept { return 0; }
-std::shared_ptr<collective_transport> start_nccl_transport() {
+std::shared_ptr<collective_transport> start_nccl_transport(int64_t /*ranks_per_group*/) {
   throw input_error("data_plane = \"nccl\": this moeserve was built without NCCL (it needs nvcc and NCCL "
                     "at build time)");
 }

@@ -8,6 +8,7 @@
 // start_nccl_transport says so.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,8 +22,9 @@ namespace moe {
 /// CUDA devices visible to this process (0 where NCCL was not built or none is there).
 [[nodiscard]] int nccl_devices() noexcept;
 
-/// The NCCL transport of a process whose ranks take devices by global rank (modulo the count).
-/// Throws input_error where NCCL was not built or no CUDA device is visible.
-[[nodiscard]] std::shared_ptr<collective_transport> start_nccl_transport();
+/// The NCCL transport of a process whose ranks take devices by global rank (modulo the count),
+/// at most `ranks_per_group` of one group here. Throws input_error where NCCL was not built, or
+/// fewer CUDA devices than that are visible (none at all said as such).
+[[nodiscard]] std::shared_ptr<collective_transport> start_nccl_transport(int64_t ranks_per_group = 1);
 
 }  // namespace moe

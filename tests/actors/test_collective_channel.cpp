@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/rank/collective_channel.hpp"
+#include "eventually.hpp"
 #include "loopback_collective.hpp"
 
 using namespace moe;
@@ -39,16 +40,6 @@ std::string payload_text(ep_payload kind, const ep_key& k, int64_t from, int64_t
   return std::string(kind == ep_payload::dispatch ? "dispatch" : "combine") + " step " +
          std::to_string(k.step) + " layer " + std::to_string(k.layer_idx) + " from " + std::to_string(from) +
          " to " + std::to_string(to);
-}
-
-bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until)
-      return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
 }
 
 // An engine whose join fails, as NCCL's does for a device another rank of the group holds.
@@ -127,7 +118,7 @@ TEST_CASE("collective channel: three ranks' rounds arrive whole, from every peer
     t.join();
   channels[2]->start(id);  // the last joins after every round was staged: they waited for it
   const size_t expected = steps * layers * 2 * (n - 1);
-  REQUIRE(wait_for(
+  REQUIRE(testing::eventually(
     [&] { return got[0].size() == expected && got[1].size() == expected && got[2].size() == expected; },
     10s));
   for (int64_t r = 0; r < n; ++r) {
@@ -171,7 +162,7 @@ TEST_CASE("collective channel: a close ends a round that a dead peer never enter
   const std::vector<char> id = transport.make_id();
   a.start(id);
   b.start(id);
-  REQUIRE(wait_for([&] { return a.joined() && b.joined(); }, 5s));
+  REQUIRE(testing::eventually([&] { return a.joined() && b.joined(); }, 5s));
   a.stage(ep_payload::dispatch, {.step = 0, .layer_idx = 1, .micro_batch = 0}, 1,
           bytes_of("to a peer that died"));
   std::this_thread::sleep_for(20ms);  // a is inside its round, waiting for b
@@ -204,7 +195,7 @@ TEST_CASE("collective channel: a join that fails is reported once, and what is s
       failures.push_back(why);
     });
   c.start({'x'});
-  REQUIRE(wait_for(
+  REQUIRE(testing::eventually(
     [&] {
       std::lock_guard lock{mutex};
       return !failures.empty();

@@ -28,6 +28,14 @@ struct collected {
   std::vector<int32_t> ids;
   finish_reason reason = finish_reason::none;
   std::string error;
+
+  /// Takes a chunk of the request's stream: true when it is the last.
+  bool add(const token_chunk& c) {
+    ids.insert(ids.end(), c.token_ids.begin(), c.token_ids.end());
+    reason = c.reason;
+    error = c.error;
+    return reason != finish_reason::none;
+  }
 };
 
 struct split_group {
@@ -65,6 +73,15 @@ struct split_group {
     return out;
   }
 
+  /// Each spec to `prefill`, request i decoding on decode[i % 2], answers to `client`.
+  static void submit(caf::scoped_actor& client, const prefill_rank_actor& prefill,
+                     const std::vector<decode_rank_actor>& decode, const std::vector<request_spec>& specs) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      client->send(prefill, submit_atom::value,
+                   prefill_job{i, specs[i], caf::actor_cast<caf::actor>(decode[i % 2]),
+                               caf::actor_cast<caf::actor>(client)});
+  }
+
   /// Two decode ranks over the transport, introduced as a group across processes.
   std::vector<decode_rank_actor> spawn_decode(caf::actor_system& sys) const {
     ep_group group = make_group(*weights, topo, 2);
@@ -99,22 +116,13 @@ TEST_CASE_FIXTURE(testing::actor_fixture,
   const std::vector<generation_result> expected = g.expected(specs);
   auto prefill = spawn_prefill_rank(sys, g.weights, g.rank_cfg);
   const std::vector<decode_rank_actor> decode = g.spawn_decode(sys);
-  for (size_t i = 0; i < specs.size(); ++i)
-    self->send(prefill, submit_atom::value,
-               prefill_job{i, specs[i], caf::actor_cast<caf::actor>(decode[i % 2]),
-                           caf::actor_cast<caf::actor>(self)});
+  split_group::submit(self, prefill, decode, specs);
   std::map<uint64_t, collected> got;
   size_t finished = 0;
   bool timed_out = false;
   while (finished < specs.size() && !timed_out)
     self->receive([&](start_atom, int64_t) {},
-                  [&](token_atom, const token_chunk& c) {
-                    collected& x = got[c.request_id];
-                    x.ids.insert(x.ids.end(), c.token_ids.begin(), c.token_ids.end());
-                    x.reason = c.reason;
-                    x.error = c.error;
-                    finished += c.reason != finish_reason::none;
-                  },
+                  [&](token_atom, const token_chunk& c) { finished += got[c.request_id].add(c); },
                   caf::after(60s) >> [&] { timed_out = true; });
   REQUIRE_FALSE(timed_out);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -153,21 +161,15 @@ TEST_CASE_FIXTURE(
   const std::vector<generation_result> expected = g.expected(specs);
   auto prefill = spawn_prefill_rank(sys, g.weights, g.rank_cfg);
   const std::vector<decode_rank_actor> decode = g.spawn_decode(sys);
-  for (size_t i = 0; i < specs.size(); ++i)
-    self->send(prefill, submit_atom::value,
-               prefill_job{i, specs[i], caf::actor_cast<caf::actor>(decode[i % 2]),
-                           caf::actor_cast<caf::actor>(self)});
+  split_group::submit(self, prefill, decode, specs);
   std::map<uint64_t, collected> got;
   size_t survivors_done = 0, tokens = 0;
   bool killed = false, timed_out = false;
   while (survivors_done < 2 && !timed_out)
     self->receive([&](start_atom, int64_t) {},
                   [&](token_atom, const token_chunk& c) {
-                    collected& x = got[c.request_id];
-                    x.ids.insert(x.ids.end(), c.token_ids.begin(), c.token_ids.end());
-                    x.reason = c.reason;
-                    x.error = c.error;
-                    survivors_done += c.request_id % 2 == 0 && c.reason != finish_reason::none;
+                    const bool last = got[c.request_id].add(c);
+                    survivors_done += c.request_id % 2 == 0 && last;
                     tokens += c.token_ids.size();
                     if (!killed && tokens >= 12) {  // decoding on both ranks: rank 1 dies
                       killed = true;

@@ -7,7 +7,6 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,6 +14,7 @@
 
 #include "actors/rank/nccl_transport.hpp"
 #include "config/model_config.hpp"  // input_error
+#include "eventually.hpp"
 
 using namespace moe;
 using namespace std::chrono_literals;
@@ -38,16 +38,6 @@ bool nccl_or_skip(int min_devices) {
   if (devices < min_devices) {
     MESSAGE("skipped: " << devices << " CUDA device(s), this case needs " << min_devices);
     return false;
-  }
-  return true;
-}
-
-bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until)
-      return false;
-    std::this_thread::sleep_for(1ms);
   }
   return true;
 }
@@ -103,7 +93,7 @@ TEST_CASE("nccl: two ranks' rounds arrive unchanged, and a close ends a round a 
     for (int64_t r = 0; r < 2; ++r)
       ch[r]->stage(ep_payload::dispatch, {.step = i, .layer_idx = 1, .micro_batch = 0}, 1 - r,
                    pattern(sizes[i] + static_cast<size_t>(r), static_cast<int>(10 * i + r)));
-  REQUIRE(wait_for(
+  REQUIRE(testing::eventually(
     [&] {
       std::lock_guard lock{mutex};
       return (got[0].size() == 3 && got[1].size() == 3) || !failures.empty();
