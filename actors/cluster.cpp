@@ -68,16 +68,7 @@ namespace {
 placement_keeper keep_placements(std::shared_ptr<group_roster> prefill,
                                  std::shared_ptr<group_roster> decode) {
   return [prefill, decode](const std::string& rank_kind, const placement_change& d, bool renewing) {
-    group_roster* g = rank_kind == "prefill_rank"  ? prefill.get()
-                      : rank_kind == "decode_rank" ? decode.get()
-                                                   : nullptr;
-    if (g == nullptr || !d.placements || (!renewing && d.membership_first_step != g->members.first_step))
-      return false;
-    g->members.placements = d.placements;
-    g->members.placement_epoch = d.epoch;
-    if (renewing)
-      renew(*g);
-    return true;
+    return placement_kept{keep_placement(rank_kind, prefill.get(), decode.get(), d, renewing)};
   };
 }
 

@@ -18,13 +18,11 @@
 #include "actors/errors.hpp"
 #include "actors/policy/expert_placement.hpp"
 #include "actors/rank/ep_member.hpp"
+#include "actors/supervisor.hpp"
 
 namespace moe {
 
 namespace {
-
-using supervisor_keeper =
-  caf::typed_actor<caf::replies_to<placement_atom, std::string, placement_change, bool>::with<bool>>;
 
 struct expert_balancer_state {
   expert_balancer_config cfg;
@@ -153,7 +151,7 @@ void finish(balancer_pointer self, rebalance_report report) {
 
 // Asks the supervisor to keep `change` as the group's placement (renewing the group with it).
 auto keep_decision(balancer_pointer self, const placement_change& change, bool renew) {
-  return self->request(caf::actor_cast<supervisor_keeper>(self->state.cfg.supervisor),
+  return self->request(caf::actor_cast<placement_keeper_actor>(self->state.cfg.supervisor),
                        self->state.cfg.rank_timeout, placement_atom::value, self->state.cfg.rank_kind, change,
                        renew);
 }

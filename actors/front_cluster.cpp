@@ -74,7 +74,7 @@ group_alive ranks_alive(const std::vector<node_roster>& rosters, bool prefill,
 }
 
 void introduce_split_groups(const std::vector<node_roster>& rosters, const std::vector<bool>& lost,
-                            int64_t num_prefill_ranks, int64_t first_step, split_placements* kept) {
+                            int64_t num_prefill_ranks, int64_t first_step, front_placements* kept) {
   for (const bool prefill : {true, false}) {
     if (!split_over_nodes(rosters, prefill))
       continue;  // a node introduced a group it hosts whole
@@ -86,7 +86,7 @@ void introduce_split_groups(const std::vector<node_roster>& rosters, const std::
     uint64_t epoch = 0;
     if (kept != nullptr) {
       const std::lock_guard lock{kept->mutex};
-      split_placements::group& g = prefill ? kept->prefill : kept->decode;
+      front_placements::group& g = prefill ? kept->prefill : kept->decode;
       g.first_step = first_step;
       g.whole = whole;
       if (whole) {  // survivors take a placement over themselves (ep_rank_core::set_membership)
@@ -101,31 +101,47 @@ void introduce_split_groups(const std::vector<node_roster>& rosters, const std::
   }
 }
 
-placement_keeper keep_split_placements(std::shared_ptr<split_placements> kept) {
-  return [kept](const std::string& rank_kind, const placement_change& decision, bool renew) {
-    if (!decision.placements || (rank_kind != "prefill_rank" && rank_kind != "decode_rank"))
-      return false;
-    caf::actor watch;
-    {
-      const std::lock_guard lock{kept->mutex};
-      split_placements::group& g = rank_kind == "prefill_rank" ? kept->prefill : kept->decode;
-      if (!renew && (!g.whole || decision.membership_first_step != g.first_step))
-        return false;  // planned for a membership that is gone, or for survivors
-      if (renew && !kept->watch)
-        return false;  // nothing can renew the group yet
-      g.placements = decision.placements;
-      g.epoch = decision.epoch;
-      watch = kept->watch;
-    }
-    if (renew)
-      caf::anon_send(watch, peers_atom::value);
-    return true;
-  };
+placement_keeper keep_front_placements(std::shared_ptr<front_placements> kept) {
+  return
+    [kept](const std::string& rank_kind, const placement_change& decision, bool renew) -> placement_kept {
+      if (!decision.placements || (rank_kind != "prefill_rank" && rank_kind != "decode_rank"))
+        return false;
+      caf::actor watch;
+      {
+        const std::lock_guard lock{kept->mutex};
+        front_placements::group& g = rank_kind == "prefill_rank" ? kept->prefill : kept->decode;
+        if (!g.split)
+          return g.node_keeper;  // the node hosting it whole keeps it, in the membership it gave
+        if (!renew && (!g.whole || decision.membership_first_step != g.first_step))
+          return false;  // planned for a membership that is gone, or for survivors
+        if (renew && !kept->watch)
+          return false;  // nothing can renew the group yet
+        g.placements = decision.placements;
+        g.epoch = decision.epoch;
+        watch = kept->watch;
+      }
+      if (renew)
+        caf::anon_send(watch, peers_atom::value);
+      return true;
+    };
+}
+
+void note_group_keepers(const std::vector<node_roster>& rosters, front_placements& kept) {
+  const std::lock_guard lock{kept.mutex};
+  for (const bool prefill : {true, false}) {
+    front_placements::group& g = prefill ? kept.prefill : kept.decode;
+    g.split = split_over_nodes(rosters, prefill);
+    if (g.split)
+      continue;
+    for (const node_roster& r : rosters)
+      if (!(prefill ? r.prefill_ranks : r.decode_ranks).empty())
+        g.node_keeper = caf::actor_cast<placement_keeper_actor>(r.keeper);
+  }
 }
 
 cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                             std::shared_ptr<const tokenizer> tok, const topology_config& topo,
-                            const std::vector<node_roster>& rosters, std::shared_ptr<split_placements> kept) {
+                            const std::vector<node_roster>& rosters, std::shared_ptr<front_placements> kept) {
   cluster c;
   const std::vector<caf::actor> prefill = ranks_in_order(rosters, true, topo.prefill_ranks);
   const std::vector<caf::actor> decode = ranks_in_order(rosters, false, topo.decode_ranks);
@@ -133,6 +149,7 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
     c.prefill_ranks.push_back(caf::actor_cast<prefill_rank_actor>(r));
   for (const caf::actor& r : decode)
     c.decode_ranks.push_back(caf::actor_cast<decode_rank_actor>(r));
+  note_group_keepers(rosters, *kept);
   introduce_split_groups(rosters, {}, topo.prefill_ranks, 0, kept.get());
   const front_graph front = spawn_front_graph(
     sys, c, topo, served_context(topo, model.max_position_embeddings), std::move(tok), false);
@@ -151,8 +168,8 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
     specs.push_back(remote("prefill_rank", r, caf::actor_cast<caf::actor>(c.prefill_ranks[r])));
   for (size_t r = 0; r < c.decode_ranks.size(); ++r)
     specs.push_back(remote("decode_rank", r, caf::actor_cast<caf::actor>(c.decode_ranks[r])));
-  // EPLB for each group split over nodes (index 0 prefill, 1 decode, as in one process), after
-  // the ranks it asks; the nodes' rosters say what one expert weighs and over how many nodes
+  // EPLB for each group (index 0 prefill, 1 decode, as in one process), after the ranks it
+  // asks; the nodes' rosters say what one expert weighs and over how many nodes
   int64_t expert_bytes = 0;
   for (const node_roster& r : rosters)
     expert_bytes = std::max(expert_bytes, r.expert_bytes);
@@ -160,8 +177,6 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
     const std::vector<expert_balancer_config> cfgs = expert_balancer_configs(model, expert_bytes, topo,
                                                                              ep_group{}.expert_window_steps);
     for (const bool prefill : {true, false}) {
-      if (!split_over_nodes(rosters, prefill))
-        continue;
       expert_balancer_config cfg = cfgs[prefill ? 0 : 1];
       int64_t nodes = 0;
       for (const node_roster& r : rosters)
@@ -175,7 +190,7 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
     sys, std::move(specs),
     {.max_restarts = topo.max_restarts,
      .period = std::chrono::milliseconds(static_cast<int64_t>(topo.restart_period_s * 1000.0))},
-    keep_split_placements(std::move(kept)));
+    keep_front_placements(std::move(kept)));
   c.root = caf::actor_cast<caf::actor>(c.supervisor);
   return c;
 }

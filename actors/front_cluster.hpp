@@ -7,7 +7,8 @@
 // shrinks its split group to the survivors, joins the node again and puts its ranks in the lost
 // ones' places). An expert-parallel
 // group split over nodes is introduced from here (its ranks send each other their dispatches and
-// combines over the data plane), and its expert balancer runs here.
+// combines over the data plane). Every group's expert balancer runs here: a split group's
+// decisions are kept here, those of a group one node hosts whole on that node, in its membership.
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -25,34 +26,42 @@ namespace moe {
 /// What the expert balancers of the groups split over nodes decided, kept on the front for the
 /// memberships it gives those groups (introduce_split_groups): the whole group's, at a rejoin
 /// too, carries the placement in force; the survivors of a lost node take one over themselves.
-/// The front's supervisor keeps the decisions here (keep_split_placements) on its thread, the
-/// node watch introduces the groups on its own: hence the mutex.
-struct split_placements {
+/// A group one node hosts whole has its decisions kept by that node (node_roster::keeper).
+/// The front's supervisor keeps the decisions here (keep_front_placements) on its thread, the
+/// node watch introduces the groups and notes the keepers on its own: hence the mutex.
+struct front_placements {
   struct group {
     int64_t first_step = 0;  // of the membership the front gave the group last
     bool whole = true;       // every rank of the group was in it
     std::shared_ptr<const std::vector<layer_placement>> placements;  // null: the group's first
     uint64_t epoch = 0;
+    bool split = false;                  // its ranks are on more than one node
+    placement_keeper_actor node_keeper;  // not split: its node's keeper, as it last joined
   };
   std::mutex mutex;
   group prefill, decode;
   caf::actor watch;  // the node watch: renews the memberships ((peers_atom) to it); set once it runs
 };
 
-/// The front supervisor's placement keeper (supervisor.hpp) for the split groups' expert
-/// balancers: a decision planned for the membership in force of a whole group is kept (false
-/// for any other, and for a group not split); with `renew` it is kept whatever the membership
-/// and the node watch gives the group a new membership that carries it.
-[[nodiscard]] placement_keeper keep_split_placements(std::shared_ptr<split_placements> kept);
+/// The front supervisor's placement keeper (supervisor.hpp) for the groups' expert balancers:
+/// for a split group, a decision planned for the membership in force of a whole group is kept
+/// (false for any other); with `renew` it is kept whatever the membership and the node watch
+/// gives the group a new membership that carries it. A group one node hosts whole: that node's
+/// keeper (null, hence not kept, before the node joined).
+[[nodiscard]] placement_keeper keep_front_placements(std::shared_ptr<front_placements> kept);
+
+/// Notes in `kept` which groups are split over the rosters' nodes and, for a group one node
+/// hosts whole, that node's keeper (at start, and when the node joins again).
+void note_group_keepers(const std::vector<node_roster>& rosters, front_placements& kept);
 
 /// The front's cluster over the rosters' ranks: every prefill rank 0 .. P-1 and decode rank
 /// 0 .. D-1 of `topo` exactly once among them, or an input_error naming what is missing or
-/// listed twice. A group split over nodes gets an expert balancer here (EPLB: its decisions kept
-/// in `kept`); a group a node hosts whole keeps its default placement.
+/// listed twice. Each group gets an expert balancer here (EPLB: a split group's decisions kept
+/// in `kept`, a whole group's by its node).
 [[nodiscard]] cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                                           std::shared_ptr<const tokenizer> tok, const topology_config& topo,
                                           const std::vector<node_roster>& rosters,
-                                          std::shared_ptr<split_placements> kept);
+                                          std::shared_ptr<front_placements> kept);
 
 /// The prefill ranks (`prefill`) or decode ranks of the rosters in group order; input_error when
 /// a rank of 0 .. count-1 is missing or listed twice. Pure.
@@ -82,6 +91,6 @@ struct group_alive {
 /// after a node is lost its groups' survivors go on alone, and when it rejoins the whole groups,
 /// with the placement `kept` holds for them (when given); the memberships are noted there.
 void introduce_split_groups(const std::vector<node_roster>& rosters, const std::vector<bool>& lost,
-                            int64_t num_prefill_ranks, int64_t first_step, split_placements* kept = nullptr);
+                            int64_t num_prefill_ranks, int64_t first_step, front_placements* kept = nullptr);
 
 }  // namespace moe

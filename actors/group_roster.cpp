@@ -59,4 +59,16 @@ void renew(group_roster& g) {
   tell_members(g);
 }
 
+bool keep_placement(const std::string& rank_kind, group_roster* prefill, group_roster* decode,
+                    const placement_change& d, bool renew) {
+  group_roster* g = rank_kind == "prefill_rank" ? prefill : rank_kind == "decode_rank" ? decode : nullptr;
+  if (g == nullptr || !d.placements || (!renew && d.membership_first_step != g->members.first_step))
+    return false;
+  g->members.placements = d.placements;
+  g->members.placement_epoch = d.epoch;
+  if (renew)
+    moe::renew(*g);
+  return true;
+}
+
 }  // namespace moe

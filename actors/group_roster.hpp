@@ -40,6 +40,13 @@ void rejoin(group_roster& g, size_t r, const caf::actor& fresh);
 /// placement from the new first step.
 void renew(group_roster& g);
 
+/// Keeps an expert balancer's decision `d` for the group of `rank_kind` ("prefill_rank" or
+/// "decode_rank"; its roster null where the group is not hosted here) in its roster: recorded
+/// when planned for the membership now, or with `renew` whatever the membership, which a new
+/// membership then carries (supervisor.hpp's placement_keeper). False when not recorded.
+[[nodiscard]] bool keep_placement(const std::string& rank_kind, group_roster* prefill, group_roster* decode,
+                                  const placement_change& d, bool renew);
+
 /// The first step of a group's `epoch`-th membership (each epoch's steps start 2^40 above the last's).
 [[nodiscard]] int64_t epoch_first_step(int64_t epoch) noexcept;
 

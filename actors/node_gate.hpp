@@ -28,12 +28,15 @@ struct node_roster {
   std::vector<caf::actor> decode_ranks;
   std::string data_address;  // its data plane's (actors/rank/data_plane.hpp); empty: payloads as messages
   int64_t expert_bytes = 0;  // one routed expert's weights as its ranks hold them (what a move copies)
+  // keeps the expert balancers' decisions for the groups this node hosts whole (their memberships
+  // are its own: actors/node_ranks.hpp); a supervisor's placement_keeper_actor; null: none
+  caf::actor keeper;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_roster& x) {
   return f(caf::meta::type_name("node_roster"), x.node, x.first_prefill_rank, x.prefill_ranks,
-           x.first_decode_rank, x.decode_ranks, x.data_address, x.expert_bytes);
+           x.first_decode_rank, x.decode_ranks, x.data_address, x.expert_bytes, x.keeper);
 }
 
 /// (join_atom, cluster name, token, the asking node's name) -> the roster, or an error naming

@@ -2,6 +2,7 @@
 #include "actors/node_ranks.hpp"
 
 #include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "actors/group_roster.hpp"
 #include "actors/prefill_rank.hpp"
 #include "actors/rank/copy_engine.hpp"
+#include "actors/supervisor.hpp"
 #include "config/thread_split.hpp"
 #include "config/model_config.hpp"  // input_error
 #include "kernels/model/kv_cache.hpp"
@@ -22,9 +24,26 @@ void node_ranks::stop() const {
   for (const auto& ranks : {roster.prefill_ranks, roster.decode_ranks})
     for (const caf::actor& r : ranks)
       caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
-  if (copy_engine)
-    caf::anon_send_exit(copy_engine, caf::exit_reason::user_shutdown);
+  for (const caf::actor& a : {copy_engine, keeper})
+    if (a)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
+
+namespace {
+
+// Keeps the expert balancers' decisions for the groups a node hosts whole in their rosters, one
+// request at a time (nothing else on the node changes them: it restarts whole).
+placement_keeper_actor spawn_group_keeper(caf::actor_system& sys, std::shared_ptr<group_roster> prefill,
+                                          std::shared_ptr<group_roster> decode) {
+  return sys.spawn([prefill, decode]() -> placement_keeper_actor::behavior_type {
+    return {
+      [prefill, decode](placement_atom, const std::string& rank_kind, const placement_change& d, bool renew) {
+        return keep_placement(rank_kind, prefill.get(), decode.get(), d, renew);
+      }};
+  });
+}
+
+}  // namespace
 
 rank_model_config rank_config_of(const topology_config& topo, bool reference, int64_t threads) {
   return {.reference = reference,
@@ -112,6 +131,10 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
     out.prefill_group = introduce(out.roster.prefill_ranks, 0, prefill_group);
   if (node.decode_ranks > 0 && node.decode_ranks == topo.decode_ranks)
     out.decode_group = introduce(out.roster.decode_ranks, topo.prefill_ranks, decode_group);
+  if (out.prefill_group || out.decode_group) {
+    out.keeper = caf::actor_cast<caf::actor>(spawn_group_keeper(sys, out.prefill_group, out.decode_group));
+    out.roster.keeper = out.keeper;
+  }
   return out;
 }
 

@@ -27,8 +27,10 @@ struct node_ranks {
   std::shared_ptr<collective_transport> collective;
   // the memberships of the groups this node hosts whole (null: none, or a group across nodes)
   std::shared_ptr<group_roster> prefill_group, decode_group;
+  // keeps the expert balancers' decisions for those groups in them (roster.keeper; null: none)
+  caf::actor keeper;
 
-  /// Stops the ranks and the copy engine.
+  /// Stops the ranks, the copy engine and the keeper.
   void stop() const;
 };
 
@@ -38,7 +40,8 @@ struct node_ranks {
 /// Spawns node `node`'s ranks of cluster `c` over `weights` (validate_cluster_for_model
 /// passed). Their threads: --threads-per-rank, or (auto) this process's cores split among its
 /// own ranks. A group the node hosts whole is introduced (its members share this process's
-/// inboxes). Throws input_error when their KV pools do not fit in memory.
+/// inboxes), and an expert balancer's decisions for it (run on the front) are kept here, in its
+/// membership (roster.keeper). Throws input_error when their KV pools do not fit in memory.
 [[nodiscard]] node_ranks spawn_node_ranks(caf::actor_system& sys,
                                           std::shared_ptr<const model_weights> weights, const cluster_file& c,
                                           const cluster_node& node, bool reference);

@@ -78,12 +78,14 @@ void rejoined(caf::blocking_actor* self, watch_state& st, size_t i, node_roster 
     adopt("prefill_rank", r.first_prefill_rank + static_cast<int64_t>(k), r.prefill_ranks[k]);
   for (size_t k = 0; k < r.decode_ranks.size(); ++k)
     adopt("decode_rank", r.first_decode_rank + static_cast<int64_t>(k), r.decode_ranks[k]);
+  if (st.cfg.kept)  // a group it hosts whole: its fresh membership keeps the decisions now
+    note_group_keepers(st.cfg.rosters, *st.cfg.kept);
   renew_split_groups(st);
   // the balancers learn them as they learn a restarted rank
   const child_lookup current = [&](const std::string& kind, int64_t index) {
     return lookup(self, sup, kind, index);
   };
-  // and a split group's expert balancer (index 0 prefill, 1 decode; none for a whole group)
+  // and the group's expert balancer (index 0 prefill, 1 decode)
   const auto tell_expert_balancer = [&](int64_t balancer, int64_t index, const caf::actor& rank) {
     if (const caf::actor b = current("expert_balancer", balancer))
       caf::anon_send(caf::actor_cast<expert_balancer_actor>(b), peers_atom::value, index, rank);
@@ -146,7 +148,7 @@ caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg) {
           self->delayed_send(self, rejoin_period, rejoin_tick::value);
         }
       },
-      [&](peers_atom) { renew_split_groups(st); },  // a decision to carry (keep_split_placements)
+      [&](peers_atom) { renew_split_groups(st); },  // a decision to carry (keep_front_placements)
       [&](rejoin_tick) {
         try_rejoin(self, st);
         ticking = !st.lost.empty();

@@ -7,9 +7,10 @@
 // the lost ranks' requests place them again (re-prefilled on the ranks still up). The node is
 // joined again through its gate every half second. Once it answers (restarted, or woken from a
 // SIGSTOP), its ranks replace the lost ones as the supervisor's children, the balancers learn
-// them as they learn a restarted rank (its split group's expert balancer too), and the split
+// them as they learn a restarted rank (its group's expert balancer too), and the split
 // group starts a new epoch with all of them and the placement its expert balancer decided last
-// (the one it began with, if none). Only a role with no rank left up (every prefill rank lost,
+// (the one it began with, if none); a group the node hosts whole starts again from its first
+// placement, its decisions kept by the node's new keeper. Only a role with no rank left up (every prefill rank lost,
 // say) answers requests with a retryable 503 until its node returns.
 #pragma once
 
@@ -24,16 +25,17 @@
 
 namespace moe {
 
-struct split_placements;  // actors/front_cluster.hpp
+struct front_placements;  // actors/front_cluster.hpp
 
 struct node_watch_config {
   cluster_file file;                 // the nodes' addresses, the cluster's name and token
   std::string self_name;             // the front node's name, presented to the gates
   caf::actor supervisor;             // the front's: the ranks are its `elsewhere` children
   std::vector<node_roster> rosters;  // as the nodes first answered
-  // the split groups' expert balancers' decisions, which a whole group's membership carries; a
-  // (peers_atom) message renews the memberships (keep_split_placements asks so)
-  std::shared_ptr<split_placements> kept;
+  // the split groups' expert balancers' decisions, which a whole group's membership carries, and
+  // the keepers of the groups one node hosts whole; a (peers_atom) message renews the
+  // memberships (keep_front_placements asks so)
+  std::shared_ptr<front_placements> kept;
 };
 
 /// Spawns the watch (a detached actor: joining blocks); it stops with an exit message.

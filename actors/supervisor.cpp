@@ -369,8 +369,15 @@ supervisor_actor::behavior_type supervisor(supervisor_pointer self, std::vector<
       return configure_child(self, kind, index, change);
     },
     [=](config_atom) -> caf::result<std::vector<versioned_config>> { return list_configs(self); },
-    [=](placement_atom, const std::string& rank_kind, const placement_change& decision, bool renew) {
-      return !self->state.stopping && keeper && keeper(rank_kind, decision, renew);
+    [=](placement_atom, const std::string& rank_kind, const placement_change& decision,
+        bool renew) -> caf::result<bool> {
+      if (self->state.stopping || !keeper)
+        return false;
+      placement_kept kept = keeper(rank_kind, decision, renew);
+      if (const auto* elsewhere = std::get_if<placement_keeper_actor>(&kept))
+        return *elsewhere ? self->delegate(*elsewhere, placement_atom::value, rank_kind, decision, renew)
+                          : caf::result<bool>{false};
+      return std::get<bool>(kept);
     },
     [=](start_atom, child_spec& spec) -> caf::result<caf::actor> {
       auto& st = self->state;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "actors/atoms.hpp"
@@ -57,6 +58,16 @@ struct child_spec {
   bool configurable = false;
 };
 
+/// What keeps an expert balancer's decisions for a group (the supervisor, or the node of a
+/// multi-process cluster that hosts the group whole): (kind of the group's ranks, decision, renew)
+/// -> recorded (placement_keeper says when).
+using placement_keeper_actor =
+  caf::typed_actor<caf::replies_to<placement_atom, std::string, placement_change, bool>::with<bool>>;
+
+/// A keeper's answer: recorded (true) or not (false), or the actor that keeps the group's
+/// decisions elsewhere (a node hosting it whole), which the supervisor hands the request on to.
+using placement_kept = std::variant<bool, placement_keeper_actor>;
+
 /// Where an expert balancer's decision is kept (cluster.cpp's group rosters), run on the
 /// supervisor's thread, where ranks are restarted: records `decision` as the placement of the
 /// group of the ranks of `rank_kind` when it was planned for the group's membership now (false
@@ -64,7 +75,7 @@ struct child_spec {
 /// carries it (each rank takes it from its first step). A rank restarted later gets the
 /// recorded placement with its membership.
 using placement_keeper =
-  std::function<bool(const std::string& rank_kind, const placement_change& decision, bool renew)>;
+  std::function<placement_kept(const std::string& rank_kind, const placement_change& decision, bool renew)>;
 
 using supervisor_actor = caf::typed_actor<
   // Every live child, in start order, then the children's workers (restarts 0).

@@ -115,8 +115,7 @@ void spawn_admin_rebalance(caf::actor_system& sys, std::shared_ptr<const serving
           [=](const caf::actor& balancer) {
             if (!balancer)
               return failed(
-                "no expert balancer runs for it: it is restarting, the model has no routed experts, "
-                "or one node hosts the whole group (a multi-process front balances split groups)");
+                "no expert balancer runs for it: it is restarting, or the model has no routed experts");
             self
               ->request(caf::actor_cast<expert_balancer_actor>(balancer), rebalance_timeout,
                         rebalance_atom::value)

@@ -168,7 +168,7 @@ cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluste
     std::printf("moeserve: joined node %s (%s)\n", awaited[i]->name.c_str(), hosted(rosters.back()).c_str());
     std::fflush(stdout);
   }
-  auto kept = std::make_shared<split_placements>();
+  auto kept = std::make_shared<front_placements>();
   cluster out = spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters, kept);
   out.node_watch = spawn_node_watch(sys, {.file = c,
                                           .self_name = front.name,

@@ -3,7 +3,8 @@
 // exactly once, in group order whatever the order the nodes joined in (a group may span nodes);
 // a missing rank, one listed twice or one out of range is an error naming it. After a node is
 // lost, a group's ranks on the nodes still up, in group order. An expert balancer's decision for
-// a split group is kept on the front for the group's whole memberships, never the survivors'.
+// a split group is kept on the front for the group's whole memberships, never the survivors';
+// one for a group a node hosts whole goes to that node's keeper, through the front supervisor.
 #include <doctest/doctest.h>
 
 #include <caf/event_based_actor.hpp>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "actor_fixture.hpp"
@@ -95,8 +97,11 @@ TEST_CASE_FIXTURE(actor_fixture, "front: the rosters' ranks in group order, whic
 TEST_CASE_FIXTURE(
   actor_fixture,
   "front: a split group's EPLB decision is kept for its whole memberships, not for survivors") {
-  auto kept = std::make_shared<moe::split_placements>();
-  const moe::placement_keeper keep = moe::keep_split_placements(kept);
+  auto kept = std::make_shared<moe::front_placements>();
+  const moe::placement_keeper keeper = moe::keep_front_placements(kept);
+  const auto keep = [&](const std::string& kind, const moe::placement_change& d, bool renew) {
+    return std::get<bool>(keeper(kind, d, renew));  // a split group's: kept (or not) on the front
+  };
   auto placement = std::make_shared<const std::vector<moe::layer_placement>>(
     std::vector<moe::layer_placement>{{}, moe::make_layer_placement({1, 0, 3, 2}, 2, 4)});
   // decode ranks 0 and 1 on two nodes; `self` stands for both, and hears their memberships
@@ -110,6 +115,8 @@ TEST_CASE_FIXTURE(
                     caf::after(std::chrono::seconds(5)) >> [] { FAIL("no membership"); });
     return got;
   };
+  moe::note_group_keepers({a, b}, *kept);
+  CHECK(kept->decode.split);
   moe::introduce_split_groups({a, b}, {}, 2, 0, kept.get());
   for (const moe::ep_membership& m : memberships(2))
     CHECK(m.placements == nullptr);  // nothing decided yet: the placement the group began with
@@ -147,4 +154,69 @@ TEST_CASE_FIXTURE(
                 caf::after(std::chrono::seconds(5)) >> [] { FAIL("no renewal"); });
   CHECK(renewed);
   CHECK(kept->decode.epoch == 3);
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "front: a whole group's EPLB decision goes to its node's keeper, through the supervisor") {
+  auto kept = std::make_shared<moe::front_placements>();
+  // node p hosts both prefill ranks (and keeps that group's decisions), nodes a and b a decode
+  // rank each; the keeper stands for p's, answering whether the decision came with `renew`
+  auto asked = std::make_shared<std::vector<std::string>>();
+  const moe::placement_keeper_actor node_keeper =
+    sys.spawn([asked]() -> moe::placement_keeper_actor::behavior_type {
+      return {
+        [asked](moe::placement_atom, const std::string& kind, const moe::placement_change& d, bool renew) {
+          asked->push_back(kind + " epoch " + std::to_string(d.epoch));
+          return renew;
+        }};
+    });
+  const caf::actor rank = sys.spawn(idle);
+  const moe::node_roster p{.node = "p",
+                           .first_prefill_rank = 0,
+                           .prefill_ranks = {rank, rank},
+                           .keeper = caf::actor_cast<caf::actor>(node_keeper)};
+  const moe::node_roster a{.node = "a", .first_decode_rank = 0, .decode_ranks = {rank}};
+  const moe::node_roster b{.node = "b", .first_decode_rank = 1, .decode_ranks = {rank}};
+  auto placement = std::make_shared<const std::vector<moe::layer_placement>>(
+    std::vector<moe::layer_placement>{{}, moe::make_layer_placement({1, 0, 3, 2}, 2, 4)});
+  const moe::placement_change decision{.epoch = 4, .membership_first_step = 0, .placements = placement};
+
+  const moe::placement_keeper keeper = moe::keep_front_placements(kept);
+  const moe::supervisor_actor sup = moe::spawn_supervisor(sys, {}, {}, keeper);
+  const auto ask = [&](bool renew) {
+    bool got = !renew;
+    self
+      ->request(sup, std::chrono::seconds(5), moe::placement_atom::value, std::string("prefill_rank"),
+                decision, renew)
+      .receive([&](bool recorded) { got = recorded; }, [](const caf::error& e) { FAIL(to_string(e)); });
+    return got;
+  };
+  const moe::placement_kept before = keeper("prefill_rank", decision, false);  // p has not joined yet
+  REQUIRE(std::holds_alternative<moe::placement_keeper_actor>(before));
+  CHECK_FALSE(std::get<moe::placement_keeper_actor>(before));  // no keeper: the supervisor says false
+  CHECK_FALSE(ask(true));
+  CHECK(asked->empty());
+  moe::note_group_keepers({a, p, b}, *kept);
+  CHECK_FALSE(kept->prefill.split);
+  CHECK(kept->decode.split);
+  const moe::placement_kept to_node = keeper("prefill_rank", decision, false);
+  REQUIRE(std::holds_alternative<moe::placement_keeper_actor>(to_node));
+  CHECK(std::get<moe::placement_keeper_actor>(to_node) == node_keeper);
+
+  // a balancer asks the front supervisor, which hands the request on to p's keeper: the answer is p's
+  CHECK_FALSE(ask(false));
+  CHECK(ask(true));
+  CHECK(*asked == std::vector<std::string>{"prefill_rank epoch 4", "prefill_rank epoch 4"});
+  // p joins again: its new keeper takes the decisions
+  const moe::placement_keeper_actor fresh = sys.spawn([]() -> moe::placement_keeper_actor::behavior_type {
+    return {[](moe::placement_atom, const std::string&, const moe::placement_change&, bool) { return true; }};
+  });
+  moe::node_roster again = p;
+  again.keeper = caf::actor_cast<caf::actor>(fresh);
+  moe::note_group_keepers({a, again, b}, *kept);
+  CHECK(ask(false));
+  CHECK(asked->size() == 2);
+  for (const caf::actor& h : {caf::actor_cast<caf::actor>(sup), caf::actor_cast<caf::actor>(node_keeper),
+                              caf::actor_cast<caf::actor>(fresh), rank})
+    caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
 }

@@ -10,7 +10,8 @@
 # front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks, and
 # a load of 24 requests (8 in flight) is answered in full. The front's expert balancer
 # rebalances the split group (admin.rebalance), experts moving between the nodes, with the same
-# answers; a node that rejoins later takes that placement. A decode node stopped with SIGSTOP
+# answers; a node that rejoins later takes that placement. The prefill group, which one node
+# hosts whole, is rebalanced from the front as well, before and after that node restarts. A decode node stopped with SIGSTOP
 # under load is found down by the heartbeats within seconds, one killed with -9 at once; the
 # other decode node goes on alone (elastic EP), the lost node's requests are placed again, and
 # every request of the load is answered in full, greedy answers unchanged. With the prefill node
@@ -82,6 +83,22 @@ assert all(a >= b for a, b in zip(g["balancedness_after"], g["balancedness_befor
 same_answers eplb
 echo "ok: the split decode group rebalanced through the front (epoch 1, $(echo "$out" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["moved_experts"])') experts moved between the nodes) and the answers are the same"
 
+# EPLB over the prefill group prefill-0 hosts whole: its balancer runs on the front too, and
+# prefill-0 keeps the decision in the membership it gave its ranks
+rebalance_prefill() {
+  out=$(MOESERVE_ADMIN_KEY=front-admin-key timeout -k 5 90 "$moeserve" ctl --port "$rpc" rebalance --role prefill 2>&1) ||
+    fail "ctl rebalance --role prefill through the front ($1): $out"
+  echo "$out" | /usr/bin/python3 -c '
+import json, sys
+g = json.load(sys.stdin)["groups"][0]
+assert g["role"] == "prefill" and g["error"] == "" and g["epoch"] == 1, g
+assert g["moved_experts"] > 0 and g["moved_bytes"] > 0, g
+' || fail "rebalance of the prefill group prefill-0 hosts whole ($1): $out"
+}
+rebalance_prefill "first"
+same_answers eplb-prefill
+echo "ok: the prefill group on prefill-0 rebalanced from the front (epoch 1, kept by prefill-0) and the answers are the same"
+
 # SIGSTOP under load: the node is silent, not gone; the heartbeats (0.1 s, timeout 1 s) find it.
 # The decode group goes on with decode-0 alone (it holds every expert then), the requests on
 # decode-1 are placed again, and every request is answered in full. After SIGCONT its gate
@@ -125,7 +142,11 @@ metrics=$(curl -s -w "%{http_code}" "http://127.0.0.1:$http/metrics")
 start prefill-0
 rejoined prefill-0 1
 same_answers prefill-back
-echo "ok: with prefill-0 (every prefill rank) killed, requests got a retryable 503 and /metrics showed its ranks down; restarted, it rejoined and the answers are the same"
+# the restarted node's ranks begin with the first placement again; the front's balancer knows
+# them and the new node's keeper: a rebalance installs epoch 1 anew
+rebalance_prefill "after prefill-0 restarted"
+same_answers prefill-eplb-back
+echo "ok: with prefill-0 (every prefill rank) killed, requests got a retryable 503 and /metrics showed its ranks down; restarted, it rejoined, rebalanced again from the front, and the answers are the same"
 
 kill -TERM "$pid_front"
 wait "$pid_front"
