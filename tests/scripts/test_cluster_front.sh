@@ -17,8 +17,8 @@
 # every request of the load is answered in full, greedy answers unchanged. With the prefill node
 # (every prefill rank) killed, requests get a retryable 503, not silence, and /ready says why. Continued, or started
 # again, a node rejoins and the same requests give the same text. SIGTERM stops the front
-# cleanly and leaves the nodes running; SIGTERM stops decode-1, which says what its data plane
-# carried.
+# cleanly and leaves the nodes running; a front started again joins them and gives the same
+# text. SIGTERM stops decode-1, which says what its data plane carried.
 # Everything started here is stopped at the end.
 # Run by CTest as: bash test_cluster_front.sh <path-to-moeserve>
 set -uo pipefail
@@ -156,6 +156,13 @@ status=$?
 kill -0 "$pid_prefill_0" || fail "prefill-0 stopped with the front"
 kill -0 "$pid_decode_1" || fail "decode-1 stopped with the front"
 echo "ok: the front stopped on SIGTERM; prefill-0 and decode-1 run on"
+
+# a front started again while the nodes run joins them again and serves the same answers (the
+# split decode group introduced anew, with the placement it began with)
+MOESERVE_ADMIN_KEY=front-admin-key start front
+wait_for "$tmp/front.out" "moeserve: listening on" "$pid_front"
+same_answers front-again
+echo "ok: the front started again joined the running nodes and the answers are the same"
 
 kill -TERM "$pid_decode_1"
 wait "$pid_decode_1"
