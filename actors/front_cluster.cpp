@@ -2,6 +2,7 @@
 #include "actors/front_cluster.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
 #include <algorithm>
@@ -139,9 +140,25 @@ void note_group_keepers(const std::vector<node_roster>& rosters, front_placement
   }
 }
 
+int64_t first_front_epoch(caf::actor_system& sys, const std::vector<node_roster>& rosters,
+                          std::chrono::milliseconds timeout) {
+  int64_t highest = 0;
+  caf::scoped_actor self{sys};
+  for (const bool prefill : {true, false}) {
+    if (!split_over_nodes(rosters, prefill))
+      continue;  // its node gives it its memberships
+    for (const caf::actor& rank : ranks_alive(rosters, prefill, {}).ranks)
+      self->request(caf::actor_cast<ep_member_actor>(rank), timeout, placement_atom::value)
+        .receive([&](const placement_report& r) { highest = std::max(highest, r.membership_first_step); },
+                 [](const caf::error&) {});
+  }
+  return epoch_after(highest);
+}
+
 cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                             std::shared_ptr<const tokenizer> tok, const topology_config& topo,
-                            const std::vector<node_roster>& rosters, std::shared_ptr<front_placements> kept) {
+                            const std::vector<node_roster>& rosters, std::shared_ptr<front_placements> kept,
+                            int64_t first_epoch) {
   cluster c;
   const std::vector<caf::actor> prefill = ranks_in_order(rosters, true, topo.prefill_ranks);
   const std::vector<caf::actor> decode = ranks_in_order(rosters, false, topo.decode_ranks);
@@ -150,7 +167,7 @@ cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
   for (const caf::actor& r : decode)
     c.decode_ranks.push_back(caf::actor_cast<decode_rank_actor>(r));
   note_group_keepers(rosters, *kept);
-  introduce_split_groups(rosters, {}, topo.prefill_ranks, 0, kept.get());
+  introduce_split_groups(rosters, {}, topo.prefill_ranks, epoch_first_step(first_epoch), kept.get());
   const front_graph front = spawn_front_graph(
     sys, c, topo, served_context(topo, model.max_position_embeddings), std::move(tok), false);
   std::vector<child_spec> specs = front_child_specs(sys, c, front);

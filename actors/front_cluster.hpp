@@ -12,6 +12,7 @@
 #pragma once
 
 #include <caf/actor_system.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -58,10 +59,19 @@ void note_group_keepers(const std::vector<node_roster>& rosters, front_placement
 /// 0 .. D-1 of `topo` exactly once among them, or an input_error naming what is missing or
 /// listed twice. Each group gets an expert balancer here (EPLB: a split group's decisions kept
 /// in `kept`, a whole group's by its node).
+/// The split groups' first memberships are of epoch `first_epoch` (first_front_epoch).
 [[nodiscard]] cluster spawn_front_cluster(caf::actor_system& sys, const model_config& model,
                                           std::shared_ptr<const tokenizer> tok, const topology_config& topo,
                                           const std::vector<node_roster>& rosters,
-                                          std::shared_ptr<front_placements> kept);
+                                          std::shared_ptr<front_placements> kept, int64_t first_epoch = 0);
+
+/// The epoch this front's memberships of the split groups start at: above every membership their
+/// ranks hold already (0 for fresh ranks). A front started again while the nodes run finds them
+/// in an earlier front's memberships, whose later epochs a rank would take a new one below for
+/// stale (ep_inbox::start_epoch): it would go on waiting for a lost peer in an old step. A rank
+/// that does not answer within `timeout` is left out (its node is being lost).
+[[nodiscard]] int64_t first_front_epoch(caf::actor_system& sys, const std::vector<node_roster>& rosters,
+                                        std::chrono::milliseconds timeout);
 
 /// The prefill ranks (`prefill`) or decode ranks of the rosters in group order; input_error when
 /// a rank of 0 .. count-1 is missing or listed twice. Pure.

@@ -11,6 +11,10 @@ constexpr int epoch_step_bits = 40;
 
 int64_t epoch_first_step(int64_t epoch) noexcept { return epoch << epoch_step_bits; }
 
+int64_t epoch_after(int64_t first_step) noexcept {
+  return first_step <= 0 ? 0 : (first_step >> epoch_step_bits) + 1;
+}
+
 void introduce_across(const std::vector<caf::actor>& ranks, const std::vector<int64_t>& global_ranks,
                       const std::vector<std::string>& data_addresses, int64_t first_step,
                       std::shared_ptr<const std::vector<layer_placement>> placements,

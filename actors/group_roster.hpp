@@ -50,6 +50,10 @@ void renew(group_roster& g);
 /// The first step of a group's `epoch`-th membership (each epoch's steps start 2^40 above the last's).
 [[nodiscard]] int64_t epoch_first_step(int64_t epoch) noexcept;
 
+/// The epoch whose memberships begin above `first_step` (0 for 0): where someone who gives a
+/// group memberships starts numbering them when the ranks already hold one of an earlier giver's.
+[[nodiscard]] int64_t epoch_after(int64_t first_step) noexcept;
+
 /// Tells the ranks of a group split over processes their membership from `first_step`: no
 /// inboxes (each sends its peers their payloads over the data plane at `data_addresses`, one per
 /// rank, or as messages where that is empty, and takes theirs into its own), their global

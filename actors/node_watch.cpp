@@ -125,7 +125,7 @@ void try_rejoin(caf::blocking_actor* self, watch_state& st) {
 
 caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg) {
   return sys.spawn<caf::detached>([cfg = std::move(cfg)](caf::blocking_actor* self) {
-    watch_state st{.cfg = cfg, .node_of = {}, .lost = {}, .epoch = 0};
+    watch_state st{.cfg = cfg, .node_of = {}, .lost = {}, .epoch = cfg.first_epoch};
     for (size_t i = 0; i < st.cfg.rosters.size(); ++i)
       watch_ranks(self, st, i);
     bool ticking = false;

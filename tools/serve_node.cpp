@@ -169,12 +169,15 @@ cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluste
     std::fflush(stdout);
   }
   auto kept = std::make_shared<front_placements>();
-  cluster out = spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters, kept);
+  // nodes that ran under an earlier front: its memberships are left behind, not undercut
+  const int64_t first_epoch = first_front_epoch(sys, rosters, std::chrono::seconds(5));
+  cluster out = spawn_front_cluster(sys, model, std::move(tok), c.topology, rosters, kept, first_epoch);
   out.node_watch = spawn_node_watch(sys, {.file = c,
                                           .self_name = front.name,
                                           .supervisor = out.root,
                                           .rosters = std::move(rosters),
-                                          .kept = kept});
+                                          .kept = kept,
+                                          .first_epoch = first_epoch});
   const std::lock_guard lock{kept->mutex};
   kept->watch = out.node_watch;
   return out;

@@ -4,7 +4,8 @@
 // a missing rank, one listed twice or one out of range is an error naming it. After a node is
 // lost, a group's ranks on the nodes still up, in group order. An expert balancer's decision for
 // a split group is kept on the front for the group's whole memberships, never the survivors';
-// one for a group a node hosts whole goes to that node's keeper, through the front supervisor.
+// one for a group a node hosts whole goes to that node's keeper, through the front supervisor. A
+// front started again numbers its memberships above those the ranks hold.
 #include <doctest/doctest.h>
 
 #include <caf/event_based_actor.hpp>
@@ -17,6 +18,7 @@
 
 #include "actor_fixture.hpp"
 #include "actors/front_cluster.hpp"
+#include "actors/group_roster.hpp"
 
 using moe::testing::actor_fixture;
 
@@ -218,5 +220,41 @@ TEST_CASE_FIXTURE(actor_fixture,
   CHECK(asked->size() == 2);
   for (const caf::actor& h : {caf::actor_cast<caf::actor>(sup), caf::actor_cast<caf::actor>(node_keeper),
                               caf::actor_cast<caf::actor>(fresh), rank})
+    caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("front: memberships numbered above an epoch's first step, 2^40 steps per epoch") {
+  constexpr int64_t epoch = int64_t{1} << 40;
+  CHECK(moe::epoch_after(0) == 0);  // fresh ranks: the first front's numbering
+  CHECK(moe::epoch_after(1) == 1);
+  CHECK(moe::epoch_after(epoch - 1) == 1);
+  CHECK(moe::epoch_after(epoch) == 2);
+  CHECK(moe::epoch_after(3 * epoch + 5) == 4);
+  CHECK(moe::epoch_first_step(moe::epoch_after(3 * epoch)) > 3 * epoch);
+}
+
+TEST_CASE_FIXTURE(actor_fixture,
+                  "front: a front started again numbers the split groups' memberships above the ranks' own") {
+  // decode ranks on nodes a and b hold memberships an earlier front gave (first steps below);
+  // the prefill group is node p's whole, so its rank's (larger) first step is not the front's
+  const auto rank_at = [&](int64_t first_step) {
+    return caf::actor_cast<caf::actor>(sys.spawn([first_step]() -> caf::behavior {
+      return {[first_step](moe::placement_atom) {
+        return moe::placement_report{
+          .epoch = 0, .slot_expert = {}, .membership_first_step = first_step, .num_steps_run = 0};
+      }};
+    }));
+  };
+  constexpr int64_t epoch = int64_t{1} << 40;
+  const caf::actor a0 = rank_at(3 * epoch), b0 = rank_at(2 * epoch), p0 = rank_at(9 * epoch);
+  const caf::actor silent = sys.spawn(idle);  // a rank whose node is being lost: left out
+  const moe::node_roster p{.node = "p", .first_prefill_rank = 0, .prefill_ranks = {p0}};
+  const moe::node_roster a{.node = "a", .first_decode_rank = 0, .decode_ranks = {a0}};
+  const moe::node_roster b{.node = "b", .first_decode_rank = 1, .decode_ranks = {b0, silent}};
+  CHECK(moe::first_front_epoch(sys, {p, a, b}, std::chrono::milliseconds(200)) == 4);
+  const moe::node_roster fresh_a{.node = "a", .first_decode_rank = 0, .decode_ranks = {rank_at(0)}};
+  const moe::node_roster fresh_b{.node = "b", .first_decode_rank = 1, .decode_ranks = {rank_at(0)}};
+  CHECK(moe::first_front_epoch(sys, {p, fresh_a, fresh_b}, std::chrono::milliseconds(200)) == 0);
+  for (const caf::actor& h : {a0, b0, p0, silent, fresh_a.decode_ranks[0], fresh_b.decode_ranks[0]})
     caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
 }

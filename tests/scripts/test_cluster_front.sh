@@ -162,7 +162,14 @@ echo "ok: the front stopped on SIGTERM; prefill-0 and decode-1 run on"
 MOESERVE_ADMIN_KEY=front-admin-key start front
 wait_for "$tmp/front.out" "moeserve: listening on" "$pid_front"
 same_answers front-again
-echo "ok: the front started again joined the running nodes and the answers are the same"
+# the nodes' ranks are in memberships of the old front's later epochs (decode-0 and decode-1 were
+# lost and rejoined): the new front's memberships must begin above them, or a survivor goes on
+# waiting for a lost rank's payloads in a step of the old one
+lose_under_load killed-again decode-0 kill_node decode-0
+start decode-0
+rejoined decode-0 1
+same_answers front-again-back
+echo "ok: the front started again joined the running nodes and the answers are the same; decode-0 killed under load then, decode-1 went on alone and every request was answered"
 
 kill -TERM "$pid_decode_1"
 wait "$pid_decode_1"
