@@ -29,14 +29,26 @@ node_gate_actor spawn_node_gate(caf::actor_system& sys, node_roster roster, std:
   return sys.spawn([roster = std::move(roster), cluster = std::move(cluster), token = std::move(token),
                     peers = std::move(peers),
                     mm](node_gate_actor::pointer self) -> node_gate_actor::behavior_type {
+    auto serving = std::make_shared<caf::actor>();  // the front this node serves (null: none)
+    self->set_down_handler([serving](caf::down_msg& dm) {
+      if (*serving && serving->address() == dm.source)
+        *serving = nullptr;  // gone: another may join
+    });
     return {
       [=](join_atom, const std::string& their_cluster, const std::string& their_token,
-          const std::string& from) -> caf::result<node_roster> {
+          const std::string& from, const caf::actor& front) -> caf::result<node_roster> {
         std::string refused;
         if (their_cluster != cluster)
           refused = "of cluster \"" + their_cluster + "\", not \"" + cluster + "\"";
         else if (!same_secret(their_token, token))
           refused = "with a wrong cluster token";
+        else if (front && *serving && *serving != front)
+          refused = "as a second front: it serves another front that is up (stop that one first; a "
+                    "front that is lost is let go once its connection times out)";
+        if (refused.empty() && front && *serving != front) {
+          *serving = front;
+          self->monitor(front);  // one already down is reported at once
+        }
         if (!refused.empty()) {
           std::fprintf(stderr, "moeserve: node %s refused a peer calling itself \"%s\" %s\n",
                        roster.node.c_str(), from.c_str(), refused.c_str());

@@ -39,10 +39,14 @@ typename Inspector::result_type inspect(Inspector& f, node_roster& x) {
            x.first_decode_rank, x.decode_ranks, x.data_address, x.expert_bytes, x.keeper);
 }
 
-/// (join_atom, cluster name, token, the asking node's name) -> the roster, or an error naming
-/// what was wrong (another cluster, a wrong token), also logged on this node's stderr.
-using node_gate_actor =
-  caf::typed_actor<caf::replies_to<join_atom, std::string, std::string, std::string>::with<node_roster>>;
+/// (join_atom, cluster name, token, the asking node's name, the asking front) -> the roster, or
+/// an error naming what was wrong (another cluster, a wrong token, another front that is up),
+/// also logged on this node's stderr. The front is an actor of the front's process that lives as
+/// long as it serves: the gate serves one front at a time and refuses a second while the first
+/// is up (it lets go of a front it sees go down: stopped, killed, or silent past the connection
+/// timeout). A null front is a look (cluster ping), which any front allows.
+using node_gate_actor = caf::typed_actor<
+  caf::replies_to<join_atom, std::string, std::string, std::string, caf::actor>::with<node_roster>>;
 
 /// Another node that runs ranks, as the cluster file gives its control port.
 struct node_address {

@@ -13,7 +13,7 @@
 namespace moe {
 
 node_roster join_node(caf::actor_system& sys, const cluster_node& node, const std::string& cluster,
-                      const std::string& token, const std::string& who,
+                      const std::string& token, const std::string& who, const caf::actor& front,
                       std::chrono::steady_clock::time_point deadline) {
   const std::string where = "node " + node.name + " at " + node.host + ":" + std::to_string(node.port);
   const auto began = std::chrono::steady_clock::now();
@@ -38,7 +38,7 @@ node_roster join_node(caf::actor_system& sys, const cluster_node& node, const st
       std::optional<node_roster> roster;
       std::string refused;
       bool lost = false;  // the node went away between connecting and answering: try again
-      self->request(*gate, left(), join_atom::value, cluster, token, who)
+      self->request(*gate, left(), join_atom::value, cluster, token, who, front)
         .receive([&](node_roster& r) { roster = std::move(r); },
                  [&](caf::error& e) {
                    lost = error_text(e).empty();

@@ -109,7 +109,7 @@ void try_rejoin(caf::blocking_actor* self, watch_state& st) {
     const cluster_node& node = find_node(st.cfg.file, st.cfg.rosters[i].node);
     try {
       node_roster roster = join_node(self->system(), node, st.cfg.file.name, st.cfg.file.token,
-                                     st.cfg.self_name,
+                                     st.cfg.self_name, st.cfg.front,
                                      std::chrono::steady_clock::now() + std::chrono::milliseconds(1000));
       std::printf("moeserve: node %s rejoined\n", node.name.c_str());
       std::fflush(stdout);
@@ -159,6 +159,8 @@ caf::actor spawn_node_watch(caf::actor_system& sys, node_watch_config cfg) {
         if (em.reason)
           running = false;
       });
+    if (st.cfg.front)  // the nodes let go of this front
+      caf::anon_send_exit(st.cfg.front, caf::exit_reason::user_shutdown);
   });
 }
 

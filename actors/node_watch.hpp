@@ -36,6 +36,7 @@ struct node_watch_config {
   // the keepers of the groups one node hosts whole; a (peers_atom) message renews the
   // memberships (keep_front_placements asks so)
   std::shared_ptr<front_placements> kept;
+  caf::actor front;         // this front's actor as the nodes know it (join_node); stopped with the watch
   int64_t first_epoch = 0;  // of the split groups' memberships the front gave first (first_front_epoch)
 };
 

@@ -129,8 +129,8 @@ void run_cluster_ping(const cluster_ping_options& o) {
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                           std::chrono::duration<double>(o.timeout_s));
   const std::string where = "node " + node.name + " at " + node.host + ":" + std::to_string(node.port);
-  const std::optional<node_roster> roster = join_node(sys, node, o.cluster.value_or(c.name),
-                                                      o.token.value_or(c.token), "cluster ping", deadline);
+  const std::optional<node_roster> roster = join_node(
+    sys, node, o.cluster.value_or(c.name), o.token.value_or(c.token), "cluster ping", caf::actor{}, deadline);
   caf::scoped_actor self{sys};
   const auto wait = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(o.timeout_s));
   std::printf("%s: joined (cluster %s)\n", where.c_str(), c.name.c_str());

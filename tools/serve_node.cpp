@@ -156,17 +156,26 @@ cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluste
     if (n.prefill_ranks + n.decode_ranks > 0)
       awaited.push_back(&n);
   std::vector<node_roster> rosters;
+  // what the nodes know this front by while it serves (a second front is refused meanwhile)
+  const caf::actor front_actor =
+    sys.spawn([](caf::event_based_actor*) -> caf::behavior { return {[](stats_atom) {}}; });
   // one node at a time, each tried until it listens: a later one's wait is the earlier ones' too
-  for (size_t i = 0; i < awaited.size(); ++i) {
-    std::string names;
-    for (size_t j = i; j < awaited.size(); ++j)
-      names += (names.empty() ? "" : ", ") + awaited[j]->name;
-    std::printf("moeserve: front %s of cluster %s: waiting for %s\n", front.name.c_str(), c.name.c_str(),
-                names.c_str());
-    std::fflush(stdout);
-    rosters.push_back(join_node(sys, *awaited[i], c.name, c.token, front.name, deadline));
-    std::printf("moeserve: joined node %s (%s)\n", awaited[i]->name.c_str(), hosted(rosters.back()).c_str());
-    std::fflush(stdout);
+  try {
+    for (size_t i = 0; i < awaited.size(); ++i) {
+      std::string names;
+      for (size_t j = i; j < awaited.size(); ++j)
+        names += (names.empty() ? "" : ", ") + awaited[j]->name;
+      std::printf("moeserve: front %s of cluster %s: waiting for %s\n", front.name.c_str(), c.name.c_str(),
+                  names.c_str());
+      std::fflush(stdout);
+      rosters.push_back(join_node(sys, *awaited[i], c.name, c.token, front.name, front_actor, deadline));
+      std::printf("moeserve: joined node %s (%s)\n", awaited[i]->name.c_str(),
+                  hosted(rosters.back()).c_str());
+      std::fflush(stdout);
+    }
+  } catch (...) {  // refused or unanswered: the actor system ends only once this actor has
+    caf::anon_send_exit(front_actor, caf::exit_reason::user_shutdown);
+    throw;
   }
   auto kept = std::make_shared<front_placements>();
   // nodes that ran under an earlier front: its memberships are left behind, not undercut
@@ -177,6 +186,7 @@ cluster join_cluster(caf::actor_system& sys, const cluster_file& c, const cluste
                                           .supervisor = out.root,
                                           .rosters = std::move(rosters),
                                           .kept = kept,
+                                          .front = front_actor,
                                           .first_epoch = first_epoch});
   const std::lock_guard lock{kept->mutex};
   kept->watch = out.node_watch;

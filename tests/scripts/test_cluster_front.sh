@@ -10,7 +10,8 @@
 # front give the same text as a one-process `serve` of the same 2 prefill + 2 decode ranks, and
 # a load of 24 requests (8 in flight) is answered in full. The front's expert balancer
 # rebalances the split group (admin.rebalance), experts moving between the nodes, with the same
-# answers; a node that rejoins later takes that placement. The prefill group, which one node
+# answers; a node that rejoins later takes that placement. A second front is refused while the
+# first is up. The prefill group, which one node
 # hosts whole, is rebalanced from the front as well, before and after that node restarts. A decode node stopped with SIGSTOP
 # under load is found down by the heartbeats within seconds, one killed with -9 at once; the
 # other decode node goes on alone (elastic EP), the lost node's requests are placed again, and
@@ -52,6 +53,19 @@ start prefill-0
 wait_for "$tmp/front.out" "moeserve: listening on" "$pid_front"
 grep -q "joined node decode-1 (decode rank 1)" "$tmp/front.out" || fail "front: $(cat "$tmp/front.out")"
 echo "ok: the front waited for both nodes and serves: $(grep 'listening' "$tmp/front.out")"
+
+# a second front of the cluster (a copy of the file with other front ports) is refused while
+# this one is up: the nodes serve one front at a time
+read -r q0 qrpc qhttp < <(free_ports 3)
+sed -e "0,/^port = $p0\$/s//port = $q0/" -e "s/^rpc_port = $rpc\$/rpc_port = $qrpc/" \
+  -e "s/^http_port = $http\$/http_port = $qhttp/" "$tmp/cluster.toml" >"$tmp/second.toml"
+out=$(timeout -k 5 60 "$moeserve" serve --model "$tmp/m" --reference --cluster "$tmp/second.toml" --node front 2>&1)
+status=$?
+[[ $status -eq 2 && $out == *"node prefill-0 refused: as a second front"* ]] ||
+  fail "a second front: exit $status: $out"
+grep -q 'refused a peer calling itself "front" as a second front' "$tmp/prefill-0.err" ||
+  fail "prefill-0 did not log the second front: $(cat "$tmp/prefill-0.err")"
+echo "ok: a second front of the cluster is refused while the first is up, and the node logs it"
 
 ask "$rpc" multi
 
