@@ -276,7 +276,9 @@ void ep_rank_core::start_step() {
   }
   ++num_steps_run_;
   inbox_->begin_step(next_step_);  // peers' payloads for it need not wake the owner now
-  pipeline_ = std::make_unique<step_pipeline>(next_step_++, group_, m, plan_(), *this);
+  micro_batches mbs = plan_();
+  own_rows_ = std::any_of(mbs.begin(), mbs.end(), [](const auto& mb) { return !mb.empty(); });
+  pipeline_ = std::make_unique<step_pipeline>(next_step_++, group_, m, std::move(mbs), *this);
   pipeline_->start();
 }
 
@@ -405,12 +407,14 @@ void ep_rank_core::send_to_peer(int64_t dest_rank, std::shared_ptr<const Payload
     return;  // the rank is dead to its peers
   const fault_point point = std::is_same_v<Payload, ep_dispatch> ? fault_point::dispatch
                                                                  : fault_point::combine;
-  if (armed_ == point && key.layer_idx == fault_layer_) {
+  // an exchange fault fires in a step with requests of its own (they migrate), not an idle one
+  const bool at_fault = key.layer_idx == fault_layer_ && own_rows_;
+  if (armed_ == point && at_fault) {
     crashed_ = true;
     caf::anon_send(self_, fault_atom::value);  // before the step's LOGITS news: the rank dies first
     return;
   }
-  if (armed_ == fault_point::hang && point == fault_point::dispatch && key.layer_idx == fault_layer_) {
+  if (armed_ == fault_point::hang && point == fault_point::dispatch && at_fault) {
     crashed_ = true;  // what follows the hang is never sent
     members_.inboxes.at(group_.rank)->hang_until_cancelled();
     return;

@@ -186,8 +186,8 @@ class ep_rank_core final : public pipeline_io {
   /// Call before the stream drains.
   void stop();
   /// Fault injection (actors/rank/fault_point.hpp). For hang, the stream blocks at the last MoE
-  /// layer of a later step until stop(). For dispatch or combine, at the last MoE
-  /// layer of a later step the stream sends no payload of that kind and none after, and tells
+  /// layer of a later step with requests of this rank's until stop(). For dispatch or combine,
+  /// at the last MoE layer of such a step the stream sends no payload of that kind and none after, and tells
   /// the rank (fault_atom), which then crashes; the rank's own points it checks with crash_at.
   /// Throws std::invalid_argument for first_decode on a prefill rank, and for dispatch, combine
   /// or hang in a group of one (it sends nothing).
@@ -290,8 +290,9 @@ class ep_rank_core final : public pipeline_io {
   expert_load_window load_window_;
   // fault injection: set on the actor's thread, read on the stream
   std::atomic<fault_point> armed_{fault_point::none};
-  std::atomic<bool> crashed_{false};  // reached: the stream sends nothing more
-  int64_t fault_layer_ = -1;          // the last MoE layer
+  std::atomic<bool> crashed_{false};   // reached: the stream sends nothing more
+  int64_t fault_layer_ = -1;           // the last MoE layer
+  std::atomic<bool> own_rows_{false};  // the step in flight holds requests of this rank's
   std::shared_ptr<rank_timings> timings_ = std::make_shared<rank_timings>();
   // the collective channel of the membership in force or coming (links.collective): replaced on
   // the actor's thread, used by the stream's sends, hence the mutex
