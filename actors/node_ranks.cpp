@@ -24,7 +24,7 @@ void node_ranks::stop() const {
   for (const auto& ranks : {roster.prefill_ranks, roster.decode_ranks})
     for (const caf::actor& r : ranks)
       caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
-  for (const caf::actor& a : {copy_engine, keeper})
+  for (const caf::actor& a : {copy_engine, roster.keeper})
     if (a)
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
@@ -132,8 +132,8 @@ node_ranks spawn_node_ranks(caf::actor_system& sys, std::shared_ptr<const model_
   if (node.decode_ranks > 0 && node.decode_ranks == topo.decode_ranks)
     out.decode_group = introduce(out.roster.decode_ranks, topo.prefill_ranks, decode_group);
   if (out.prefill_group || out.decode_group) {
-    out.keeper = caf::actor_cast<caf::actor>(spawn_group_keeper(sys, out.prefill_group, out.decode_group));
-    out.roster.keeper = out.keeper;
+    out.roster.keeper =
+      caf::actor_cast<caf::actor>(spawn_group_keeper(sys, out.prefill_group, out.decode_group));
   }
   return out;
 }

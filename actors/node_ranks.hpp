@@ -27,10 +27,8 @@ struct node_ranks {
   std::shared_ptr<collective_transport> collective;
   // the memberships of the groups this node hosts whole (null: none, or a group across nodes)
   std::shared_ptr<group_roster> prefill_group, decode_group;
-  // keeps the expert balancers' decisions for those groups in them (roster.keeper; null: none)
-  caf::actor keeper;
 
-  /// Stops the ranks, the copy engine and the keeper.
+  /// Stops the ranks, the copy engine and the roster's keeper.
   void stop() const;
 };
 
